@@ -1,0 +1,49 @@
+// Command-line flags with the dashed names our tools document (--dense-out, --max-tokens):
+// `--name value`, `--name=value`, bare `--name` for booleans, and positional arguments.
+#ifndef WALSH_COMMON_CLI_FLAGS_H_
+#define WALSH_COMMON_CLI_FLAGS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace walsh {
+
+class FlagSet {
+ public:
+  explicit FlagSet(std::string usage) : usage_(std::move(usage)) {}
+
+  void String(const std::string& name, std::string* dst, const std::string& help);
+  void Int(const std::string& name, int64_t* dst, const std::string& help);
+  void Uint64(const std::string& name, uint64_t* dst, const std::string& help);
+  void Double(const std::string& name, double* dst, const std::string& help);
+  void Bool(const std::string& name, bool* dst, const std::string& help);
+
+  // Parses argv[1..]; an unknown flag or a bad value is an error that names the flag.
+  absl::Status Parse(int argc, char** argv);
+  bool help_requested() const { return help_requested_; }
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string Help() const;
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string help;
+    std::string default_value;
+    bool is_bool;
+    std::function<absl::Status(const std::string&)> set;
+  };
+  const Flag* Find(const std::string& name) const;
+
+  std::string usage_;
+  std::vector<Flag> flags_;
+  std::vector<std::string> positional_;
+  bool help_requested_ = false;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_COMMON_CLI_FLAGS_H_

@@ -1,0 +1,41 @@
+// Shared helpers for walsh tests: shipped data, temporary directories, child processes.
+#ifndef WALSH_TESTS_UTIL_TEST_UTIL_H_
+#define WALSH_TESTS_UTIL_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+namespace walsh::testing {
+
+// tests/data/<relative> in the source tree (fixtures copied from ../shared with their README).
+std::string TestDataPath(const std::string& relative);
+
+std::string ReadFileOrDie(const std::string& path);
+void WriteFileOrDie(const std::string& path, const std::string& bytes);
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct ProcessResult {
+  int exit_code = -1;  // -1 if it did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Runs argv[0] with the given arguments and stdin bytes, waits, and captures both streams.
+ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& stdin_bytes = "");
+
+}  // namespace walsh::testing
+
+#endif  // WALSH_TESTS_UTIL_TEST_UTIL_H_
