@@ -13,6 +13,10 @@ int main(int argc, char** argv) {
   int count = 0;
   for (int i = 1; i < argc; ++i) {
     std::vector<std::filesystem::path> files;
+    if (!std::filesystem::exists(argv[i])) {
+      std::fprintf(stderr, "no such corpus path: %s\n", argv[i]);
+      return 1;
+    }
     if (std::filesystem::is_directory(argv[i])) {
       for (const auto& e : std::filesystem::directory_iterator(argv[i])) files.push_back(e.path());
     } else {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_writer.h"
 
@@ -204,6 +205,20 @@ TEST(GgufFile, RefusesBadTensorTable) {
   const uint64_t zero = 0;
   std::memcpy(&overlap[offset_pos], &zero, 8);
   ExpectRefused(overlap, "overlaps");
+}
+
+TEST(GgufFile, RefusesTheRegressionCorpus) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"nested_arrays_too_deep.gguf", "nested deeper"},
+      {"array_count_lies.gguf", "claims"},
+      {"tensor_shape_overflow.gguf", "impossible shape"},
+      {"string_length_lies.gguf", "claims"},
+      {"tensor_offset_past_end.gguf", "runs past the end"},
+  };
+  for (const auto& [file, needle] : cases) {
+    ExpectRefused(testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) + "/tests/fuzz/corpus/" + file),
+                  needle);
+  }
 }
 
 TEST(GgufWriter, RejectsShapesTheTypeCannotHold) {

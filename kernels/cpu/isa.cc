@@ -1,0 +1,37 @@
+#include "kernels/cpu/isa.h"
+
+namespace walsh {
+
+const char* CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return "scalar";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512Vnni:
+      return "avx512vnni";
+  }
+  return "?";
+}
+
+bool CpuSupports(CpuIsa isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return true;
+    case CpuIsa::kAvx2:
+      return __builtin_cpu_supports("avx2");
+    case CpuIsa::kAvx512Vnni:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+}
+
+CpuIsa BestCpuIsa() {
+  if (CpuSupports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
+  if (CpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kScalar;
+}
+
+}  // namespace walsh

@@ -1,0 +1,44 @@
+// Ternary matrix times activations, straight on packed PQ2_0 / PTQ1_0 rows: weights stay
+// packed and are decoded in registers; the dot product is integer, scales are applied per
+// 32-element activation block and per 128-weight block in one fixed order:
+//   y[r] = Σ_blocks dw_b · ((p0 + p1) + (p2 + p3)),  p_s = float(isum_s) · dx_s
+// so every ISA path gives bit-identical results, and a token's result does not depend on
+// how many tokens share the call or which thread computed the row.
+#ifndef WALSH_KERNELS_CPU_TERNARY_MATMUL_H_
+#define WALSH_KERNELS_CPU_TERNARY_MATMUL_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/q8_activation.h"
+
+namespace walsh {
+
+struct TernaryWeights {
+  uint32_t ggml_type = 0;  // 142 (PQ2_0) or 143 (PTQ1_0)
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;  // a multiple of 128
+};
+
+Q8Layout Q8LayoutFor(uint32_t ggml_type);
+
+// y[t * y_stride + r] for r in [row_begin, row_end) and t < n_tokens; x holds n_tokens rows of
+// cols / 128 blocks, quantized in Q8LayoutFor(w.ggml_type).
+void TernaryMatMulQ8(CpuIsa isa, const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
+                     float* y, int64_t y_stride, int64_t row_begin, int64_t row_end);
+
+// The same product with fp32 activations (no activation quantization): a reference for tests
+// and a debug mode of the engine. y[r] = Σ_blocks dw_b · Σ_j (code_j - 1) · x_j, in order.
+void TernaryMatMulF32(const TernaryWeights& w, const float* x, int64_t n_tokens, float* y,
+                      int64_t y_stride, int64_t row_begin, int64_t row_end);
+
+// Per-ISA implementations (ternary_matmul_<isa>.cc), for the dispatcher and the tests.
+void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
+                           float* y, int64_t y_stride, int64_t row_begin, int64_t row_end);
+void TernaryMatMulQ8Avx2(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
+                         int64_t y_stride, int64_t row_begin, int64_t row_end);
+
+}  // namespace walsh
+
+#endif  // WALSH_KERNELS_CPU_TERNARY_MATMUL_H_

@@ -1,0 +1,48 @@
+// A fixed pool of worker threads for data-parallel loops. The caller's thread takes part, so
+// a pool of N threads has N - 1 workers. Which thread computes which item never changes the
+// result: every output element is computed whole by exactly one thread.
+#ifndef WALSH_KERNELS_CPU_THREAD_POOL_H_
+#define WALSH_KERNELS_CPU_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace walsh {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over [0, n) in chunks of at most `grain`, spread over the threads,
+  // and returns when all are done. Not reentrant.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  uint64_t generation_ = 0;
+  int busy_ = 0;
+  bool stop_ = false;
+  // The current loop.
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, grain_ = 1;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_KERNELS_CPU_THREAD_POOL_H_
