@@ -12,13 +12,13 @@ namespace walsh {
 inline constexpr int kQ8SubBlock = 32;
 
 enum class Q8Layout {
-  kNatural,     // qs[j] = q(j): PTQ1_0, whose kernels decode trits in element order
-  kPq2Planes,   // qs[p*32 + m] = q(4m + p): matches PQ2_0's four 2-bit planes per byte
+  kNatural,    // qs[j] = q(j): PTQ1_0, whose kernels decode trits in element order
+  kPq2Planes,  // qs[p*32 + m] = q(4m + p): matches PQ2_0's four 2-bit planes per byte
 };
 
 struct Q8Block128 {
-  float d[4];       // scales of elements [32s, 32s+32), fp16-exact values
-  int32_t sum[4];   // Σ q over each sub-block (PQ2_0 codes are value + 1)
+  float d[4];      // scales of elements [32s, 32s+32), fp16-exact values
+  int32_t sum[4];  // Σ q over each sub-block (PQ2_0 codes are value + 1)
   int8_t qs[128];
 };
 

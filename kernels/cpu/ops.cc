@@ -30,8 +30,8 @@ void RopeNeoxInPlace(float* head, int64_t n_rot, int64_t pos, float base) {
   const int64_t half = n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {
     const double theta = static_cast<double>(pos) *
-                         std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) /
-                                                                 static_cast<double>(n_rot));
+                         std::pow(static_cast<double>(base),
+                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
     const float c = static_cast<float>(std::cos(theta));
     const float s = static_cast<float>(std::sin(theta));
     const float x0 = head[i], x1 = head[i + half];
@@ -62,8 +62,8 @@ void DenseMatVec(uint32_t ggml_type, const void* w, int64_t rows, int64_t cols, 
   }
 }
 
-void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t n_keys,
-                   float scale, float* scores, float* out) {
+void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t n_keys, float scale,
+                   float* scores, float* out) {
   auto row = [&](const float* const* pages, int64_t t) {
     return pages[t / kv.page_size] + (t % kv.page_size) * kv.row_stride + kv.offset;
   };

@@ -39,8 +39,8 @@ struct PagedKv {
   int64_t row_stride;  // floats per position in a page
   int64_t offset;      // the head's first float in a position's row
 };
-void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t n_keys,
-                   float scale, float* scores_scratch, float* out);
+void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t n_keys, float scale,
+                   float* scores_scratch, float* out);
 
 // One Gated DeltaNet step (FORMAT.md §8.3, steps 2-7) for one token of one sequence.
 struct GdnLayerParams {

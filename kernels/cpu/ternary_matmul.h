@@ -34,8 +34,8 @@ void TernaryMatMulF32(const TernaryWeights& w, const float* x, int64_t n_tokens,
                       int64_t y_stride, int64_t row_begin, int64_t row_end);
 
 // Per-ISA implementations (ternary_matmul_<isa>.cc), for the dispatcher and the tests.
-void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
-                           float* y, int64_t y_stride, int64_t row_begin, int64_t row_end);
+void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
+                           int64_t y_stride, int64_t row_begin, int64_t row_end);
 void TernaryMatMulQ8Avx2(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
                          int64_t y_stride, int64_t row_begin, int64_t row_end);
 

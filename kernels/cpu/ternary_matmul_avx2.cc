@@ -36,7 +36,8 @@ inline float Finish(__m128i sums, const Q8Block128& xb) {
 void DecodePtq1(const block_ptq1_0& blk, uint8_t* out) {
   static constexpr int16_t kPow3[5] = {1, 3, 9, 27, 81};
   const __m256i lo8 = _mm256_set1_epi16(0xff), three = _mm256_set1_epi16(3);
-  const __m256i wide = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
+  const __m256i wide =
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
   for (int n = 0; n < 5; ++n) {
     const __m256i p = _mm256_and_si256(_mm256_mullo_epi16(wide, _mm256_set1_epi16(kPow3[n])), lo8);
     const __m256i t = _mm256_srli_epi16(_mm256_mullo_epi16(p, three), 8);
@@ -44,7 +45,8 @@ void DecodePtq1(const block_ptq1_0& blk, uint8_t* out) {
                      _mm_packus_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
   }
   const __m128i lo8s = _mm_set1_epi16(0xff), threes = _mm_set1_epi16(3);
-  const __m128i wide2 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 16)));
+  const __m128i wide2 =
+      _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 16)));
   for (int n = 0; n < 5; ++n) {
     const __m128i p = _mm_and_si128(_mm_mullo_epi16(wide2, _mm_set1_epi16(kPow3[n])), lo8s);
     const __m128i t = _mm_srli_epi16(_mm_mullo_epi16(p, threes), 8);
@@ -106,10 +108,14 @@ void MatMulPtq1(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, 
       for (int64_t t = 0; t < n_tokens; ++t) {
         const Q8Block128& xb = x[t * nb + b];
         const auto* xq = reinterpret_cast<const __m256i*>(xb.qs);
-        const __m256i v0 = _mm256_madd_epi16(_mm256_maddubs_epi16(c0, _mm256_loadu_si256(xq + 0)), ones);
-        const __m256i v1 = _mm256_madd_epi16(_mm256_maddubs_epi16(c1, _mm256_loadu_si256(xq + 1)), ones);
-        const __m256i v2 = _mm256_madd_epi16(_mm256_maddubs_epi16(c2, _mm256_loadu_si256(xq + 2)), ones);
-        const __m256i v3 = _mm256_madd_epi16(_mm256_maddubs_epi16(c3, _mm256_loadu_si256(xq + 3)), ones);
+        const __m256i v0 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(c0, _mm256_loadu_si256(xq + 0)), ones);
+        const __m256i v1 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(c1, _mm256_loadu_si256(xq + 1)), ones);
+        const __m256i v2 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(c2, _mm256_loadu_si256(xq + 2)), ones);
+        const __m256i v3 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(c3, _mm256_loadu_si256(xq + 3)), ones);
         acc[t] += dw * Finish(FullSums(v0, v1, v2, v3), xb);
       }
     }

@@ -9,8 +9,8 @@
 
 namespace walsh {
 
-void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
-                           float* y, int64_t y_stride, int64_t row_begin, int64_t row_end) {
+void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
+                           int64_t y_stride, int64_t row_begin, int64_t row_end) {
   const int64_t nb = w.cols / kTernaryBlockElems;
   const bool pq2 = w.ggml_type == 142;
   const Q8Layout layout = Q8LayoutFor(w.ggml_type);

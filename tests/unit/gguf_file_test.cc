@@ -209,15 +209,14 @@ TEST(GgufFile, RefusesBadTensorTable) {
 
 TEST(GgufFile, RefusesTheRegressionCorpus) {
   const std::pair<const char*, const char*> cases[] = {
-      {"nested_arrays_too_deep.gguf", "nested deeper"},
-      {"array_count_lies.gguf", "claims"},
-      {"tensor_shape_overflow.gguf", "impossible shape"},
-      {"string_length_lies.gguf", "claims"},
+      {"nested_arrays_too_deep.gguf", "nested deeper"},     {"array_count_lies.gguf", "claims"},
+      {"tensor_shape_overflow.gguf", "impossible shape"},   {"string_length_lies.gguf", "claims"},
       {"tensor_offset_past_end.gguf", "runs past the end"},
   };
   for (const auto& [file, needle] : cases) {
-    ExpectRefused(testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) + "/tests/fuzz/corpus/" + file),
-                  needle);
+    ExpectRefused(
+        testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) + "/tests/fuzz/corpus/" + file),
+        needle);
   }
 }
 
