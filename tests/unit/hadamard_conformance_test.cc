@@ -7,6 +7,8 @@
 
 #include "common/sha256.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/hadamard_ref.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_util.h"
@@ -62,6 +64,24 @@ TEST(HadamardConformance, MatchesPrismOracleDigests) {
       }
     }
     EXPECT_EQ(Sha256Hex(out.data(), out.size() * 4), c["out_sha256"].get<std::string>());
+    // The fast path (kernels/cpu) must hold the same digests.
+    std::vector<float> fast(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * width;
+      float* yr = fast.data() + r * width;
+      if (mode == "signs") {
+        SignedFwhtForward(BestCpuIsa(), xr, signs, width, block, yr);
+      } else if (mode == "gdn") {
+        GdnPermuteRef(xr, n_k, n_v / n_k, width / n_v, tmp.data());
+        SignedFwhtForward(BestCpuIsa(), tmp.data(), signs, width, block, yr);
+      } else if (mode == "permute") {
+        GdnPermuteRef(xr, n_k, n_v / n_k, width / n_v, yr);
+      } else {
+        SignedFwhtInverse(BestCpuIsa(), xr, signs, width, block, yr);
+      }
+    }
+    EXPECT_EQ(Sha256Hex(fast.data(), fast.size() * 4), c["out_sha256"].get<std::string>())
+        << CpuIsaName(BestCpuIsa());
     EXPECT_FLOAT_EQ(out[0], c["out_first8"][0].get<float>());
   }
 }

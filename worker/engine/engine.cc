@@ -99,7 +99,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
     return absl::InvalidArgumentError(
         absl::StrCat("this CPU does not support the ", CpuIsaName(*options.isa), " kernels"));
   }
-  return std::unique_ptr<Engine>(new Engine(std::move(model), options, pages, slots));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), options, pages, slots));
+  if (!engine->kv_.allocated() || !engine->states_.allocated()) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", options.kv_cache_bytes,
+                                                     " bytes of KV cache and ", options.state_bytes,
+                                                     " bytes of recurrent state"));
+  }
+  return engine;
 }
 
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, int64_t pages,

@@ -5,6 +5,8 @@
 #define WALSH_WORKER_ENGINE_KV_PAGE_POOL_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +23,7 @@ class KvPagePool {
   }
 
   int64_t page_size() const { return page_size_; }
+  bool allocated() const { return storage_ != nullptr; }
   int64_t total() const { return static_cast<int64_t>(pages_); }
   int64_t used() const { return total() - static_cast<int64_t>(free_.size()); }
   int64_t free() const { return static_cast<int64_t>(free_.size()); }
@@ -36,11 +39,12 @@ class KvPagePool {
 
  private:
   float* Base(int32_t page, int64_t layer) {
-    return storage_.data() + (page * layers_ + layer) * 2 * page_size_ * kv_dim_;
+    return storage_.get() + (page * layers_ + layer) * 2 * page_size_ * kv_dim_;
   }
 
   int64_t pages_, page_size_, layers_, kv_dim_;
-  std::vector<float> storage_;
+  // calloc: the kernel hands out zeroed pages lazily, so an unused budget costs nothing.
+  std::unique_ptr<float, void (*)(void*)> storage_{nullptr, &std::free};
   std::vector<int32_t> free_;
 };
 

@@ -12,7 +12,8 @@ StateSlotPool::StateSlotPool(int64_t slots, int64_t layers, int64_t conv_floats,
       layers_(layers),
       conv_floats_(conv_floats),
       recurrent_floats_(recurrent_floats) {
-  storage_.assign(static_cast<size_t>(slots * layers * (conv_floats + recurrent_floats)), 0.0f);
+  storage_.reset(static_cast<float*>(std::calloc(
+      static_cast<size_t>(slots * layers * (conv_floats + recurrent_floats)), sizeof(float))));
   for (int64_t s = slots - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
 }
 

@@ -4,6 +4,8 @@
 #define WALSH_WORKER_ENGINE_STATE_SLOT_POOL_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,6 +20,7 @@ class StateSlotPool {
     return layers * (conv_floats + recurrent_floats) * static_cast<int64_t>(sizeof(float));
   }
 
+  bool allocated() const { return storage_ != nullptr; }
   int64_t total() const { return slots_; }
   int64_t used() const { return slots_ - static_cast<int64_t>(free_.size()); }
 
@@ -30,11 +33,12 @@ class StateSlotPool {
 
  private:
   float* Layer(int32_t slot, int64_t layer) {
-    return storage_.data() + (slot * layers_ + layer) * (conv_floats_ + recurrent_floats_);
+    return storage_.get() + (slot * layers_ + layer) * (conv_floats_ + recurrent_floats_);
   }
 
   int64_t slots_, layers_, conv_floats_, recurrent_floats_;
-  std::vector<float> storage_;
+  // calloc: the kernel hands out zeroed pages lazily, so an unused budget costs nothing.
+  std::unique_ptr<float, void (*)(void*)> storage_{nullptr, &std::free};
   std::vector<int32_t> free_;
 };
 

@@ -1,0 +1,181 @@
+// CPU kernel paths against the scalar reference: bit-identical on random inputs at every width
+// the presets and the 27B shape use; batch invariance at the kernel level.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "common/sha256.h"
+#include "gtest/gtest.h"
+#include "kernels/block_types.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ternary_matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/float_convert.h"
+#include "kernels/hadamard_ref.h"
+#include "kernels/ternary_codec_ref.h"
+
+namespace walsh {
+namespace {
+
+constexpr int64_t kWidths[] = {256, 384, 1024, 1536, 2816, 5120, 6144, 17408};
+
+std::vector<CpuIsa> FastIsas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (CpuSupports(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Random packed rows; PQ2_0 includes code 3 (+2d), which the container allows.
+std::vector<uint8_t> RandomWeights(uint32_t type, int64_t rows, int64_t cols, std::mt19937& gen) {
+  const int64_t nb = rows * cols / 128;
+  std::vector<uint8_t> out;
+  uint8_t codes[128];
+  std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+  for (int64_t b = 0; b < nb; ++b) {
+    if (type == 142) {
+      for (uint8_t& c : codes) c = gen() % 4;
+      block_pq2_0 blk;
+      PackBlockPq2_0(codes, FloatToFp16(scale(gen)), &blk);
+      const auto* p = reinterpret_cast<const uint8_t*>(&blk);
+      out.insert(out.end(), p, p + sizeof blk);
+    } else {
+      for (uint8_t& c : codes) c = gen() % 3;
+      block_ptq1_0 blk;
+      PackBlockPtq1_0(codes, FloatToFp16(scale(gen)), &blk);
+      const auto* p = reinterpret_cast<const uint8_t*>(&blk);
+      out.insert(out.end(), p, p + sizeof blk);
+    }
+  }
+  return out;
+}
+
+std::vector<float> RandomActivations(int64_t n, std::mt19937& gen) {
+  std::normal_distribution<float> dist;
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(gen);
+  x[n / 3] = 9.0f;  // an outlier, as real activations have
+  return x;
+}
+
+TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
+  std::mt19937 gen(11);
+  ASSERT_FALSE(FastIsas().empty()) << "x86-64 without AVX2: nothing to compare";
+  for (uint32_t type : {142u, 143u}) {
+    for (int64_t cols : kWidths) {
+      SCOPED_TRACE(testing::Message() << "type " << type << " cols " << cols);
+      const int64_t rows = 5, tokens = 3;
+      const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
+      const TernaryWeights tw{type, w.data(), rows, cols};
+      const std::vector<float> x = RandomActivations(tokens * cols, gen);
+      std::vector<Q8Block128> q(tokens * cols / 128);
+      for (int64_t t = 0; t < tokens; ++t) {
+        QuantizeRowQ8(x.data() + t * cols, cols, Q8LayoutFor(type), &q[t * cols / 128]);
+      }
+      std::vector<float> ref(tokens * rows), got(tokens * rows);
+      TernaryMatMulQ8Scalar(tw, q.data(), tokens, ref.data(), rows, 0, rows);
+      for (CpuIsa isa : FastIsas()) {
+        TernaryMatMulQ8(isa, tw, q.data(), tokens, got.data(), rows, 0, rows);
+        ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4)) << CpuIsaName(isa);
+      }
+      // One token at a time gives the same bits as three at once.
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<float> one(rows);
+        TernaryMatMulQ8(BestCpuIsa(), tw, q.data() + t * cols / 128, 1, one.data(), rows, 0, rows);
+        ASSERT_EQ(0, std::memcmp(one.data(), ref.data() + t * rows, rows * 4));
+      }
+      // Int8 activations stay close to the fp32 product.
+      std::vector<float> exact(tokens * rows);
+      TernaryMatMulF32(tw, x.data(), tokens, exact.data(), rows, 0, rows);
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < exact.size(); ++i) {
+        err += (ref[i] - exact[i]) * double(ref[i] - exact[i]);
+        norm += exact[i] * double(exact[i]);
+      }
+      EXPECT_LT(std::sqrt(err / norm), 0.02);
+    }
+  }
+}
+
+TEST(TernaryMatMul, F32PathEqualsDecodedDot) {
+  std::mt19937 gen(5);
+  const int64_t rows = 3, cols = 384;
+  for (uint32_t type : {142u, 143u}) {
+    const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
+    const std::vector<float> x = RandomActivations(cols, gen);
+    std::vector<float> y(rows), dec(cols);
+    TernaryMatMulF32({type, w.data(), rows, cols}, x.data(), 1, y.data(), rows, 0, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (type == 142) {
+        DequantizeRowPq2_0Ref(reinterpret_cast<const block_pq2_0*>(w.data()) + r * 3, dec.data(),
+                              cols);
+      } else {
+        DequantizeRowPtq1_0Ref(reinterpret_cast<const block_ptq1_0*>(w.data()) + r * 3, dec.data(),
+                               cols);
+      }
+      double dot = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        dot += double(dec[i]) * x[i];
+        mag += std::fabs(double(dec[i]) * x[i]);
+      }
+      EXPECT_NEAR(y[r], dot, 1e-5 * mag);
+    }
+  }
+}
+
+TEST(Q8Activation, MatchesQ8_0Numerics) {
+  std::vector<float> x(128);
+  for (int i = 0; i < 128; ++i) x[i] = static_cast<float>(i - 64) / 8.0f;
+  Q8Block128 natural, planes;
+  QuantizeRowQ8(x.data(), 128, Q8Layout::kNatural, &natural);
+  QuantizeRowQ8(x.data(), 128, Q8Layout::kPq2Planes, &planes);
+  // Sub-block 0 holds -8 .. -4.125: d = 8 / 127 rounded to fp16.
+  EXPECT_EQ(natural.d[0], Fp16ToFloat(FloatToFp16(8.0f / 127.0f)));
+  EXPECT_EQ(natural.qs[0], -127);
+  for (int i = 0; i < 128; ++i)
+    EXPECT_EQ(planes.qs[i], natural.qs[Q8ElementAt(Q8Layout::kPq2Planes, i)]);
+  int32_t sum0 = 0;
+  for (int j = 0; j < 32; ++j) sum0 += natural.qs[j];
+  EXPECT_EQ(natural.sum[0], sum0);
+}
+
+TEST(Hadamard, FastPathEqualsReferenceBitForBit) {
+  std::mt19937 gen(2);
+  std::vector<int8_t> signs(17408);
+  for (int8_t& s : signs) s = gen() & 1 ? 1 : -1;
+  for (int64_t block : {8, 16, 128, 256, 1024}) {
+    for (int64_t n : {block, 3 * block, 17408 / block * block}) {
+      if (n == 0) continue;
+      const std::vector<float> x = RandomActivations(n, gen);
+      std::vector<float> ref(n), fast(n), iref(n), ifast(n);
+      SignedFwhtForwardRef(x.data(), signs.data(), n, block, ref.data());
+      SignedFwhtInverseRef(x.data(), signs.data(), n, block, iref.data());
+      for (CpuIsa isa : FastIsas()) {
+        SignedFwhtForward(isa, x.data(), signs.data(), n, block, fast.data());
+        SignedFwhtInverse(isa, x.data(), signs.data(), n, block, ifast.data());
+        ASSERT_EQ(0, std::memcmp(ref.data(), fast.data(), n * 4)) << block << " " << n;
+        ASSERT_EQ(0, std::memcmp(iref.data(), ifast.data(), n * 4)) << block << " " << n;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.ParallelFor(n, 3, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace walsh

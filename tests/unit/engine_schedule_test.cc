@@ -1,0 +1,189 @@
+// Schedule invariance, the keystone of exact migration: a token's logits are bit-identical
+// however its sequence was fed (whole, chunks of 1/7/64, decode steps), whatever shares the
+// batch, with 1 or 2 threads, and on every kernel ISA. Plus the engine's error contract.
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_model.h"
+#include "worker/engine/engine.h"
+
+namespace walsh {
+namespace {
+
+class EngineFixture {
+ public:
+  explicit EngineFixture(const std::string& preset) {
+    auto model = SyntheticModel::Create({.preset = preset, .seed = 8});
+    EXPECT_TRUE(model.ok());
+    vocab_ = (*model)->preset().config.vocab_size;
+    path_ = dir_.File("m.gguf");
+    EXPECT_TRUE((*model)->WritePacked(path_).ok());
+  }
+
+  std::unique_ptr<Engine> Make(EngineOptions opts = {}) {
+    auto file = LoadModelFile(path_);
+    EXPECT_TRUE(file.ok());
+    auto bound = Model::Bind(std::move(*file));
+    EXPECT_TRUE(bound.ok());
+    auto engine = Engine::Create(std::move(*bound), opts);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return std::move(*engine);
+  }
+
+  std::vector<int32_t> Prompt(int n, uint32_t seed) const {
+    std::mt19937 gen(seed);
+    std::vector<int32_t> ids(n);
+    for (int32_t& t : ids) t = static_cast<int32_t>(gen() % vocab_);
+    return ids;
+  }
+
+  int64_t vocab() const { return vocab_; }
+
+ private:
+  testing::TempDir dir_;
+  std::string path_;
+  int64_t vocab_ = 0;
+};
+
+// Feeds `ids` in chunks of `chunk` tokens; returns the logits at every position.
+std::vector<float> FeedInChunks(Engine& e, const std::vector<int32_t>& ids, size_t chunk) {
+  auto seq = e.AddSequence();
+  EXPECT_TRUE(seq.ok());
+  std::vector<float> all;
+  for (size_t i = 0; i < ids.size(); i += chunk) {
+    std::vector<int32_t> part(ids.begin() + i, ids.begin() + std::min(ids.size(), i + chunk));
+    auto out = e.Forward({{*seq, part, /*all_logits=*/true}});
+    EXPECT_TRUE(out.ok()) << out.status();
+    all.insert(all.end(), out->logits.begin(), out->logits.end());
+  }
+  EXPECT_TRUE(e.RemoveSequence(*seq).ok());
+  return all;
+}
+
+void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b,
+                        const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
+}
+
+void CheckScheduleInvariance(const std::string& preset, int prompt_len) {
+  EngineFixture f(preset);
+  const std::vector<int32_t> ids = f.Prompt(prompt_len, 1);
+  auto engine = f.Make();
+  const std::vector<float> whole = FeedInChunks(*engine, ids, ids.size());
+  ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 1), "decode steps");
+  ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 7), "chunks of 7");
+  ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 64), "chunks of 64");
+  auto two_threads = f.Make({.threads = 2});
+  ExpectBitIdentical(whole, FeedInChunks(*two_threads, ids, 5), "2 threads");
+  auto scalar = f.Make({.threads = 2, .isa = CpuIsa::kScalar});
+  ExpectBitIdentical(whole, FeedInChunks(*scalar, ids, 13), "scalar kernels");
+
+  // Mixed batches: 1-8 sequences at once, each advancing by a random chunk per step, prefill
+  // and decode interleaved. Each sequence's logits must equal its solo run.
+  std::mt19937 gen(9);
+  for (int n_seqs : {1, 3, 8}) {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<float>> solo;
+    for (int s = 0; s < n_seqs; ++s) {
+      prompts.push_back(f.Prompt(5 + gen() % prompt_len, 100 + s));
+      solo.push_back(FeedInChunks(*engine, prompts.back(), prompts.back().size()));
+    }
+    auto batched = f.Make({.threads = 2});
+    std::vector<SequenceId> ids_of(n_seqs);
+    std::vector<size_t> fed(n_seqs, 0);
+    std::vector<std::vector<float>> got(n_seqs);
+    for (int s = 0; s < n_seqs; ++s) ids_of[s] = *batched->AddSequence();
+    for (;;) {
+      std::vector<SequenceInput> batch;
+      std::vector<int> who;
+      for (int s = 0; s < n_seqs; ++s) {
+        if (fed[s] == prompts[s].size() || gen() % 4 == 0) continue;
+        const size_t take = std::min<size_t>(prompts[s].size() - fed[s], 1 + gen() % 9);
+        batch.push_back(
+            {ids_of[s],
+             std::vector<int32_t>(prompts[s].begin() + fed[s], prompts[s].begin() + fed[s] + take),
+             true});
+        who.push_back(s);
+        fed[s] += take;
+      }
+      if (batch.empty()) {
+        bool done = true;
+        for (int s = 0; s < n_seqs; ++s) done &= fed[s] == prompts[s].size();
+        if (done) break;
+        continue;
+      }
+      auto out = batched->Forward(batch);
+      ASSERT_TRUE(out.ok()) << out.status();
+      size_t row = 0;
+      for (size_t b = 0; b < batch.size(); ++b) {
+        for (size_t k = 0; k < batch[b].tokens.size(); ++k, ++row) {
+          got[who[b]].insert(got[who[b]].end(), out->RowLogits(row),
+                             out->RowLogits(row) + f.vocab());
+        }
+      }
+    }
+    for (int s = 0; s < n_seqs; ++s) ExpectBitIdentical(solo[s], got[s], "mixed batch");
+  }
+}
+
+TEST(ScheduleInvariance, Tiny) { CheckScheduleInvariance("tiny", 70); }
+TEST(ScheduleInvariance, Small) { CheckScheduleInvariance("small", 24); }
+
+TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
+  EngineFixture f("tiny");
+  // Room for 4 pages of 16 positions.
+  const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64);
+  auto e = f.Make({.kv_cache_bytes = 4 * page_bytes, .state_bytes = 2 * 1024 * 1024});
+  auto a = e->AddSequence();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(e->Forward({{*a, {1, 2, 3}}}).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(e->Forward({{*a, {static_cast<int32_t>(f.vocab())}}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Forward({{*a, {}}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Forward({{*a, {1}}, {*a, {2}}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Forward({{12345, {1}}}).status().code(), absl::StatusCode::kNotFound);
+  // 3 + 62 positions need 5 pages: refused, and the sequence is untouched.
+  auto big = e->Forward({{*a, f.Prompt(62, 3)}});
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(*e->SequenceLength(*a), 3);
+  EXPECT_EQ(e->Stats().kv_pages_used, 1);
+  // State slots run out too, as an error.
+  std::vector<SequenceId> more;
+  for (;;) {
+    auto s = e->AddSequence();
+    if (!s.ok()) {
+      EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+      break;
+    }
+    more.push_back(*s);
+    ASSERT_LT(more.size(), 10000u);
+  }
+  for (SequenceId s : more) ASSERT_TRUE(e->RemoveSequence(s).ok());
+  ASSERT_TRUE(e->RemoveSequence(*a).ok());
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
+  EXPECT_EQ(e->Stats().state_slots_used, 0);
+
+  auto limited = f.Make({.max_context = 8});
+  auto s = limited->AddSequence();
+  EXPECT_EQ(limited->Forward({{*s, f.Prompt(9, 1)}}).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+TEST(EngineErrors, GraphCheckRefusesAFoldedWeightWithoutItsTransform) {
+  EngineFixture f("tiny");
+  auto e = f.Make();
+  const LayerWeights& L = e->model().layers()[0];
+  EXPECT_TRUE(e->CheckTransform(L.ffn_up, Engine::Transform::kRotated).ok());
+  const absl::Status s = e->CheckTransform(L.ffn_up, Engine::Transform::kPlain);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("blk.0.ffn_up.weight"), std::string::npos) << s;
+  EXPECT_TRUE(e->CheckTransform(L.gdn.out, Engine::Transform::kPermutedRotated).ok());
+  EXPECT_FALSE(e->CheckTransform(L.gdn.out, Engine::Transform::kRotated).ok());
+}
+
+}  // namespace
+}  // namespace walsh
