@@ -20,7 +20,7 @@ bool CpuSupports(CpuIsa isa) {
     case CpuIsa::kScalar:
       return true;
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     case CpuIsa::kAvx512Vnni:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");

@@ -26,38 +26,63 @@ inline __m128i FullSums(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+// CombineSubBlocks in registers: p = float(isum) * d, then (p0 + p1) + (p2 + p3) by two
+// horizontal adds, the same operations in the same order.
 inline float Finish(__m128i sums, const Q8Block128& xb) {
-  alignas(16) int32_t isum[4];
-  _mm_store_si128(reinterpret_cast<__m128i*>(isum),
-                  _mm_sub_epi32(sums, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.sum))));
-  return CombineSubBlocks(isum, xb.d);
+  const __m128i isum =
+      _mm_sub_epi32(sums, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.sum)));
+  const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(isum), _mm_loadu_ps(xb.d));
+  const __m128 h = _mm_hadd_ps(p, p);
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
 }
 
-void DecodePtq1(const block_ptq1_0& blk, uint8_t* out) {
-  static constexpr int16_t kPow3[5] = {1, 3, 9, 27, 81};
-  const __m256i lo8 = _mm256_set1_epi16(0xff), three = _mm256_set1_epi16(3);
-  const __m256i wide =
-      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
-  for (int n = 0; n < 5; ++n) {
-    const __m256i p = _mm256_and_si256(_mm256_mullo_epi16(wide, _mm256_set1_epi16(kPow3[n])), lo8);
-    const __m256i t = _mm256_srli_epi16(_mm256_mullo_epi16(p, three), 8);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + n * 16),
-                     _mm_packus_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
-  }
-  const __m128i lo8s = _mm_set1_epi16(0xff), threes = _mm_set1_epi16(3);
-  const __m128i wide2 =
-      _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 16)));
-  for (int n = 0; n < 5; ++n) {
-    const __m128i p = _mm_and_si128(_mm_mullo_epi16(wide2, _mm_set1_epi16(kPow3[n])), lo8s);
-    const __m128i t = _mm_srli_epi16(_mm_mullo_epi16(p, threes), 8);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 80 + n * 8), _mm_packus_epi16(t, t));
-  }
-  for (int j = 0; j < 2; ++j) {
-    for (int n = 0; n < 4; ++n) {
-      const uint8_t p = static_cast<uint8_t>(blk.qh[j] * kPow3[n]);
-      out[120 + n * 2 + j] = static_cast<uint8_t>((p * 3) >> 8);
-    }
-  }
+// Digit n of byte b is ((b * 3^n) mod 256) * 3 >> 8. With b in the high byte of a 16-bit
+// lane, mullo by 3^n leaves (b * 3^n mod 256) << 8, and mulhi by 3 yields the digit. The
+// 128 trits are assembled in registers, in element order, as four 32-byte code vectors
+// (going through memory would stall on store forwarding).
+struct Ptq1Codes {
+  __m256i c[4];
+};
+
+inline __m256i Digits16(__m256i high, int16_t pow3) {
+  return _mm256_mulhi_epu16(_mm256_mullo_epi16(high, _mm256_set1_epi16(pow3)),
+                            _mm256_set1_epi16(3));
+}
+
+inline __m128i Digits8(__m128i high, __m128i pow3) {
+  return _mm_mulhi_epu16(_mm_mullo_epi16(high, pow3), _mm_set1_epi16(3));
+}
+
+// Two 16-lane digit vectors -> 32 bytes in element order.
+inline __m256i Pack32(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xd8);
+}
+
+inline __m128i Pack16(__m256i a) {
+  return _mm_packus_epi16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+}
+
+inline Ptq1Codes DecodePtq1(const block_ptq1_0& blk) {
+  // Stage 1: qs[0..15], digit n of byte m is element 16n + m.
+  const __m256i h1 = _mm256_slli_epi16(
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs))), 8);
+  // Stage 2: qs[16..23], digit n of byte m is element 80 + 8n + m.
+  const __m128i h2 = _mm_slli_epi16(
+      _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 16))), 8);
+  // qh: digit n of byte j is element 120 + 2n + j; lanes [j=0, j=1] x n = 0..3.
+  const __m128i hq = _mm_slli_epi16(_mm_setr_epi16(blk.qh[0], blk.qh[1], blk.qh[0], blk.qh[1],
+                                                   blk.qh[0], blk.qh[1], blk.qh[0], blk.qh[1]),
+                                    8);
+  Ptq1Codes out;
+  out.c[0] = Pack32(Digits16(h1, 1), Digits16(h1, 3));
+  out.c[1] = Pack32(Digits16(h1, 9), Digits16(h1, 27));
+  const __m128i s0 = Digits8(h2, _mm_set1_epi16(1)), s1 = Digits8(h2, _mm_set1_epi16(3));
+  const __m128i s2 = Digits8(h2, _mm_set1_epi16(9)), s3 = Digits8(h2, _mm_set1_epi16(27));
+  const __m128i s4 = Digits8(h2, _mm_set1_epi16(81));
+  const __m128i q = Digits8(hq, _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27));
+  out.c[2] = _mm256_set_m128i(_mm_packus_epi16(s0, s1), Pack16(Digits16(h1, 81)));
+  out.c[3] = _mm256_set_m128i(_mm_packus_epi16(s4, q), _mm_packus_epi16(s2, s3));
+  return out;
 }
 
 void MatMulPq2(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
@@ -74,7 +99,7 @@ void MatMulPq2(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, f
       const __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(qs, 2), m3);
       const __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m3);
       const __m256i c3 = _mm256_and_si256(_mm256_srli_epi16(qs, 6), m3);
-      const float dw = Fp16ToFloat(row[b].d);
+      const float dw = _cvtsh_ss(row[b].d);  // F16C: exact, as Fp16ToFloat
       for (int64_t t = 0; t < n_tokens; ++t) {
         const Q8Block128& xb = x[t * nb + b];
         const auto* xq = reinterpret_cast<const __m256i*>(xb.qs);
@@ -94,17 +119,14 @@ void MatMulPtq1(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, 
                 int64_t y_stride, int64_t row_begin, int64_t row_end) {
   const int64_t nb = w.cols / kTernaryBlockElems;
   const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) uint8_t trits[kTernaryBlockElems];
   std::vector<float> acc(n_tokens);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* row = reinterpret_cast<const block_ptq1_0*>(w.data) + r * nb;
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
-      DecodePtq1(row[b], trits);
-      const auto* tv = reinterpret_cast<const __m256i*>(trits);
-      const __m256i c0 = _mm256_load_si256(tv + 0), c1 = _mm256_load_si256(tv + 1);
-      const __m256i c2 = _mm256_load_si256(tv + 2), c3 = _mm256_load_si256(tv + 3);
-      const float dw = Fp16ToFloat(row[b].d);
+      const Ptq1Codes codes = DecodePtq1(row[b]);
+      const __m256i c0 = codes.c[0], c1 = codes.c[1], c2 = codes.c[2], c3 = codes.c[3];
+      const float dw = _cvtsh_ss(row[b].d);  // F16C: exact, as Fp16ToFloat
       for (int64_t t = 0; t < n_tokens; ++t) {
         const Q8Block128& xb = x[t * nb + b];
         const auto* xq = reinterpret_cast<const __m256i*>(xb.qs);

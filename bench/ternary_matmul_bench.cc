@@ -1,0 +1,121 @@
+// Ternary mat-vec at the 27B shapes (both formats, each ISA path, 1-2 threads), the machine's
+// memory read bandwidth for comparison, and a decode step of the small preset.
+//   build/bench/walsh_bench --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/block_types.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ternary_matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/float_convert.h"
+#include "kernels/ternary_codec_ref.h"
+
+namespace walsh {
+namespace {
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  TernaryWeights w;
+};
+
+Matrix MakeMatrix(uint32_t type, int64_t rows, int64_t cols) {
+  Matrix m;
+  const size_t block = type == 142 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
+  m.bytes.resize(rows * cols / 128 * block);
+  std::mt19937 gen(1);
+  uint8_t codes[128];
+  for (size_t b = 0; b < m.bytes.size() / block; ++b) {
+    for (uint8_t& c : codes) c = gen() % 3;
+    if (type == 142) {
+      PackBlockPq2_0(codes, FloatToFp16(0.01f), reinterpret_cast<block_pq2_0*>(m.bytes.data()) + b);
+    } else {
+      PackBlockPtq1_0(codes, FloatToFp16(0.01f),
+                      reinterpret_cast<block_ptq1_0*>(m.bytes.data()) + b);
+    }
+  }
+  m.w = {type, m.bytes.data(), rows, cols};
+  return m;
+}
+
+// args: type, rows, cols, isa, threads
+void BM_TernaryMatVec(benchmark::State& state) {
+  const uint32_t type = static_cast<uint32_t>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2);
+  const CpuIsa isa = static_cast<CpuIsa>(state.range(3));
+  if (!CpuSupports(isa)) {
+    state.SkipWithError("ISA not supported here");
+    return;
+  }
+  const Matrix m = MakeMatrix(type, rows, cols);
+  std::vector<float> x(cols);
+  std::mt19937 gen(2);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(gen);
+  std::vector<Q8Block128> q(cols / 128);
+  QuantizeRowQ8(x.data(), cols, Q8LayoutFor(type), q.data());
+  std::vector<float> y(rows);
+  ThreadPool pool(static_cast<int>(state.range(4)));
+  for (auto _ : state) {
+    pool.ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+      TernaryMatMulQ8(isa, m.w, q.data(), 1, y.data(), rows, r0, r1);
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(m.bytes.size()));
+  state.SetLabel(std::string(type == 142 ? "PQ2_0 " : "PTQ1_0 ") + CpuIsaName(isa));
+}
+
+void MatVecArgs(benchmark::internal::Benchmark* b) {
+  for (int type : {142, 143}) {
+    for (auto [rows, cols] :
+         {std::pair{17408, 5120}, std::pair{5120, 17408}, std::pair{5120, 6144}}) {
+      for (int isa : {0, 1}) {
+        for (int threads : {1, 2}) {
+          if (isa == 0 && threads == 2) continue;
+          b->Args({type, rows, cols, isa, threads});
+        }
+      }
+    }
+  }
+  b->ArgNames({"type", "rows", "cols", "isa", "threads"})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_TernaryMatVec)->Apply(MatVecArgs);
+
+// Streaming read of a buffer far larger than the caches: the memory bandwidth the mat-vec is
+// measured against. args: threads
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+  const size_t n = size_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> buf(n, 1.0f);
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    std::vector<double> partial(64, 0.0);
+    pool.ParallelFor(64, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const float* p = buf.data() + c * (n / 64);
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+        for (size_t i = 0; i < n / 64; i += 8) {
+          s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+          s4 += p[i + 4], s5 += p[i + 5], s6 += p[i + 6], s7 += p[i + 7];
+        }
+        partial[c] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+      }
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+BENCHMARK(BM_MemoryReadBandwidth)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace walsh
