@@ -17,6 +17,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::string preset = "tiny", format = "pq2_0", signs = "random", signs_json, out, dense_out;
+  std::string tokenizer_json;
   uint64_t seed = 1;
   int64_t layers = 0;
   walsh::FlagSet flags(
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   flags.Int("layers", &layers, "override the preset's layer count (0 keeps it)");
   flags.String("dense-out", &dense_out,
                "also write the unfolded F32 network (tiny/small only) for engine reference tests");
+  flags.String("tokenizer-json", &tokenizer_json,
+               "use this Hugging Face tokenizer.json's vocabulary instead of the synthetic one");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-mkmodel: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
   opts.real_signs_path = signs_json;
   opts.seed = seed;
   opts.layers = layers;
+  opts.tokenizer_json = tokenizer_json;
   if (out.empty() || !flags.positional().empty()) return Fail("usage: --out FILE is required");
 
   const auto start = std::chrono::steady_clock::now();

@@ -11,6 +11,7 @@
 #include "kernels/float_convert.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_codec_ref.h"
+#include "tools/mkmodel/hf_tokenizer.h"
 #include "tools/mkmodel/real_signs.h"
 #include "tools/mkmodel/rng.h"
 #include "tools/mkmodel/synthetic_vocab.h"
@@ -150,6 +151,15 @@ absl::StatusOr<std::unique_ptr<SyntheticModel>> SyntheticModel::Create(
     return absl::InvalidArgumentError(absl::StrCat("--layers must be 1..", c.block_count));
   }
   if (opts.layers > 0) c.block_count = opts.layers;
+  SyntheticVocab vocab;
+  std::string pre = "qwen35";
+  if (!opts.tokenizer_json.empty()) {
+    ASSIGN_OR_RETURN(vocab, LoadHfTokenizerJson(opts.tokenizer_json));
+    c.vocab_size = static_cast<int64_t>(vocab.tokens.size());
+    pre = "qwen2";
+  } else {
+    vocab = BuildSyntheticVocab(m->preset_.regular_tokens, c.vocab_size);
+  }
   const uint32_t qtype = opts.format == WeightFormat::kPq2_0 ? kGgmlPq2_0 : kGgmlPtq1_0;
 
   // Tensor table, from the same inventory the loader checks against.
@@ -213,9 +223,8 @@ absl::StatusOr<std::unique_ptr<SyntheticModel>> SyntheticModel::Create(
   w.SetKv("prism.hadamard.inverse_weight_names", GgufValue::StringArray({"token_embd.weight"}));
   w.SetKv("prism.hadamard.gdn_v_grouped", GgufValue::Bool(true));
 
-  const SyntheticVocab vocab = BuildSyntheticVocab(p.regular_tokens, c.vocab_size);
   w.SetKv("tokenizer.ggml.model", GgufValue::String("gpt2"));
-  w.SetKv("tokenizer.ggml.pre", GgufValue::String("qwen35"));
+  w.SetKv("tokenizer.ggml.pre", GgufValue::String(pre));
   w.SetKv("tokenizer.ggml.tokens", GgufValue::StringArray(vocab.tokens));
   w.SetKv("tokenizer.ggml.token_type", GgufValue::I32Array(vocab.token_types));
   w.SetKv("tokenizer.ggml.merges", GgufValue::StringArray(vocab.merges));

