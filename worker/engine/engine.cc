@@ -83,8 +83,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   const int64_t slot_bytes = StateSlotPool::SlotBytes(
       std::max<int64_t>(model->gdn_layers(), 1), (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
       c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size);
-  const int64_t pages = options.kv_cache_bytes / page_bytes;
-  const int64_t slots = options.state_bytes / slot_bytes;
+  const int64_t pages =
+      options.kv_pages > 0 ? options.kv_pages : options.kv_cache_bytes / page_bytes;
+  const int64_t slots =
+      options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
   if (pages < 1) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache budget of ", options.kv_cache_bytes,
                                                    " bytes holds no page (a page is ", page_bytes,

@@ -28,8 +28,10 @@ struct EngineOptions {
   int threads = 1;
   int64_t kv_cache_bytes = int64_t{256} << 20;  // pool of KV pages for the attention layers
   int64_t state_bytes = int64_t{256} << 20;     // pool of GatedDeltaNet state slots
-  int64_t page_size = 16;                       // positions per KV page
-  int64_t max_context = 0;                      // 0: the model's context_length
+  int64_t kv_pages = 0;     // if > 0: this many pages, whatever kv_cache_bytes says
+  int64_t state_slots = 0;  // if > 0: this many slots, whatever state_bytes says
+  int64_t page_size = 16;   // positions per KV page
+  int64_t max_context = 0;  // 0: the model's context_length
   // Quantize activations to int8 before the ternary dot products (as llama.cpp does). Off is
   // a test/debug mode: fp32 activations against the decoded weights.
   bool quantize_activations = true;

@@ -5,7 +5,6 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -44,8 +43,7 @@ std::string ToUtf8(const icu::UnicodeString& s) {
 struct Tokenizer::Icu {
   std::unique_ptr<icu::RegexPattern> split;
   const icu::Normalizer2* nfc = nullptr;
-  // RegexMatcher is not thread-safe; one per call would re-allocate, so calls are serialized.
-  mutable std::mutex mu;
+  // The pattern is shared (ICU patterns are thread-safe); each call makes its own matcher.
 };
 
 Tokenizer::Tokenizer() = default;
@@ -157,6 +155,10 @@ bool Tokenizer::IsSpecial(int32_t id) const {
          (types_[id] == kTypeControl || types_[id] == kTypeUserDefined);
 }
 
+bool Tokenizer::IsControl(int32_t id) const {
+  return id >= 0 && id < vocab_size() && types_[id] == kTypeControl;
+}
+
 // BPE over one pre-token: repeatedly merge the adjacent pair of lowest rank (leftmost first).
 void Tokenizer::EncodePiece(const std::string& piece, std::vector<int32_t>& out) const {
   auto whole = token_ids_.find(BytesToTokenText(piece));
@@ -185,22 +187,29 @@ void Tokenizer::EncodePiece(const std::string& piece, std::vector<int32_t>& out)
   out.insert(out.end(), syms.begin(), syms.end());
 }
 
-void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out) const {
-  if (text.empty()) return;
+std::vector<std::string> Tokenizer::Split(absl::string_view raw) const {
+  std::vector<std::string> pieces;
+  const std::string text = SanitizeUtf8(raw);
+  if (text.empty()) return pieces;
   UErrorCode status = U_ZERO_ERROR;
   icu::UnicodeString normalized = icu_->nfc->normalize(icu::UnicodeString::fromUTF8(text), status);
   if (U_FAILURE(status)) normalized = icu::UnicodeString::fromUTF8(text);
-  std::lock_guard<std::mutex> lock(icu_->mu);
+  status = U_ZERO_ERROR;
   std::unique_ptr<icu::RegexMatcher> m(icu_->split->matcher(normalized, status));
-  if (U_FAILURE(status)) return;
+  if (U_FAILURE(status)) return {text};
   int32_t last = 0;
   while (m->find(status) && U_SUCCESS(status)) {
     const int32_t start = m->start(status), end = m->end(status);
-    if (start > last) EncodePiece(ToUtf8(normalized.tempSubString(last, start - last)), out);
-    if (end > start) EncodePiece(ToUtf8(normalized.tempSubString(start, end - start)), out);
+    if (start > last) pieces.push_back(ToUtf8(normalized.tempSubString(last, start - last)));
+    if (end > start) pieces.push_back(ToUtf8(normalized.tempSubString(start, end - start)));
     last = end;
   }
-  if (last < normalized.length()) EncodePiece(ToUtf8(normalized.tempSubString(last)), out);
+  if (last < normalized.length()) pieces.push_back(ToUtf8(normalized.tempSubString(last)));
+  return pieces;
+}
+
+void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out) const {
+  for (const std::string& piece : Split(text)) EncodePiece(piece, out);
 }
 
 std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special) const {

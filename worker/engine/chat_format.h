@@ -1,0 +1,28 @@
+// ChatML prompts in the form the Qwen chat template renders: each message as
+// "<|im_start|>{role}\n{content}<|im_end|>\n", then "<|im_start|>assistant\n", with an empty
+// "<think>\n\n</think>\n\n" block when thinking is off. (The file's Jinja template is not
+// interpreted: Debian has no well-kept C++ Jinja library; this is its output for plain chats.)
+#ifndef WALSH_WORKER_ENGINE_CHAT_FORMAT_H_
+#define WALSH_WORKER_ENGINE_CHAT_FORMAT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace walsh {
+
+struct ChatMessage {
+  std::string role;  // system, user, assistant or tool
+  std::string content;
+};
+
+absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& messages,
+                                         bool enable_thinking);
+
+// Parses [{"role": ..., "content": ...}, ...]; errors name the element and field.
+absl::StatusOr<std::vector<ChatMessage>> ParseChatMessagesJson(const std::string& json);
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_CHAT_FORMAT_H_

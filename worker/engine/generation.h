@@ -1,0 +1,57 @@
+// One request's generation: samples from logits, detokenizes incrementally and applies the stop
+// rules. The engine runs the forward passes; this keeps the per-request state between them, so
+// the same object serves walsh-run and the worker's scheduler.
+#ifndef WALSH_WORKER_ENGINE_GENERATION_H_
+#define WALSH_WORKER_ENGINE_GENERATION_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "worker/engine/detokenizer.h"
+#include "worker/engine/sampler.h"
+#include "worker/engine/stop_checker.h"
+#include "worker/model/tokenizer.h"
+
+namespace walsh {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConfig stop;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  int64_t index = 0;  // position among the outputs
+  std::string text;   // the text that may be streamed after this token
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::string matched_stop;
+};
+
+class Generation {
+ public:
+  // `tokenizer` may be null: ids only, no text and no stop strings.
+  Generation(const Tokenizer* tokenizer, GenerationRequest request);
+
+  const GenerationRequest& request() const { return request_; }
+  const std::vector<int32_t>& output() const { return output_; }
+  bool finished() const { return finished_; }
+
+  // Draws the next token from the logits of the last position.
+  GeneratedToken Advance(const float* logits, int64_t vocab);
+
+ private:
+  GenerationRequest request_;
+  std::optional<StreamingDetokenizer> detokenizer_;
+  StopChecker stop_;
+  std::vector<int32_t> output_;
+  bool finished_ = false;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_GENERATION_H_
