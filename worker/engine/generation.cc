@@ -7,6 +7,14 @@ Generation::Generation(const Tokenizer* tokenizer, GenerationRequest request)
   if (tokenizer != nullptr) detokenizer_.emplace(*tokenizer);
 }
 
+void Generation::Replay(const std::vector<int32_t>& ids) {
+  for (int32_t id : ids) {
+    output_.push_back(id);
+    const std::string text = detokenizer_ ? detokenizer_->Add(id) : std::string();
+    (void)stop_.Add(id, text);
+  }
+}
+
 GeneratedToken Generation::Advance(const float* logits, int64_t vocab) {
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());

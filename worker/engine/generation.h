@@ -41,6 +41,9 @@ class Generation {
   const std::vector<int32_t>& output() const { return output_; }
   bool finished() const { return finished_; }
 
+  // Feeds outputs another worker already produced and sent (a resumed stream): the detokenizer
+  // and stop rules advance, their text is dropped, and sampling continues at the next index.
+  void Replay(const std::vector<int32_t>& ids);
   // Draws the next token from the logits of the last position.
   GeneratedToken Advance(const float* logits, int64_t vocab);
 

@@ -1,0 +1,36 @@
+// Serves a MetricsRegistry at GET /metrics over HTTP (civetweb), content type
+// "text/plain; version=0.0.4". Stops when destroyed.
+#ifndef WALSH_COMMON_METRICS_HTTP_SERVER_H_
+#define WALSH_COMMON_METRICS_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+
+struct mg_context;
+
+namespace walsh {
+
+class MetricsHttpServer {
+ public:
+  // `listen` is host:port; port 0 picks a free one (see port()).
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& listen,
+                                                                  MetricsRegistry* registry);
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer() = default;
+  mg_context* ctx_ = nullptr;
+  MetricsRegistry* registry_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_COMMON_METRICS_HTTP_SERVER_H_

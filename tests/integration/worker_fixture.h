@@ -1,0 +1,54 @@
+// A real walsh-worker process on loopback (ephemeral ports) serving a tiny synthetic model.
+#ifndef WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_
+#define WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/util/child_process.h"
+#include "tests/util/test_util.h"
+#include "walsh/v1/generator.grpc.pb.h"
+
+namespace walsh::testing {
+
+// Writes the tiny preset once per test program.
+const std::string& TinyModelPath();
+
+class WorkerProcess {
+ public:
+  explicit WorkerProcess(std::vector<std::string> extra_args = {});
+  bool ok() const { return grpc_port_ > 0 && serving_; }
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string target() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  ChildProcess& process() { return *process_; }
+
+  std::unique_ptr<v1::Generator::Stub> Generator() const;
+  std::unique_ptr<v1::Worker::Stub> Worker() const;
+  std::unique_ptr<grpc::health::v1::Health::Stub> Health() const;
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+  std::shared_ptr<grpc::Channel> channel_;
+  int grpc_port_ = 0, metrics_port_ = 0;
+  bool serving_ = false;
+};
+
+struct StreamResult {
+  grpc::Status status;
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<std::string> pieces;  // the text of each Tokens message
+  std::string finish_reason;
+  uint64_t seed = 0;
+};
+
+// Runs one Generate to the end.
+StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request);
+
+}  // namespace walsh::testing
+
+#endif  // WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_

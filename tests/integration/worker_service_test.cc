@@ -1,0 +1,375 @@
+// walsh-worker as clients see it: real processes on loopback, ephemeral ports.
+#include <signal.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/integration/worker_fixture.h"
+
+namespace walsh {
+namespace {
+
+using testing::RunGenerate;
+using testing::StreamResult;
+using testing::WorkerProcess;
+
+v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens,
+                            std::optional<float> temperature, std::optional<uint64_t> seed) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.mutable_stopping()->set_max_tokens(max_tokens);
+  r.mutable_stopping()->set_ignore_eos(true);
+  if (temperature) r.mutable_sampling()->set_temperature(*temperature);
+  if (seed) r.mutable_sampling()->set_seed(*seed);
+  return r;
+}
+
+TEST(WorkerService, ConcurrentStreamsEqualTheirSoloRuns) {
+  WorkerProcess w({"--threads", "2", "--max-batch-tokens", "64"});
+  ASSERT_TRUE(w.ok()) << w.process().stderr_text();
+  auto stub = w.Generator();
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < 16; ++i) {
+    const std::string prompt =
+        "request " + std::to_string(i) + (i % 3 ? " with a longer prompt about foxes" : "");
+    reqs.push_back(i % 2 ? Request(prompt, 24, 0.0f, std::nullopt)
+                         : Request(prompt, 24, 0.9f, 1000 + i));
+  }
+  std::vector<StreamResult> solo;
+  for (const auto& r : reqs) {
+    solo.push_back(RunGenerate(*stub, r));
+    ASSERT_TRUE(solo.back().status.ok()) << solo.back().status.error_message();
+    ASSERT_EQ(solo.back().ids.size(), 24u);
+  }
+  std::vector<StreamResult> together(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = RunGenerate(*stub, reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(together[i].status.ok()) << together[i].status.error_message();
+    EXPECT_EQ(together[i].ids, solo[i].ids) << "request " << i;
+    EXPECT_EQ(together[i].text, solo[i].text) << "request " << i;
+    EXPECT_EQ(together[i].finish_reason, "length");
+  }
+}
+
+TEST(WorkerService, CancelledStreamsFreeTheirPagesAndSlots) {
+  WorkerProcess w({"--max-running", "8"});
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  std::mt19937 gen(3);
+  std::atomic<int> cancelled{0};
+  for (int wave = 0; wave < 5; ++wave) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 20; ++i) {
+      const int cancel_after = static_cast<int>(gen() % 12);
+      threads.emplace_back([&, cancel_after, i] {
+        grpc::ClientContext ctx;
+        auto reader = stub->Generate(
+            &ctx, Request("cancel me " + std::to_string(i), 400, 0.0f, std::nullopt));
+        v1::GenerateResponse resp;
+        int tokens = 0;
+        while (reader->Read(&resp)) {
+          if (resp.has_tokens() && ++tokens >= cancel_after) break;
+        }
+        ctx.TryCancel();
+        const grpc::Status s = reader->Finish();
+        if (s.error_code() == grpc::StatusCode::CANCELLED) ++cancelled;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_EQ(cancelled.load(), 100);
+  auto worker = w.Worker();
+  v1::Load load;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(worker->GetLoad(&ctx, {}, &load).ok());
+    if (load.kv_pages_used() == 0 && load.state_slots_used() == 0 && load.running() == 0 &&
+        load.waiting() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(load.kv_pages_used(), 0u);
+  EXPECT_EQ(load.state_slots_used(), 0u);
+  EXPECT_EQ(load.running(), 0u);
+  // Nothing keeps generating: the token counter stands still.
+  const std::string before = testing::HttpGet(w.metrics_port(), "/metrics");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto tokens = [](const std::string& m) {
+    const size_t at = m.find("\nwalsh_worker_generation_tokens_total ");
+    return at == std::string::npos ? std::string() : m.substr(at, m.find('\n', at + 1) - at);
+  };
+  EXPECT_EQ(tokens(before), tokens(testing::HttpGet(w.metrics_port(), "/metrics")));
+}
+
+struct BadCase {
+  const char* what;
+  std::function<void(v1::GenerateRequest&)> mutate;
+  grpc::StatusCode code;
+  const char* field;
+};
+
+TEST(WorkerService, InvalidRequestsNameTheField) {
+  WorkerProcess w({"--max-tokens", "100", "--max-context", "200"});
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  const std::vector<BadCase> cases = {
+      {"no input", [](v1::GenerateRequest& r) { r.clear_text(); },
+       grpc::StatusCode::INVALID_ARGUMENT, "input"},
+      {"empty text", [](v1::GenerateRequest& r) { r.set_text(""); },
+       grpc::StatusCode::INVALID_ARGUMENT, "text"},
+      {"token out of range",
+       [](v1::GenerateRequest& r) {
+         r.mutable_tokens()->add_ids(5);
+         r.mutable_tokens()->add_ids(100000);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "tokens.ids[1]"},
+      {"negative token", [](v1::GenerateRequest& r) { r.mutable_tokens()->add_ids(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "tokens.ids[0]"},
+      {"empty chat", [](v1::GenerateRequest& r) { r.mutable_chat(); },
+       grpc::StatusCode::INVALID_ARGUMENT, "chat.messages"},
+      {"bad role",
+       [](v1::GenerateRequest& r) {
+         auto* m = r.mutable_chat()->add_messages();
+         m->set_role("robot");
+         m->set_content("x");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "role"},
+      {"temperature", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.temperature"},
+      {"top_p zero", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_p"},
+      {"top_p big", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.5f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_p"},
+      {"top_k", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(-3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_k"},
+      {"min_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(2); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.min_p"},
+      {"repetition",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.repetition_penalty"},
+      {"presence", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.presence_penalty"},
+      {"frequency", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.frequency_penalty"},
+      {"bias id",
+       [](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[99999] = 1; },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.logit_bias"},
+      {"bias value",
+       [](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[3] = 500; },
+       grpc::StatusCode::INVALID_ARGUMENT, "sampling.logit_bias[3]"},
+      {"max_tokens zero", [](v1::GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.max_tokens"},
+      {"max_tokens over limit",
+       [](v1::GenerateRequest& r) { r.mutable_stopping()->set_max_tokens(101); },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.max_tokens"},
+      {"empty stop", [](v1::GenerateRequest& r) { r.mutable_stopping()->add_stop(""); },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.stop[0]"},
+      {"too many stops",
+       [](v1::GenerateRequest& r) {
+         for (int i = 0; i < 17; ++i) r.mutable_stopping()->add_stop("x");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.stop"},
+      {"stop id", [](v1::GenerateRequest& r) { r.mutable_stopping()->add_stop_token_ids(100000); },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.stop_token_ids[0]"},
+      {"logprobs", [](v1::GenerateRequest& r) { r.set_logprobs(21); },
+       grpc::StatusCode::INVALID_ARGUMENT, "logprobs"},
+      {"request id", [](v1::GenerateRequest& r) { r.set_request_id(std::string(200, 'x')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "request_id"},
+      {"prompt too long",
+       [](v1::GenerateRequest& r) {
+         for (int i = 0; i < 250; ++i) r.mutable_tokens()->add_ids(7);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "prompt"},
+      {"prompt + max_tokens too long",
+       [](v1::GenerateRequest& r) {
+         for (int i = 0; i < 150; ++i) r.mutable_tokens()->add_ids(7);
+         r.mutable_stopping()->set_max_tokens(100);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "stopping.max_tokens"},
+  };
+  for (const BadCase& c : cases) {
+    v1::GenerateRequest r;
+    r.set_text("hello");
+    c.mutate(r);
+    const StreamResult res = RunGenerate(*stub, r);
+    EXPECT_EQ(res.status.error_code(), c.code) << c.what << ": " << res.status.error_message();
+    EXPECT_NE(res.status.error_message().find(c.field), std::string::npos)
+        << c.what << ": \"" << res.status.error_message() << "\" does not name " << c.field;
+  }
+  // Detokenize checks its ids too.
+  grpc::ClientContext ctx;
+  v1::DetokenizeRequest d;
+  d.add_ids(100000);
+  v1::DetokenizeResponse dr;
+  const grpc::Status ds = stub->Detokenize(&ctx, d, &dr);
+  EXPECT_EQ(ds.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(ds.error_message().find("ids[0]"), std::string::npos);
+}
+
+TEST(WorkerService, AFloodBeyondTheQueueGetsResourceExhausted) {
+  WorkerProcess w({"--max-running", "1", "--max-queue", "2"});
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  std::atomic<int> ok{0}, exhausted{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 40; ++i) {
+    threads.emplace_back([&, i] {
+      const StreamResult r =
+          RunGenerate(*stub, Request("flood " + std::to_string(i), 30, 0.0f, std::nullopt));
+      if (r.status.ok())
+        ++ok;
+      else if (r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+        ++exhausted;
+      else
+        ++other;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(exhausted.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  // Still alive and serving.
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse h;
+  ASSERT_TRUE(w.Health()->Check(&ctx, {}, &h).ok());
+  EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  grpc::ClientContext ictx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ictx, {}, &info).ok());
+  EXPECT_EQ(info.architecture(), "qwen35");
+  EXPECT_EQ(info.weight_format(), "PQ2_0");
+  EXPECT_EQ(info.vocab_size(), 768u);
+  EXPECT_EQ(info.contract_fingerprint().size(), 64u);
+  // A second worker on the same file proves the same fingerprint.
+  WorkerProcess w2;
+  ASSERT_TRUE(w2.ok());
+  grpc::ClientContext ictx2;
+  v1::ModelInfo info2;
+  ASSERT_TRUE(w2.Generator()->GetModelInfo(&ictx2, {}, &info2).ok());
+  EXPECT_EQ(info.contract_fingerprint(), info2.contract_fingerprint());
+
+  grpc::ClientContext tctx;
+  v1::TokenizeRequest tr;
+  tr.set_text("The quick brown fox");
+  v1::TokenizeResponse tok;
+  ASSERT_TRUE(stub->Tokenize(&tctx, tr, &tok).ok());
+  grpc::ClientContext dctx;
+  v1::DetokenizeRequest dr;
+  *dr.mutable_ids() = tok.ids();
+  v1::DetokenizeResponse text;
+  ASSERT_TRUE(stub->Detokenize(&dctx, dr, &text).ok());
+  EXPECT_EQ(text.text(), "The quick brown fox");
+
+  // Resume on the second worker at index k gives the rest of the same stream.
+  const v1::GenerateRequest req = Request("resume from here", 20, 0.8f, 77);
+  const StreamResult full = RunGenerate(*stub, req);
+  ASSERT_TRUE(full.status.ok());
+  for (size_t k : {size_t{0}, size_t{1}, size_t{7}, size_t{19}}) {
+    v1::ResumeRequest rr;
+    *rr.mutable_request() = req;
+    *rr.mutable_prompt_ids() = tok.ids();
+    rr.mutable_prompt_ids()->Clear();
+    grpc::ClientContext c2;
+    v1::TokenizeRequest t2;
+    t2.set_text("resume from here");
+    v1::TokenizeResponse p2;
+    ASSERT_TRUE(w2.Generator()->Tokenize(&c2, t2, &p2).ok());
+    *rr.mutable_prompt_ids() = p2.ids();
+    for (size_t i = 0; i < k; ++i) rr.add_emitted_ids(full.ids[i]);
+    grpc::ClientContext rctx;
+    auto reader = w2.Worker()->Resume(&rctx, rr);
+    v1::GenerateResponse resp;
+    std::vector<int32_t> rest;
+    uint64_t first_index = 0;
+    bool first = true;
+    while (reader->Read(&resp)) {
+      for (const auto& t : resp.tokens().tokens()) {
+        if (first) first_index = t.index(), first = false;
+        rest.push_back(t.id());
+      }
+    }
+    const grpc::Status resumed = reader->Finish();
+    ASSERT_TRUE(resumed.ok()) << "resume at " << k << ": " << resumed.error_message();
+    EXPECT_EQ(first_index, k);
+    EXPECT_EQ(rest, std::vector<int32_t>(full.ids.begin() + k, full.ids.end()))
+        << "resume at " << k;
+  }
+
+  // A stop string ends the stream without being sent: stop at the text of a later token.
+  size_t offset = 0;
+  std::string stop;
+  for (size_t i = 0; i < full.pieces.size(); offset += full.pieces[i].size(), ++i) {
+    if (i >= 2 && !full.pieces[i].empty() && full.text.find(full.pieces[i]) == offset) {
+      stop = full.pieces[i];
+      break;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no usable stop string in " << full.text;
+  v1::GenerateRequest sr = req;
+  sr.mutable_stopping()->add_stop(stop);
+  const StreamResult stopped = RunGenerate(*stub, sr);
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status.error_message();
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(stopped.text, full.text.substr(0, offset));
+}
+
+TEST(WorkerService, SigtermDrainsAndExitsZero) {
+  WorkerProcess w({"--drain-grace-seconds", "5"});
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  std::vector<StreamResult> results(4);
+  std::vector<std::thread> threads;
+  std::atomic<int> started{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      auto reader =
+          stub->Generate(&ctx, Request("drain " + std::to_string(i), 150, 0.0f, std::nullopt));
+      v1::GenerateResponse resp;
+      while (reader->Read(&resp)) {
+        if (resp.has_started()) ++started;
+        for (const auto& t : resp.tokens().tokens()) results[i].ids.push_back(t.id());
+        if (resp.has_finished()) results[i].finish_reason = resp.finished().reason();
+      }
+      results[i].status = reader->Finish();
+    });
+  }
+  while (started.load() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  w.process().Signal(SIGTERM);
+  // Health flips to NOT_SERVING while in-flight streams finish.
+  bool saw_not_serving = false;
+  for (int i = 0; i < 200 && !saw_not_serving; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    grpc::health::v1::HealthCheckResponse h;
+    const grpc::Status s = w.Health()->Check(&ctx, {}, &h);
+    saw_not_serving = s.ok() && h.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+    if (!s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(saw_not_serving);
+  for (const StreamResult& r : results) {
+    EXPECT_TRUE(r.status.ok() || r.status.error_code() == grpc::StatusCode::UNAVAILABLE)
+        << r.status.error_message();
+    if (r.status.ok()) EXPECT_EQ(r.finish_reason, "length");
+  }
+  EXPECT_EQ(w.process().Wait(std::chrono::seconds(15)), 0) << w.process().stderr_text();
+}
+
+}  // namespace
+}  // namespace walsh

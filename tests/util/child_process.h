@@ -1,0 +1,50 @@
+// A child process for integration tests: stdout and stderr captured through pipes, read line
+// by line with a timeout; killed and reaped when the object goes away.
+#ifndef WALSH_TESTS_UTIL_CHILD_PROCESS_H_
+#define WALSH_TESTS_UTIL_CHILD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace walsh::testing {
+
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  // The next stderr line for which `match` is true, or nullopt at timeout / end of stream.
+  std::optional<std::string> WaitForStderrLine(const std::function<bool(const std::string&)>& match,
+                                               std::chrono::milliseconds timeout);
+  void Signal(int sig);
+  // Exit code, or -1 if it did not exit normally within the timeout (then it is killed).
+  int Wait(std::chrono::milliseconds timeout);
+  // Everything read from stderr so far.
+  const std::string& stderr_text() const { return err_all_; }
+
+ private:
+  pid_t pid_ = -1;
+  int err_fd_ = -1;
+  std::string err_buf_, err_all_;
+  bool exited_ = false;
+  int exit_code_ = -1;
+};
+
+// GET http://127.0.0.1:port/path; the body, or "" on failure.
+std::string HttpGet(int port, const std::string& path);
+// A TCP port that was free a moment ago.
+int FreePort();
+
+}  // namespace walsh::testing
+
+#endif  // WALSH_TESTS_UTIL_CHILD_PROCESS_H_

@@ -1,0 +1,181 @@
+// walsh-worker: serves one model over walsh.v1 (gRPC) with continuous batching, health,
+// reflection and Prometheus metrics.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/cli_flags.h"
+#include "common/json_log.h"
+#include "common/metrics.h"
+#include "common/metrics_http_server.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "worker/server/model_info.h"
+#include "worker/server/services.h"
+
+namespace walsh {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+struct Flags {
+  std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090";
+  int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
+  int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
+  int64_t drain_grace_seconds = 30;
+};
+
+void SetHealth(grpc::Server& server, bool serving) {
+  grpc::HealthCheckServiceInterface* h = server.GetHealthCheckService();
+  if (h == nullptr) return;
+  h->SetServingStatus(serving);
+  h->SetServingStatus("walsh.v1.Generator", serving);
+  h->SetServingStatus("walsh.v1.Worker", serving);
+}
+
+int Fail(const std::string& event, const std::string& message) {
+  LogJson("error", event, {{"error", message}});
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  Flags f;
+  FlagSet flags(
+      "walsh-worker --model FILE [--listen ADDR] [--metrics-listen ADDR] [--threads N] ...");
+  flags.String("model", &f.model, "GGUF model file (required)");
+  flags.String("listen", &f.listen, "gRPC address host:port (port 0: pick a free one)");
+  flags.String("metrics-listen", &f.metrics_listen, "HTTP address of /metrics");
+  flags.Int("threads", &f.threads, "CPU threads of the engine");
+  flags.Int("max-batch-tokens", &f.max_batch_tokens,
+            "tokens per forward pass (prefill chunks + decodes)");
+  flags.Int("max-running", &f.max_running, "sequences in the running batch");
+  flags.Int("max-queue", &f.max_queue, "waiting requests; beyond: RESOURCE_EXHAUSTED");
+  flags.Int("kv-cache-mb", &f.kv_cache_mb, "memory for KV cache pages");
+  flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
+  flags.Int("max-context", &f.max_context, "prompt + output tokens per request (0: the model's)");
+  flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
+  flags.Int("drain-grace-seconds", &f.drain_grace_seconds,
+            "on SIGTERM: time for in-flight streams to finish before they are cancelled");
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "walsh-worker: %s\n%s", std::string(s.message()).c_str(),
+                 flags.Help().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
+      f.max_queue < 0 || f.kv_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1) {
+    std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
+                 flags.Help().c_str());
+    return 2;
+  }
+
+  // SIGTERM/SIGINT are taken by sigwait below, in this thread only.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  MetricsRegistry registry;
+  WorkerMetrics metrics(registry);
+  AddProcessMetrics(registry);
+  auto metrics_server = MetricsHttpServer::Start(f.metrics_listen, &registry);
+  if (!metrics_server.ok())
+    return Fail("metrics_failed", std::string(metrics_server.status().message()));
+
+  ServiceContext ctx;
+  GeneratorService generator(&ctx);
+  WorkerService worker(&ctx);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(&generator);
+  builder.RegisterService(&worker);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || grpc_port == 0) return Fail("listen_failed", "cannot listen on " + f.listen);
+  SetHealth(*server, false);
+  LogJson("info", "listening",
+          {{"grpc_port", grpc_port}, {"metrics_port", (*metrics_server)->port()}});
+
+  // Load: NOT_SERVING until the model is mapped, checked, bound and a canary step ran.
+  const auto load_start = std::chrono::steady_clock::now();
+  absl::StatusOr<ModelFile> file = LoadModelFile(f.model);
+  if (!file.ok()) return Fail("model_refused", std::string(file.status().message()));
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (auto t = Tokenizer::FromGguf(*file->gguf); t.ok()) {
+    tokenizer = std::move(*t);
+  } else {
+    LogJson("warning", "no_tokenizer", {{"error", std::string(t.status().message())}});
+  }
+  const std::string fingerprint = ContractFingerprint(*file->gguf);
+  const ModelFile* file_view = &*file;
+  (void)file_view;
+  const int64_t vocab = file->config.vocab_size;
+  const int64_t context = f.max_context > 0 ? std::min(f.max_context, file->config.context_length)
+                                            : file->config.context_length;
+  v1::ModelInfo info = BuildModelInfo(*file, tokenizer.get(), context, f.max_tokens, fingerprint);
+  auto bound = Model::Bind(std::move(*file));
+  if (!bound.ok()) return Fail("model_refused", std::string(bound.status().message()));
+  EngineOptions eo;
+  eo.threads = static_cast<int>(f.threads);
+  eo.kv_cache_bytes = f.kv_cache_mb << 20;
+  eo.state_bytes = f.state_mb << 20;
+  eo.max_context = context;
+  auto engine = Engine::Create(std::move(*bound), eo);
+  if (!engine.ok()) return Fail("engine_failed", std::string(engine.status().message()));
+  {
+    auto seq = (*engine)->AddSequence();
+    absl::StatusOr<ForwardResult> canary =
+        seq.ok() ? (*engine)->Forward({{*seq, {0}}}) : absl::StatusOr<ForwardResult>(seq.status());
+    if (seq.ok()) (void)(*engine)->RemoveSequence(*seq);
+    if (!canary.ok()) return Fail("canary_failed", std::string(canary.status().message()));
+  }
+  Scheduler scheduler(engine->get(), {f.max_batch_tokens, f.max_running, f.max_queue}, &metrics);
+  metrics.build_info.gauge({kVersion, CpuIsaName((*engine)->isa())}).Set(1);
+  metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
+  ctx.tokenizer = tokenizer.get();
+  ctx.limits = {vocab, context, f.max_tokens, tokenizer.get()};
+  ctx.model_info = info;
+  ctx.scheduler = &scheduler;
+  ctx.ready = true;
+  SetHealth(*server, true);
+  LogJson("info", "serving",
+          {{"model", f.model},
+           {"fingerprint", fingerprint},
+           {"kernels", CpuIsaName((*engine)->isa())},
+           {"load_seconds",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  // Drain: NOT_SERVING first, stop admitting, let in-flight streams finish within the grace.
+  LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", f.drain_grace_seconds}});
+  SetHealth(*server, false);
+  scheduler.StopAdmitting();
+  const auto grace_end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(f.drain_grace_seconds);
+  while (std::chrono::steady_clock::now() < grace_end) {
+    const SchedulerLoad load = scheduler.Load();
+    if (load.running == 0 && load.waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  scheduler.CancelAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  LogJson("info", "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace walsh
+
+int main(int argc, char** argv) { return walsh::Run(argc, argv); }

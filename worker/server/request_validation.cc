@@ -1,0 +1,172 @@
+#include "worker/server/request_validation.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/chat_format.h"
+
+namespace walsh {
+namespace {
+
+absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+template <typename T>
+absl::Status InRange(absl::string_view field, T v, T lo, T hi, bool lo_open = false) {
+  if ((lo_open ? v <= lo : v < lo) || v > hi || v != v) {
+    return Bad(field, absl::StrCat(v, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckIds(absl::string_view field, const google::protobuf::RepeatedField<int32_t>& ids,
+                      int64_t vocab) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return Bad(absl::StrCat(field, "[", i, "]"),
+                 absl::StrCat(ids[i], " is outside [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
+                                                     const ValidationLimits& lim,
+                                                     const std::vector<int32_t>* prompt_override,
+                                                     int64_t already_emitted) {
+  ValidRequest out;
+  GenerationRequest& g = out.generation;
+  if (req.request_id().size() > 128) return Bad("request_id", "longer than 128 bytes");
+
+  if (prompt_override != nullptr) {
+    g.prompt = *prompt_override;
+  } else {
+    switch (req.input_case()) {
+      case v1::GenerateRequest::kText:
+        if (req.text().empty()) return Bad("text", "must not be empty");
+        if (lim.tokenizer == nullptr)
+          return Bad("text", "this model has no tokenizer; send tokens");
+        g.prompt = lim.tokenizer->Encode(req.text());
+        break;
+      case v1::GenerateRequest::kTokens:
+        if (req.tokens().ids().empty()) return Bad("tokens.ids", "must not be empty");
+        if (auto s = CheckIds("tokens.ids", req.tokens().ids(), lim.vocab); !s.ok()) return s;
+        g.prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
+        break;
+      case v1::GenerateRequest::kChat: {
+        if (lim.tokenizer == nullptr)
+          return Bad("chat", "this model has no tokenizer; send tokens");
+        if (req.chat().messages().empty()) return Bad("chat.messages", "must not be empty");
+        std::vector<ChatMessage> messages;
+        for (const auto& m : req.chat().messages()) messages.push_back({m.role(), m.content()});
+        auto text = FormatChatMl(messages, req.chat().enable_thinking());
+        if (!text.ok()) return Bad("chat", text.status().message());
+        g.prompt = lim.tokenizer->Encode(*text);
+        break;
+      }
+      case v1::GenerateRequest::INPUT_NOT_SET:
+        return Bad("input", "one of text, tokens or chat is required");
+    }
+  }
+
+  const v1::SamplingParams& s = req.sampling();
+  SamplingParams& sp = g.sampling;
+  if (s.has_temperature()) {
+    if (auto st = InRange("sampling.temperature", s.temperature(), 0.0f, 100.0f); !st.ok())
+      return st;
+    sp.temperature = s.temperature();
+  }
+  if (s.has_top_k()) {
+    if (auto st = InRange<int64_t>("sampling.top_k", s.top_k(), 0, lim.vocab); !st.ok()) return st;
+    sp.top_k = s.top_k();
+  }
+  if (s.has_top_p()) {
+    if (auto st = InRange("sampling.top_p", s.top_p(), 0.0f, 1.0f, true); !st.ok()) return st;
+    sp.top_p = s.top_p();
+  }
+  if (s.has_min_p()) {
+    if (auto st = InRange("sampling.min_p", s.min_p(), 0.0f, 1.0f); !st.ok()) return st;
+    sp.min_p = s.min_p();
+  }
+  if (s.has_repetition_penalty()) {
+    if (auto st = InRange("sampling.repetition_penalty", s.repetition_penalty(), 0.0f, 10.0f, true);
+        !st.ok())
+      return st;
+    sp.repetition_penalty = s.repetition_penalty();
+  }
+  if (s.has_presence_penalty()) {
+    if (auto st = InRange("sampling.presence_penalty", s.presence_penalty(), -2.0f, 2.0f); !st.ok())
+      return st;
+    sp.presence_penalty = s.presence_penalty();
+  }
+  if (s.has_frequency_penalty()) {
+    if (auto st = InRange("sampling.frequency_penalty", s.frequency_penalty(), -2.0f, 2.0f);
+        !st.ok())
+      return st;
+    sp.frequency_penalty = s.frequency_penalty();
+  }
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (id < 0 || id >= lim.vocab) {
+      return Bad("sampling.logit_bias",
+                 absl::StrCat("token id ", id, " is outside [0, ", lim.vocab, ")"));
+    }
+    if (auto st = InRange(absl::StrCat("sampling.logit_bias[", id, "]"), bias, -100.0f, 100.0f);
+        !st.ok())
+      return st;
+    sp.logit_bias.emplace_back(id, bias);
+  }
+  std::sort(sp.logit_bias.begin(), sp.logit_bias.end());
+  if (s.has_seed()) {
+    out.seed = s.seed();
+  } else {
+    std::random_device rd;
+    out.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  sp.seed = out.seed;
+  if (req.logprobs() > 20)
+    return Bad("logprobs", absl::StrCat(req.logprobs(), " is outside [0, 20]"));
+  sp.logprobs = static_cast<int32_t>(req.logprobs());
+
+  const v1::StoppingCriteria& st = req.stopping();
+  StopConfig& sc = g.stop;
+  sc.max_tokens = std::min<int64_t>(256, lim.max_output_tokens);
+  if (st.has_max_tokens()) {
+    if (auto e = InRange<int64_t>("stopping.max_tokens", st.max_tokens(), 1, lim.max_output_tokens);
+        !e.ok())
+      return e;
+    sc.max_tokens = st.max_tokens();
+  }
+  if (st.stop_size() > 16)
+    return Bad("stopping.stop", absl::StrCat(st.stop_size(), " strings; at most 16"));
+  for (int i = 0; i < st.stop_size(); ++i) {
+    if (st.stop(i).empty() || st.stop(i).size() > 256) {
+      return Bad(absl::StrCat("stopping.stop[", i, "]"), "must be 1 to 256 bytes");
+    }
+    if (lim.tokenizer == nullptr) return Bad("stopping.stop", "this model has no tokenizer");
+    sc.stop_strings.push_back(st.stop(i));
+  }
+  if (st.stop_token_ids_size() > 64) return Bad("stopping.stop_token_ids", "at most 64");
+  if (auto e = CheckIds("stopping.stop_token_ids", st.stop_token_ids(), lim.vocab); !e.ok())
+    return e;
+  sc.stop_ids.assign(st.stop_token_ids().begin(), st.stop_token_ids().end());
+  sc.ignore_eos = st.ignore_eos();
+  if (lim.tokenizer != nullptr) sc.eos_ids = lim.tokenizer->eos_ids();
+
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  if (prompt + sc.max_tokens > lim.max_context) {
+    return Bad(prompt + 1 > lim.max_context ? "prompt" : "stopping.max_tokens",
+               absl::StrCat("a prompt of ", prompt, " tokens plus max_tokens ", sc.max_tokens,
+                            " exceeds the context limit of ", lim.max_context, " tokens"));
+  }
+  if (already_emitted >= sc.max_tokens) {
+    return Bad("emitted_ids",
+               absl::StrCat(already_emitted, " tokens were already emitted; max_tokens is ",
+                            sc.max_tokens));
+  }
+  return out;
+}
+
+}  // namespace walsh

@@ -1,0 +1,349 @@
+#include "worker/server/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_log.h"
+
+namespace walsh {
+namespace {
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool Expired(const ActiveRequest& r) {
+  return r.deadline && std::chrono::system_clock::now() >= *r.deadline;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetrics* metrics)
+    : engine_(engine), options_(options), metrics_(metrics) {
+  engine_stats_ = engine_->Stats();
+  UpdateGauges();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& r : running_)
+    EndWithStatus(*r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker stopped"), "error");
+  for (auto& r : waiting_)
+    EndWithStatus(*r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker stopped"), "error");
+}
+
+absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!admitting_) return absl::UnavailableError("the worker is draining");
+    if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the queue is full (", options_.max_queue, " waiting requests)"));
+    }
+    r->arrival = arrivals_++;
+    r->tokens = r->prompt;
+    for (int32_t id : r->generation->output()) r->tokens.push_back(id);
+    waiting_.push_back(std::move(r));
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Scheduler::StopAdmitting() {
+  std::lock_guard<std::mutex> l(mu_);
+  admitting_ = false;
+}
+
+void Scheduler::Wake() { cv_.notify_all(); }
+
+void Scheduler::CancelAll(const grpc::Status& status) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& r : waiting_) r->cancelled = true;
+  // Running requests are ended by the loop at its next step; mark them.
+  cancel_all_status_ = status;
+  cancel_all_ = true;
+  cv_.notify_all();
+}
+
+SchedulerLoad Scheduler::Load() const {
+  std::lock_guard<std::mutex> l(mu_);
+  SchedulerLoad load;
+  load.running = running_count_;
+  load.waiting = static_cast<int64_t>(waiting_.size());
+  load.engine = engine_stats_;
+  int64_t tokens = 0;
+  const auto cutoff = Clock::now() - std::chrono::seconds(10);
+  for (const auto& [t, n] : token_times_) {
+    if (t >= cutoff) tokens += n;
+  }
+  load.tokens_per_second = tokens / 10.0;
+  return load;
+}
+
+void Scheduler::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty() || cancel_all_; });
+    if (stop_) return;
+    Step(lock);
+  }
+}
+
+void Scheduler::Release(ActiveRequest& r) {
+  if (r.sequence) {
+    (void)engine_->RemoveSequence(*r.sequence);
+    r.sequence.reset();
+  }
+  r.fed = 0;
+}
+
+void Scheduler::EndWithStatus(ActiveRequest& r, const grpc::Status& status, const char* reason) {
+  Release(r);
+  metrics_->requests.counter({reason}).Inc();
+  metrics_->e2e_latency.Observe(Since(r.arrived_at));
+  LogJson("info", "request_end",
+          {{"request_id", r.request_id},
+           {"finish_reason", reason},
+           {"status", status.error_message()}});
+  r.sink->Complete(status);
+}
+
+void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string& matched) {
+  Release(r);
+  v1::GenerateResponse resp;
+  v1::Finished* f = resp.mutable_finished();
+  f->set_reason(FinishReasonName(reason));
+  f->set_matched_stop(matched);
+  f->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(r.prompt.size()));
+  f->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(r.generation->output().size()));
+  const double total = Since(r.arrived_at);
+  f->mutable_timings()->set_queue_seconds(
+      std::chrono::duration<double>(r.admitted_at - r.arrived_at).count());
+  f->mutable_timings()->set_time_to_first_token_seconds(
+      std::chrono::duration<double>(r.first_token_at - r.arrived_at).count());
+  f->mutable_timings()->set_total_seconds(total);
+  metrics_->requests.counter({FinishReasonName(reason)}).Inc();
+  metrics_->e2e_latency.Observe(total);
+  LogJson("info", "request_end",
+          {{"request_id", r.request_id},
+           {"finish_reason", FinishReasonName(reason)},
+           {"completion_tokens", r.generation->output().size()},
+           {"seconds", total}});
+  r.sink->Push(std::move(resp));
+  r.sink->Complete(grpc::Status::OK);
+}
+
+void Scheduler::DropFinished() {
+  // Called with mu_ held.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    ActiveRequest& r = **it;
+    if (cancel_all_) {
+      EndWithStatus(r, cancel_all_status_, "cancelled");
+    } else if (r.cancelled) {
+      EndWithStatus(r, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"), "cancelled");
+    } else if (Expired(r)) {
+      EndWithStatus(r, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"),
+                    "cancelled");
+    } else {
+      ++it;
+      continue;
+    }
+    it = waiting_.erase(it);
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    ActiveRequest& r = **it;
+    if (cancel_all_) {
+      EndWithStatus(r, cancel_all_status_, "cancelled");
+    } else if (r.cancelled) {
+      EndWithStatus(r, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"), "cancelled");
+    } else if (Expired(r)) {
+      EndWithStatus(r, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"),
+                    "cancelled");
+    } else {
+      ++it;
+      continue;
+    }
+    it = running_.erase(it);
+  }
+  cancel_all_ = false;
+}
+
+void Scheduler::Admit() {
+  // Called with mu_ held. Highest priority first, then arrival order.
+  std::stable_sort(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->arrival < b->arrival;
+  });
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
+    ActiveRequest& r = *waiting_.front();
+    const EngineStats s = engine_->Stats();
+    const int64_t page = 16;
+    const int64_t pages_needed = (static_cast<int64_t>(r.tokens.size()) + 1 + page - 1) / page;
+    if (s.state_slots_used >= s.state_slots_total) break;
+    if (engine_->model().attention_layers() > 0 &&
+        pages_needed > s.kv_pages_total - s.kv_pages_used) {
+      if (running_.empty() && pages_needed > s.kv_pages_total) {
+        EndWithStatus(r,
+                      grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   "the request needs more KV cache than the worker has"),
+                      "error");
+        waiting_.pop_front();
+        continue;
+      }
+      break;
+    }
+    auto seq = engine_->AddSequence();
+    if (!seq.ok()) break;
+    r.sequence = *seq;
+    r.fed = 0;
+    if (r.admitted_at == Clock::time_point{}) {
+      r.admitted_at = Clock::now();
+      metrics_->queue_time.Observe(Since(r.arrived_at));
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+bool Scheduler::Preempt() {
+  if (running_.size() <= 1) return false;
+  // The most recently admitted request gives way; it keeps its outputs and recomputes.
+  auto victim =
+      std::max_element(running_.begin(), running_.end(),
+                       [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
+  std::shared_ptr<ActiveRequest> r = *victim;
+  running_.erase(victim);
+  Release(*r);
+  metrics_->preemptions.Inc();
+  LogJson("info", "preempted", {{"request_id", r->request_id}});
+  waiting_.push_front(std::move(r));
+  return true;
+}
+
+void Scheduler::UpdateGauges() {
+  engine_stats_ = engine_->Stats();
+  running_count_ = static_cast<int64_t>(running_.size());
+  metrics_->kv_pages_used.Set(engine_stats_.kv_pages_used);
+  metrics_->kv_pages_total.Set(engine_stats_.kv_pages_total);
+  metrics_->state_slots_used.Set(engine_stats_.state_slots_used);
+  metrics_->state_slots_total.Set(engine_stats_.state_slots_total);
+  metrics_->running.Set(running_count_);
+  metrics_->waiting.Set(static_cast<double>(waiting_.size()));
+  metrics_->vllm_running.Set(running_count_);
+  metrics_->vllm_waiting.Set(static_cast<double>(waiting_.size()));
+  metrics_->vllm_kv_usage.Set(engine_stats_.kv_pages_total > 0
+                                  ? static_cast<double>(engine_stats_.kv_pages_used) /
+                                        static_cast<double>(engine_stats_.kv_pages_total)
+                                  : 0.0);
+}
+
+void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
+  DropFinished();
+  Admit();
+  UpdateGauges();
+  if (running_.empty()) return;
+
+  // Build the batch: decode tokens first, then prefill chunks, within the token budget.
+  std::vector<SequenceInput> batch;
+  std::vector<ActiveRequest*> members;
+  int64_t budget = options_.max_batch_tokens;
+  for (int pass = 0; pass < 2 && budget > 0; ++pass) {
+    for (auto& rp : running_) {
+      ActiveRequest& r = *rp;
+      const size_t remaining = r.tokens.size() - r.fed;
+      const bool decode = remaining == 1 && !r.generation->output().empty();
+      if ((pass == 0) != decode || remaining == 0 || budget == 0) continue;
+      const size_t take = std::min<size_t>(remaining, static_cast<size_t>(budget));
+      batch.push_back(
+          {*r.sequence,
+           std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take), false});
+      members.push_back(&r);
+      budget -= static_cast<int64_t>(take);
+    }
+  }
+  if (batch.empty()) return;
+
+  lock.unlock();
+  const auto step_start = Clock::now();
+  absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
+  lock.lock();
+  if (!out.ok()) {
+    if (out.status().code() == absl::StatusCode::kResourceExhausted && Preempt()) return;
+    for (ActiveRequest* r : members) {
+      EndWithStatus(*r,
+                    grpc::Status(grpc::StatusCode::INTERNAL, std::string(out.status().message())),
+                    "error");
+    }
+    std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
+    return;
+  }
+  metrics_->step_duration.Observe(Since(step_start));
+  int64_t step_tokens = 0;
+  for (const auto& b : batch) step_tokens += static_cast<int64_t>(b.tokens.size());
+  metrics_->batch_size.Observe(static_cast<double>(step_tokens));
+
+  int64_t generated = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    ActiveRequest& r = *members[i];
+    const size_t fed_now = batch[i].tokens.size();
+    if (r.fed < r.prompt.size()) {
+      metrics_->prompt_tokens.Inc(
+          static_cast<double>(std::min(r.fed + fed_now, r.prompt.size()) - r.fed));
+    }
+    r.fed += fed_now;
+    if (r.fed < r.tokens.size()) continue;  // more prefill to come
+    if (!r.started_sent) {
+      v1::GenerateResponse started;
+      v1::Started* s = started.mutable_started();
+      s->set_request_id(r.request_id);
+      s->set_prompt_tokens(static_cast<uint32_t>(r.prompt.size()));
+      s->set_seed(r.seed);
+      if (r.return_prompt_ids) {
+        for (int32_t id : r.prompt) s->add_prompt_ids(id);
+      }
+      r.sink->Push(std::move(started));
+      r.started_sent = true;
+    }
+    const GeneratedToken t = r.generation->Advance(out->RowLogits(i), out->vocab);
+    r.tokens.push_back(t.id);
+    ++generated;
+    const auto now = Clock::now();
+    if (r.first_token_at == Clock::time_point{}) {
+      r.first_token_at = now;
+      metrics_->time_to_first_token.Observe(Since(r.arrived_at));
+    } else {
+      metrics_->inter_token_latency.Observe(
+          std::chrono::duration<double>(now - r.last_token_at).count());
+    }
+    r.last_token_at = now;
+    v1::GenerateResponse resp;
+    v1::Tokens* tokens = resp.mutable_tokens();
+    v1::Token* tok = tokens->add_tokens();
+    tok->set_id(t.id);
+    tok->set_index(static_cast<uint64_t>(t.index));
+    tok->set_logprob(t.logprob);
+    for (const auto& [id, lp] : t.top_logprobs) {
+      v1::TokenLogprob* top = tok->add_top_logprobs();
+      top->set_id(id);
+      top->set_logprob(lp);
+    }
+    tokens->set_text(t.text);
+    r.sink->Push(std::move(resp));
+    if (t.finish != FinishReason::kNone) Finish(r, t.finish, t.matched_stop);
+  }
+  metrics_->generation_tokens.Inc(static_cast<double>(generated));
+  token_times_.emplace_back(Clock::now(), generated);
+  while (!token_times_.empty() &&
+         token_times_.front().first < Clock::now() - std::chrono::seconds(10)) {
+    token_times_.pop_front();
+  }
+  std::erase_if(running_, [](const auto& p) { return !p->sequence; });
+  UpdateGauges();
+}
+
+}  // namespace walsh

@@ -1,0 +1,83 @@
+// Continuous batching over one engine. One thread owns the engine and runs steps: drop
+// cancelled and expired requests, admit waiting ones (priority, then arrival) while a state
+// slot and KV pages for their input can be had, fill a per-step token budget with decode
+// tokens first and prefill chunks after, run the forward pass, sample, stream. When pages run
+// out mid-flight the most recently admitted request is preempted by recompute: its sequence is
+// freed and it re-queues with prompt + outputs, which, the engine being schedule-invariant,
+// continues exactly where it was.
+#ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
+#define WALSH_WORKER_SERVER_SCHEDULER_H_
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/engine/engine.h"
+#include "worker/server/active_request.h"
+#include "worker/server/worker_metrics.h"
+
+namespace walsh {
+
+struct SchedulerOptions {
+  int64_t max_batch_tokens = 512;  // tokens per forward pass
+  int64_t max_running = 16;        // sequences in the running batch
+  int64_t max_queue = 256;         // waiting requests; beyond: RESOURCE_EXHAUSTED
+};
+
+struct SchedulerLoad {
+  int64_t running = 0, waiting = 0;
+  EngineStats engine{};
+  double tokens_per_second = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetrics* metrics);
+  ~Scheduler();  // stops the thread; unfinished requests end with UNAVAILABLE
+
+  // Queues a request; RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining.
+  absl::Status Submit(std::shared_ptr<ActiveRequest> request);
+  // Stops admitting new requests (Submit answers UNAVAILABLE).
+  void StopAdmitting();
+  // Ends every request still queued or running with `status`.
+  void CancelAll(const grpc::Status& status);
+  // Wakes the loop (a reactor marked a request cancelled).
+  void Wake();
+  SchedulerLoad Load() const;
+
+ private:
+  void Loop();
+  void Step(std::unique_lock<std::mutex>& lock);
+  void DropFinished();
+  void Admit();
+  bool Preempt();
+  void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched);
+  void EndWithStatus(ActiveRequest& r, const grpc::Status& status, const char* reason);
+  void Release(ActiveRequest& r);
+  void UpdateGauges();
+
+  Engine* engine_;
+  SchedulerOptions options_;
+  WorkerMetrics* metrics_;
+  mutable std::mutex mu_;  // guards waiting_, the counters, admitting_, stop_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<ActiveRequest>> waiting_;
+  std::vector<std::shared_ptr<ActiveRequest>> running_;  // scheduler thread only
+  int64_t running_count_ = 0;
+  EngineStats engine_stats_{};
+  std::deque<std::pair<Clock::time_point, int64_t>> token_times_;  // for tokens/s
+  uint64_t arrivals_ = 0;
+  bool admitting_ = true;
+  bool cancel_all_ = false;
+  grpc::Status cancel_all_status_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_SERVER_SCHEDULER_H_

@@ -1,0 +1,272 @@
+#include "worker/server/services.h"
+
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_log.h"
+
+namespace walsh {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// A stream's reactor and its sink: responses queue up and go out one write at a time; Finish
+// follows the last write. The scheduler may push after the client left: those are dropped.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+                              public ResponseSink {
+ public:
+  GenerateReactor(Scheduler* scheduler) : scheduler_(scheduler) {}
+
+  void Attach(std::shared_ptr<ActiveRequest> request) {
+    std::lock_guard<std::mutex> l(mu_);
+    request_ = std::move(request);
+  }
+
+  // ResponseSink (called by the scheduler thread).
+  void Push(v1::GenerateResponse response) override {
+    const v1::GenerateResponse* next = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_) return;
+      queue_.push_back(std::move(response));
+      if (writing_) return;
+      writing_ = true;
+      next = &queue_.front();
+    }
+    StartWrite(next);
+  }
+
+  void Complete(const grpc::Status& status) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_ || finish_pending_) return;
+      finish_pending_ = true;
+      status_ = status;
+      if (writing_) return;
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
+  // Reactions.
+  void OnWriteDone(bool ok) override {
+    const v1::GenerateResponse* next = nullptr;
+    bool finish = false;
+    grpc::Status status;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.pop_front();
+      if (!ok) {
+        queue_.clear();
+        if (request_) request_->cancelled = true;
+      }
+      if (!queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        writing_ = false;
+        if (finish_pending_ && !finished_) {
+          finished_ = true;
+          finish = true;
+          status = status_;
+        }
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(status);
+    if (!ok) scheduler_->Wake();
+  }
+
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (request_) request_->cancelled = true;
+    }
+    scheduler_->Wake();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      request_.reset();
+    }
+    self_.reset();  // may delete this
+  }
+
+  // The reactor keeps itself alive until OnDone; the scheduler holds it through the request.
+  void KeepAlive(std::shared_ptr<GenerateReactor> self) { self_ = std::move(self); }
+
+ private:
+  Scheduler* scheduler_;
+  std::mutex mu_;
+  std::deque<v1::GenerateResponse> queue_;
+  bool writing_ = false, finish_pending_ = false, finished_ = false;
+  grpc::Status status_;
+  std::shared_ptr<ActiveRequest> request_;
+  std::shared_ptr<GenerateReactor> self_;
+};
+
+// A reactor that fails at once (validation errors, a full queue).
+class ErrorReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit ErrorReactor(const grpc::Status& s) { Finish(s); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
+    ServiceContext* ctx, grpc::CallbackServerContext* context, const v1::GenerateRequest& req,
+    const std::vector<int32_t>* prompt_ids, const std::vector<int32_t>* emitted_ids) {
+  if (!ctx->ready) {
+    return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+  }
+  const int64_t emitted = emitted_ids != nullptr ? static_cast<int64_t>(emitted_ids->size()) : 0;
+  auto valid = ValidateGenerateRequest(req, ctx->limits, prompt_ids, emitted);
+  if (!valid.ok()) {
+    LogJson("info", "request_refused",
+            {{"request_id", req.request_id()}, {"error", std::string(valid.status().message())}});
+    return new ErrorReactor(ToGrpc(valid.status()));
+  }
+  for (const auto& [field, ids] :
+       {std::pair{"prompt_ids", prompt_ids}, std::pair{"emitted_ids", emitted_ids}}) {
+    if (ids == nullptr) continue;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      if ((*ids)[i] < 0 || (*ids)[i] >= ctx->limits.vocab) {
+        return new ErrorReactor(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat(field, "[", i, "]: ", (*ids)[i], " is outside [0, ",
+                                      ctx->limits.vocab, ")")));
+      }
+    }
+  }
+  const auto deadline = context->deadline();
+  const bool has_deadline = deadline != std::chrono::system_clock::time_point::max();
+  if (has_deadline && deadline <= std::chrono::system_clock::now()) {
+    return new ErrorReactor(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                         "the deadline passed before the request was admitted"));
+  }
+
+  auto request = std::make_shared<ActiveRequest>();
+  request->request_id = req.request_id().empty()
+                            ? absl::StrCat("req-", ctx->next_request.fetch_add(1))
+                            : req.request_id();
+  request->priority = req.priority();
+  request->arrived_at = Clock::now();
+  if (has_deadline) request->deadline = deadline;
+  request->prompt = valid->generation.prompt;
+  request->seed = valid->seed;
+  request->return_prompt_ids = req.return_prompt_ids();
+  request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
+  if (emitted_ids != nullptr) {
+    request->generation->Replay(*emitted_ids);
+    request->replayed = emitted;
+  }
+  auto reactor = std::make_shared<GenerateReactor>(ctx->scheduler);
+  reactor->KeepAlive(reactor);
+  reactor->Attach(request);
+  request->sink = reactor;
+  LogJson("info", "request_start",
+          {{"request_id", request->request_id},
+           {"prompt_tokens", request->prompt.size()},
+           {"resume_at", emitted}});
+  const absl::Status submitted = ctx->scheduler->Submit(request);
+  if (!submitted.ok()) reactor->Complete(ToGrpc(submitted));
+  return reactor.get();
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GeneratorService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return StartGeneration(ctx_, context, *request, nullptr, nullptr);
+}
+
+grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext* context,
+                                                     const v1::TokenizeRequest* request,
+                                                     v1::TokenizeResponse* response) {
+  grpc::ServerUnaryReactor* r = context->DefaultReactor();
+  if (!ctx_->ready) {
+    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+    return r;
+  }
+  if (ctx_->tokenizer == nullptr) {
+    r->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer"));
+    return r;
+  }
+  for (int32_t id : ctx_->tokenizer->Encode(request->text())) response->add_ids(id);
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* GeneratorService::Detokenize(grpc::CallbackServerContext* context,
+                                                       const v1::DetokenizeRequest* request,
+                                                       v1::DetokenizeResponse* response) {
+  grpc::ServerUnaryReactor* r = context->DefaultReactor();
+  if (!ctx_->ready) {
+    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+    return r;
+  }
+  if (ctx_->tokenizer == nullptr) {
+    r->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer"));
+    return r;
+  }
+  std::vector<int32_t> ids;
+  for (int i = 0; i < request->ids_size(); ++i) {
+    if (request->ids(i) < 0 || request->ids(i) >= ctx_->limits.vocab) {
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("ids[", i, "]: ", request->ids(i), " is outside [0, ",
+                                          ctx_->limits.vocab, ")")));
+      return r;
+    }
+    ids.push_back(request->ids(i));
+  }
+  response->set_text(ctx_->tokenizer->Decode(ids));
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* GeneratorService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelInfoRequest*,
+                                                         v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* r = context->DefaultReactor();
+  if (!ctx_->ready) {
+    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+    return r;
+  }
+  *response = ctx_->model_info;
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* WorkerService::GetLoad(grpc::CallbackServerContext* context,
+                                                 const v1::GetLoadRequest*, v1::Load* response) {
+  if (!ctx_->ready) {
+    grpc::ServerUnaryReactor* r = context->DefaultReactor();
+    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+    return r;
+  }
+  const SchedulerLoad load = ctx_->scheduler->Load();
+  response->set_running(static_cast<uint32_t>(load.running));
+  response->set_waiting(static_cast<uint32_t>(load.waiting));
+  response->set_kv_pages_used(static_cast<uint32_t>(load.engine.kv_pages_used));
+  response->set_kv_pages_total(static_cast<uint32_t>(load.engine.kv_pages_total));
+  response->set_state_slots_used(static_cast<uint32_t>(load.engine.state_slots_used));
+  response->set_state_slots_total(static_cast<uint32_t>(load.engine.state_slots_total));
+  response->set_tokens_per_second(load.tokens_per_second);
+  grpc::ServerUnaryReactor* r = context->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Resume(
+    grpc::CallbackServerContext* context, const v1::ResumeRequest* request) {
+  if (request->prompt_ids().empty()) {
+    return StartGeneration(ctx_, context, request->request(), nullptr, nullptr);
+  }
+  const std::vector<int32_t> prompt(request->prompt_ids().begin(), request->prompt_ids().end());
+  const std::vector<int32_t> emitted(request->emitted_ids().begin(), request->emitted_ids().end());
+  return StartGeneration(ctx_, context, request->request(), &prompt, &emitted);
+}
+
+}  // namespace walsh

@@ -1,0 +1,65 @@
+// The walsh.v1 Generator and Worker services of a worker, on gRPC's callback API: one write
+// reactor per stream with at most one write in flight; nothing blocks inside a reaction.
+#ifndef WALSH_WORKER_SERVER_SERVICES_H_
+#define WALSH_WORKER_SERVER_SERVICES_H_
+
+#include <atomic>
+#include <string>
+
+#include "walsh/v1/generator.grpc.pb.h"
+#include "worker/model/tokenizer.h"
+#include "worker/server/request_validation.h"
+#include "worker/server/scheduler.h"
+
+namespace walsh {
+
+struct ServiceContext {
+  std::atomic<bool> ready{false};  // false while loading: calls answer UNAVAILABLE
+  Scheduler* scheduler = nullptr;
+  const Tokenizer* tokenizer = nullptr;  // may be null
+  ValidationLimits limits;
+  v1::ModelInfo model_info;
+  std::atomic<uint64_t> next_request{1};
+};
+
+class GeneratorService final : public v1::Generator::CallbackService {
+ public:
+  explicit GeneratorService(ServiceContext* ctx) : ctx_(ctx) {}
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+ private:
+  ServiceContext* ctx_;
+};
+
+class WorkerService final : public v1::Worker::CallbackService {
+ public:
+  explicit WorkerService(ServiceContext* ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
+                                    const v1::GetLoadRequest* request, v1::Load* response) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Resume(grpc::CallbackServerContext* context,
+                                                         const v1::ResumeRequest* request) override;
+
+ private:
+  ServiceContext* ctx_;
+};
+
+// Starts a generation stream; shared by Generate and Resume.
+grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
+    ServiceContext* ctx, grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
+    const std::vector<int32_t>* prompt_ids, const std::vector<int32_t>* emitted_ids);
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_SERVER_SERVICES_H_

@@ -1,0 +1,62 @@
+#include "worker/server/worker_metrics.h"
+
+namespace walsh {
+
+WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
+    : requests(r.AddCounter("walsh_worker_requests_total",
+                            "Finished generation requests by finish reason.", {"finish_reason"})),
+      prompt_tokens(
+          r.AddCounter("walsh_worker_prompt_tokens_total", "Prompt tokens processed.").counter()),
+      generation_tokens(
+          r.AddCounter("walsh_worker_generation_tokens_total", "Tokens generated.").counter()),
+      time_to_first_token(r.AddHistogram("walsh_worker_time_to_first_token_seconds",
+                                         "From arrival to the first generated token.",
+                                         LatencyBuckets())
+                              .histogram()),
+      inter_token_latency(r.AddHistogram("walsh_worker_inter_token_latency_seconds",
+                                         "Between consecutive generated tokens of a request.",
+                                         LatencyBuckets())
+                              .histogram()),
+      e2e_latency(r.AddHistogram("walsh_worker_e2e_request_latency_seconds",
+                                 "From arrival to the end of a request.", LatencyBuckets())
+                      .histogram()),
+      queue_time(r.AddHistogram("walsh_worker_queue_time_seconds",
+                                "From arrival to admission into the running batch.",
+                                LatencyBuckets())
+                     .histogram()),
+      step_duration(r.AddHistogram("walsh_worker_step_duration_seconds",
+                                   "One scheduler step (a forward pass over the batch).",
+                                   LatencyBuckets())
+                        .histogram()),
+      batch_size(r.AddHistogram("walsh_worker_batch_size_tokens", "Tokens in one forward pass.",
+                                {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048})
+                     .histogram()),
+      preemptions(r.AddCounter("walsh_worker_preemptions_total",
+                               "Sequences preempted (state freed, recomputed later) for KV pages.")
+                      .counter()),
+      kv_pages_used(r.AddGauge("walsh_worker_kv_pages_used", "KV cache pages in use.").gauge()),
+      kv_pages_total(
+          r.AddGauge("walsh_worker_kv_pages_capacity", "KV cache pages in the pool.").gauge()),
+      state_slots_used(
+          r.AddGauge("walsh_worker_state_slots_used", "GatedDeltaNet state slots in use.").gauge()),
+      state_slots_total(
+          r.AddGauge("walsh_worker_state_slots_capacity", "GatedDeltaNet state slots in the pool.")
+              .gauge()),
+      running(
+          r.AddGauge("walsh_worker_requests_running", "Requests in the running batch.").gauge()),
+      waiting(
+          r.AddGauge("walsh_worker_requests_waiting", "Requests waiting for admission.").gauge()),
+      vllm_waiting(r.AddGauge("vllm:num_requests_waiting",
+                              "Requests waiting (Gateway API Inference Extension protocol).")
+                       .gauge()),
+      vllm_running(r.AddGauge("vllm:num_requests_running",
+                              "Requests running (Gateway API Inference Extension protocol).")
+                       .gauge()),
+      vllm_kv_usage(r.AddGauge("vllm:kv_cache_usage_perc",
+                               "KV cache usage, 0 to 1 (Gateway API Inference Extension protocol).")
+                        .gauge()),
+      build_info(r.AddGauge("walsh_build_info", "walsh build; always 1.", {"version", "kernels"})),
+      model_info(r.AddGauge("walsh_model_info", "The served model; always 1.",
+                            {"architecture", "format", "name", "fingerprint"})) {}
+
+}  // namespace walsh

@@ -1,0 +1,37 @@
+// The worker's Prometheus metrics (README lists every one).
+#ifndef WALSH_WORKER_SERVER_WORKER_METRICS_H_
+#define WALSH_WORKER_SERVER_WORKER_METRICS_H_
+
+#include "common/metrics.h"
+
+namespace walsh {
+
+struct WorkerMetrics {
+  explicit WorkerMetrics(MetricsRegistry& r);
+
+  MetricFamily& requests;  // by finish_reason
+  Counter& prompt_tokens;
+  Counter& generation_tokens;
+  Histogram& time_to_first_token;
+  Histogram& inter_token_latency;
+  Histogram& e2e_latency;
+  Histogram& queue_time;
+  Histogram& step_duration;
+  Histogram& batch_size;
+  Counter& preemptions;
+  Gauge& kv_pages_used;
+  Gauge& kv_pages_total;
+  Gauge& state_slots_used;
+  Gauge& state_slots_total;
+  Gauge& running;
+  Gauge& waiting;
+  Gauge& vllm_waiting;
+  Gauge& vllm_running;
+  Gauge& vllm_kv_usage;
+  MetricFamily& build_info;
+  MetricFamily& model_info;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_SERVER_WORKER_METRICS_H_
