@@ -327,6 +327,33 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   EXPECT_EQ(stopped.text, full.text.substr(0, offset));
 }
 
+TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
+  // 1 MB of KV cache is 64 pages of 16 positions for the tiny model: eight 200-token streams
+  // need about twice that, so some are preempted mid-flight and recomputed.
+  WorkerProcess w({"--kv-cache-mb", "1", "--max-running", "8", "--max-batch-tokens", "256"});
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    reqs.push_back(Request("preempt " + std::to_string(i), 200, i % 2 ? 0.0f : 0.8f, 500 + i));
+  }
+  std::vector<StreamResult> together(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = RunGenerate(*stub, reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  const std::string metrics = testing::HttpGet(w.metrics_port(), "/metrics");
+  const size_t at = metrics.find("\nwalsh_worker_preemptions_total ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(metrics.substr(at + 32)), 0) << "no preemption happened";
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(together[i].status.ok()) << together[i].status.error_message();
+    const StreamResult solo = RunGenerate(*stub, reqs[i]);
+    EXPECT_EQ(together[i].ids, solo.ids) << "request " << i;
+  }
+}
+
 TEST(WorkerService, SigtermDrainsAndExitsZero) {
   WorkerProcess w({"--drain-grace-seconds", "5"});
   ASSERT_TRUE(w.ok());

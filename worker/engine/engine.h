@@ -70,6 +70,7 @@ class Engine {
   const Model& model() const { return *model_; }
   CpuIsa isa() const { return isa_; }
   int64_t max_context() const { return max_context_; }
+  int64_t page_size() const { return kv_.page_size(); }
 
   // A new empty sequence; RESOURCE_EXHAUSTED when no state slot is free.
   absl::StatusOr<SequenceId> AddSequence();

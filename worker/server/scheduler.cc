@@ -182,7 +182,7 @@ void Scheduler::Admit() {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
     ActiveRequest& r = *waiting_.front();
     const EngineStats s = engine_->Stats();
-    const int64_t page = 16;
+    const int64_t page = engine_->page_size();
     const int64_t pages_needed = (static_cast<int64_t>(r.tokens.size()) + 1 + page - 1) / page;
     if (s.state_slots_used >= s.state_slots_total) break;
     if (engine_->model().attention_layers() > 0 &&
@@ -201,6 +201,7 @@ void Scheduler::Admit() {
     if (!seq.ok()) break;
     r.sequence = *seq;
     r.fed = 0;
+    r.admission = admissions_++;
     if (r.admitted_at == Clock::time_point{}) {
       r.admitted_at = Clock::now();
       metrics_->queue_time.Observe(Since(r.arrived_at));
@@ -244,7 +245,9 @@ void Scheduler::UpdateGauges() {
 
 void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
   DropFinished();
-  Admit();
+  // Right after a preemption, let the running batch make progress before admitting again.
+  if (!preempted_this_step_) Admit();
+  preempted_this_step_ = false;
   UpdateGauges();
   if (running_.empty()) return;
 
@@ -273,7 +276,10 @@ void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
   absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
   lock.lock();
   if (!out.ok()) {
-    if (out.status().code() == absl::StatusCode::kResourceExhausted && Preempt()) return;
+    if (out.status().code() == absl::StatusCode::kResourceExhausted && Preempt()) {
+      preempted_this_step_ = true;
+      return;
+    }
     for (ActiveRequest* r : members) {
       EndWithStatus(*r,
                     grpc::Status(grpc::StatusCode::INTERNAL, std::string(out.status().message())),

@@ -71,6 +71,8 @@ class Scheduler {
   EngineStats engine_stats_{};
   std::deque<std::pair<Clock::time_point, int64_t>> token_times_;  // for tokens/s
   uint64_t arrivals_ = 0;
+  uint64_t admissions_ = 0;
+  bool preempted_this_step_ = false;
   bool admitting_ = true;
   bool cancel_all_ = false;
   grpc::Status cancel_all_status_;
