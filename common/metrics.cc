@@ -129,6 +129,11 @@ MetricFamily::Child& MetricFamily::Get(const std::vector<std::string>& labels) {
   return *c;
 }
 
+void MetricFamily::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  children_.clear();
+}
+
 Counter& MetricFamily::counter(const std::vector<std::string>& labels) {
   return Get(labels).counter;
 }

@@ -70,6 +70,8 @@ class MetricFamily {
 
   void Write(std::string& out) const;
   const std::string& name() const { return name_; }
+  // Drops every child (for label sets rebuilt at each scrape, e.g. per-worker gauges).
+  void Clear();
 
  private:
   struct Child;

@@ -15,7 +15,7 @@ out = tempfile.mkdtemp(prefix="walsh-py-")
 # health.proto and reflection.proto are compiled from their own folders, so their modules are
 # top-level (health_pb2) and do not shadow the grpc package itself.
 for root, files in ((proto_root, ["walsh/v1/generator.proto"]),
-                    (f"{test_proto_root}/grpc/health/v1", ["health.proto"]),
+                    (f"{proto_root}/grpc/health/v1", ["health.proto"]),
                     (f"{test_proto_root}/grpc/reflection/v1alpha", ["reflection.proto"])):
     subprocess.run(
         ["protoc", f"--proto_path={root}", f"--python_out={out}", f"--grpc_out={out}",

@@ -1,0 +1,54 @@
+#include "gateway/circuit_breaker.h"
+
+namespace walsh {
+
+bool CircuitBreaker::Allow() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) {
+    state_ = State::kHalfOpen;
+    trial_in_flight_ = false;
+  }
+  if (state_ == State::kClosed) return true;
+  if (state_ == State::kHalfOpen && !trial_in_flight_) {
+    trial_in_flight_ = true;
+    return true;
+  }
+  return false;
+}
+
+void CircuitBreaker::RecordSuccess() {
+  std::lock_guard<std::mutex> l(mu_);
+  state_ = State::kClosed;
+  failures_ = 0;
+  trial_in_flight_ = false;
+}
+
+void CircuitBreaker::RecordFailure() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++failures_;
+  if (state_ == State::kHalfOpen || failures_ >= threshold_) {
+    state_ = State::kOpen;
+    opened_at_ = Clock::now();
+    trial_in_flight_ = false;
+  }
+}
+
+CircuitBreaker::State CircuitBreaker::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) return State::kHalfOpen;
+  return state_;
+}
+
+const char* BreakerStateName(CircuitBreaker::State s) {
+  switch (s) {
+    case CircuitBreaker::State::kClosed:
+      return "closed";
+    case CircuitBreaker::State::kOpen:
+      return "open";
+    case CircuitBreaker::State::kHalfOpen:
+      return "half_open";
+  }
+  return "";
+}
+
+}  // namespace walsh

@@ -1,0 +1,40 @@
+// Per-worker circuit breaker: opens after consecutive transport / server-side failures (never
+// for a client's bad request), lets one trial call through after a cool-down (half-open), and
+// closes again when that call succeeds.
+#ifndef WALSH_GATEWAY_CIRCUIT_BREAKER_H_
+#define WALSH_GATEWAY_CIRCUIT_BREAKER_H_
+
+#include <chrono>
+#include <mutex>
+
+namespace walsh {
+
+class CircuitBreaker {
+ public:
+  enum class State { kClosed, kOpen, kHalfOpen };
+  using Clock = std::chrono::steady_clock;
+
+  CircuitBreaker(int failure_threshold, std::chrono::milliseconds cool_down)
+      : threshold_(failure_threshold), cool_down_(cool_down) {}
+
+  // May a call go to this worker now? In half-open state only one trial at a time.
+  bool Allow();
+  void RecordSuccess();
+  void RecordFailure();
+  State state() const;
+
+ private:
+  mutable std::mutex mu_;
+  const int threshold_;
+  const std::chrono::milliseconds cool_down_;
+  State state_ = State::kClosed;
+  int failures_ = 0;
+  Clock::time_point opened_at_{};
+  bool trial_in_flight_ = false;
+};
+
+const char* BreakerStateName(CircuitBreaker::State s);
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_CIRCUIT_BREAKER_H_

@@ -1,0 +1,29 @@
+// The gateway's Prometheus metrics, as its clients see the service (README lists every one).
+#ifndef WALSH_GATEWAY_GATEWAY_METRICS_H_
+#define WALSH_GATEWAY_GATEWAY_METRICS_H_
+
+#include "common/metrics.h"
+#include "gateway/worker_pool.h"
+
+namespace walsh {
+
+struct GatewayMetrics {
+  GatewayMetrics(MetricsRegistry& r, WorkerPool* pool);
+
+  MetricFamily& requests;  // by final gRPC status code name
+  Histogram& time_to_first_token;
+  Histogram& inter_token_latency;
+  Histogram& e2e_latency;
+  Counter& upstream_attempts;
+  Counter& retries;
+  Counter& migrations;
+  Gauge& inflight;
+  Gauge& queue_depth;
+  MetricFamily& worker_inflight;  // per worker address (bounded by the pool)
+  MetricFamily& worker_healthy;
+  MetricFamily& worker_breaker;  // 0 closed, 1 open, 2 half-open
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_GATEWAY_METRICS_H_

@@ -1,0 +1,155 @@
+// walsh-gateway: one endpoint for clients; routes Generate streams over a pool of workers.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "common/cli_flags.h"
+#include "common/json_log.h"
+#include "common/metrics.h"
+#include "common/metrics_http_server.h"
+#include "gateway/gateway_service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace walsh {
+namespace {
+
+int Run(int argc, char** argv) {
+  std::string listen = "0.0.0.0:8080", metrics_listen = "0.0.0.0:9091", workers, workers_dns;
+  std::string policy_name = "least-outstanding", api_key, expected_fingerprint;
+  int64_t max_inflight = 256, max_queue = 256, max_retries = 3, max_migrations = 5;
+  int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000;
+  FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
+  flags.String("listen", &listen, "gRPC address for clients");
+  flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
+  flags.String("workers", &workers, "static worker addresses, comma-separated");
+  flags.String("workers-dns", &workers_dns,
+               "a DNS name:port resolving to the workers (re-resolved)");
+  flags.Int("dns-interval-ms", &dns_ms, "how often --workers-dns is resolved again");
+  flags.Int("poll-interval-ms", &poll_ms, "how often each worker's health and load are polled");
+  flags.String("policy", &policy_name,
+               "least-outstanding | prefix-affinity | session-affinity | round-robin");
+  flags.Int("max-inflight", &max_inflight, "client streams served at once");
+  flags.Int("max-queue", &max_queue,
+            "client streams waiting for a slot; beyond: RESOURCE_EXHAUSTED");
+  flags.Int("max-retries", &max_retries, "retries on other workers before the first token");
+  flags.Int("max-migrations", &max_migrations,
+            "resumes on other workers after a mid-stream failure");
+  flags.String("api-key", &api_key,
+               "require 'authorization: Bearer KEY' (default: $WALSH_API_KEY)");
+  flags.String("expected-fingerprint", &expected_fingerprint,
+               "refuse workers whose contract fingerprint differs (default: the first worker's)");
+  flags.Int("drain-grace-seconds", &drain_grace_seconds, "on SIGTERM: time for in-flight streams");
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "walsh-gateway: %s\n%s", std::string(s.message()).c_str(),
+                 flags.Help().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (workers.empty() && workers_dns.empty()) {
+    std::fprintf(stderr, "walsh-gateway: give --workers or --workers-dns\n");
+    return 2;
+  }
+  if (api_key.empty() && std::getenv("WALSH_API_KEY") != nullptr)
+    api_key = std::getenv("WALSH_API_KEY");
+  auto policy = MakeRoutingPolicy(policy_name);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "walsh-gateway: %s\n", std::string(policy.status().message()).c_str());
+    return 2;
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  WorkerPoolOptions po;
+  for (absl::string_view w : absl::StrSplit(workers, ',', absl::SkipEmpty()))
+    po.static_workers.emplace_back(w);
+  po.dns = workers_dns;
+  po.expected_fingerprint = expected_fingerprint;
+  po.poll_interval = std::chrono::milliseconds(poll_ms);
+  po.dns_interval = std::chrono::milliseconds(dns_ms);
+  WorkerPool pool(po);
+
+  MetricsRegistry registry;
+  GatewayMetrics metrics(registry, &pool);
+  AddProcessMetrics(registry);
+  auto metrics_server = MetricsHttpServer::Start(metrics_listen, &registry);
+  if (!metrics_server.ok()) {
+    LogJson("error", "metrics_failed", {{"error", std::string(metrics_server.status().message())}});
+    return 1;
+  }
+  GatewayOptions go;
+  go.max_inflight = max_inflight;
+  go.max_queue = max_queue;
+  go.max_retries = static_cast<int>(max_retries);
+  go.max_migrations = static_cast<int>(max_migrations);
+  go.api_key = api_key;
+  auto service = std::make_unique<GatewayService>(&pool, policy->get(), &metrics, go);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    LogJson("error", "listen_failed", {{"listen", listen}});
+    return 1;
+  }
+  LogJson(
+      "info", "listening",
+      {{"grpc_port", port}, {"metrics_port", (*metrics_server)->port()}, {"policy", policy_name}});
+
+  // SERVING while some worker can take traffic; NOT_SERVING when none can or while draining.
+  std::atomic<bool> draining{false}, stop{false};
+  std::thread health([&] {
+    bool last = false, first = true;
+    while (!stop) {
+      const bool serving = !draining && !pool.Candidates().empty();
+      if (serving != last || first) {
+        server->GetHealthCheckService()->SetServingStatus(serving);
+        server->GetHealthCheckService()->SetServingStatus("walsh.v1.Generator", serving);
+        LogJson("info", serving ? "serving" : "not_serving",
+                {{"workers", pool.Candidates().size()}});
+        last = serving;
+        first = false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", drain_grace_seconds}});
+  draining = true;
+  server->GetHealthCheckService()->SetServingStatus(false);
+  server->GetHealthCheckService()->SetServingStatus("walsh.v1.Generator", false);
+  service->StartDraining();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(drain_grace_seconds);
+  while (service->inflight() > 0 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  service->CancelAll();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  stop = true;
+  health.join();
+  service.reset();
+  LogJson("info", "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace walsh
+
+int main(int argc, char** argv) { return walsh::Run(argc, argv); }

@@ -1,0 +1,165 @@
+#include "gateway/worker_pool.h"
+
+#include <netdb.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_log.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace walsh {
+
+WorkerEndpoint::WorkerEndpoint(std::string addr) : address(std::move(addr)) {
+  grpc::ChannelArguments args;
+  // Fail fast on a dead worker instead of waiting for reconnect backoff.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  generator = v1::Generator::NewStub(channel);
+  worker = v1::Worker::NewStub(channel);
+}
+
+WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
+  fingerprint_ = options_.expected_fingerprint;
+  for (const std::string& a : options_.static_workers) {
+    workers_[a] = std::make_shared<WorkerEndpoint>(a);
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::All() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::shared_ptr<WorkerEndpoint>> out;
+  for (auto& [a, w] : workers_) out.push_back(w);
+  return out;
+}
+
+std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::Candidates() {
+  std::vector<std::shared_ptr<WorkerEndpoint>> out;
+  for (auto& w : All()) {
+    if (w->Routable() && w->breaker.state() != CircuitBreaker::State::kOpen) out.push_back(w);
+  }
+  return out;
+}
+
+std::string WorkerPool::fingerprint() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return fingerprint_;
+}
+
+bool WorkerPool::WaitForAny(std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (!Candidates().empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return !Candidates().empty();
+}
+
+void WorkerPool::Resolve() {
+  const size_t colon = options_.dns.rfind(':');
+  if (colon == std::string::npos) return;
+  const std::string host = options_.dns.substr(0, colon), port = options_.dns.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) {
+    LogJson("warning", "dns_failed", {{"name", options_.dns}});
+    return;
+  }
+  std::set<std::string> found;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    char ip[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof ip, nullptr, 0, NI_NUMERICHOST) == 0) {
+      const std::string s = a->ai_family == AF_INET6 ? absl::StrCat("[", ip, "]:", port)
+                                                     : absl::StrCat(ip, ":", port);
+      found.insert(s);
+    }
+  }
+  freeaddrinfo(res);
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
+  for (const std::string& a : found) {
+    if (!workers_.count(a)) {
+      workers_[a] = std::make_shared<WorkerEndpoint>(a);
+      LogJson("info", "worker_discovered", {{"worker", a}});
+    }
+  }
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (!found.count(it->first) && !statics.count(it->first)) {
+      LogJson("info", "worker_gone", {{"worker", it->first}});
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void WorkerPool::Poll(WorkerEndpoint& w) {
+  grpc::ClientContext hctx;
+  hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  grpc::health::v1::HealthCheckRequest hreq;
+  grpc::health::v1::HealthCheckResponse hresp;
+  const grpc::Status hs = grpc::health::v1::Health::NewStub(w.channel)->Check(&hctx, hreq, &hresp);
+  const bool serving = hs.ok() && hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  if (serving != w.serving.load()) {
+    LogJson("info", serving ? "worker_serving" : "worker_not_serving", {{"worker", w.address}});
+  }
+  w.serving = serving;
+  if (!serving) return;
+  if (!w.known) {
+    grpc::ClientContext ictx;
+    ictx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    v1::ModelInfo info;
+    if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
+    std::lock_guard<std::mutex> l(mu_);
+    if (fingerprint_.empty()) fingerprint_ = info.contract_fingerprint();
+    w.refused = info.contract_fingerprint() != fingerprint_;
+    w.known = true;
+    if (w.refused) {
+      LogJson("error", "worker_refused",
+              {{"worker", w.address},
+               {"fingerprint", info.contract_fingerprint()},
+               {"pool_fingerprint", fingerprint_},
+               {"why", "a different model: a mixed fleet never serves"}});
+    } else {
+      LogJson("info", "worker_accepted", {{"worker", w.address}, {"fingerprint", fingerprint_}});
+    }
+  }
+  grpc::ClientContext lctx;
+  lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  v1::Load load;
+  if (w.worker->GetLoad(&lctx, {}, &load).ok()) {
+    w.waiting = load.waiting();
+    w.running = load.running();
+  }
+}
+
+void WorkerPool::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    const bool dns_due = !options_.dns.empty() &&
+                         std::chrono::steady_clock::now() - last_dns_ >= options_.dns_interval;
+    lock.unlock();
+    if (dns_due) {
+      Resolve();
+      last_dns_ = std::chrono::steady_clock::now();
+    }
+    for (auto& w : All()) Poll(*w);
+    lock.lock();
+    cv_.wait_for(lock, options_.poll_interval, [&] { return stop_; });
+  }
+}
+
+}  // namespace walsh

@@ -1,0 +1,82 @@
+// The gateway's view of its workers: discovered from a static list and/or a DNS name (a
+// Kubernetes headless service, re-resolved periodically), health-checked (grpc.health.v1) and
+// load-polled (Worker.GetLoad) by one background thread. A worker takes traffic only while it
+// is SERVING, its breaker allows it, and its contract fingerprint equals the pool's (the first
+// worker seen, or --expected-fingerprint): a mixed fleet never serves.
+//
+// Threading: Candidates() and the per-worker counters may be used from any thread; the
+// polling thread is the only writer of health, load and membership.
+#ifndef WALSH_GATEWAY_WORKER_POOL_H_
+#define WALSH_GATEWAY_WORKER_POOL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gateway/circuit_breaker.h"
+#include "grpcpp/grpcpp.h"
+#include "walsh/v1/generator.grpc.pb.h"
+
+namespace walsh {
+
+struct WorkerEndpoint {
+  explicit WorkerEndpoint(std::string address);
+
+  const std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Generator::Stub> generator;
+  std::unique_ptr<v1::Worker::Stub> worker;
+  CircuitBreaker breaker{3, std::chrono::milliseconds(2000)};
+  std::atomic<int64_t> outstanding{0};          // streams the gateway has open to it
+  std::atomic<bool> serving{false};             // last health check said SERVING
+  std::atomic<bool> refused{false};             // its fingerprint differs from the pool's
+  std::atomic<bool> known{false};               // fingerprint checked
+  std::atomic<int64_t> waiting{0}, running{0};  // from GetLoad
+
+  bool Routable() { return serving && known && !refused; }
+};
+
+struct WorkerPoolOptions {
+  std::vector<std::string> static_workers;  // host:port
+  std::string dns;                          // name:port, re-resolved every dns_interval
+  std::string expected_fingerprint;         // empty: the first worker's
+  std::chrono::milliseconds poll_interval{250};
+  std::chrono::milliseconds dns_interval{2000};
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(WorkerPoolOptions options);
+  ~WorkerPool();
+
+  // Workers that may take a call now, in a stable order (by address).
+  std::vector<std::shared_ptr<WorkerEndpoint>> Candidates();
+  std::vector<std::shared_ptr<WorkerEndpoint>> All();
+  std::string fingerprint() const;
+  // Blocks until some worker is routable or the timeout passes.
+  bool WaitForAny(std::chrono::milliseconds timeout);
+
+ private:
+  void Loop();
+  void Resolve();
+  void Poll(WorkerEndpoint& w);
+
+  WorkerPoolOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<WorkerEndpoint>> workers_;
+  std::string fingerprint_;
+  bool stop_ = false;
+  std::chrono::steady_clock::time_point last_dns_{};
+  std::thread thread_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_WORKER_POOL_H_

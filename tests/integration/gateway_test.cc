@@ -1,0 +1,443 @@
+// walsh-gateway in front of three real walsh-worker processes on loopback.
+#include <signal.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gateway/circuit_breaker.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/worker_fixture.h"
+#include "tools/mkmodel/synthetic_model.h"
+
+namespace walsh {
+namespace {
+
+using testing::ChildProcess;
+using testing::RunGenerate;
+using testing::StreamResult;
+using testing::WorkerProcess;
+
+class GatewayProcess {
+ public:
+  explicit GatewayProcess(std::vector<std::string> workers, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {
+        WALSH_GATEWAY_BIN,           "--listen",           "127.0.0.1:0",
+        "--metrics-listen",          "127.0.0.1:0",        "--workers",
+        absl::StrJoin(workers, ","), "--poll-interval-ms", "100"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<ChildProcess>(argv);
+    auto line = process_->WaitForStderrLine(
+        [](const std::string& l) { return l.find("\"event\":\"listening\"") != std::string::npos; },
+        std::chrono::seconds(20));
+    if (!line) return;
+    const nlohmann::json j = nlohmann::json::parse(*line);
+    port_ = j["grpc_port"];
+    metrics_port_ = j["metrics_port"];
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                   grpc::InsecureChannelCredentials());
+  }
+  // Waits until the gateway routes to `n` workers.
+  bool WaitForWorkers(int n) {
+    for (int i = 0; i < 200; ++i) {
+      const std::string m = testing::HttpGet(metrics_port_, "/metrics");
+      int healthy = 0;
+      for (size_t at = 0; (at = m.find("walsh_gateway_worker_healthy{", at)) != std::string::npos;
+           ++at) {
+        const size_t end = m.find('\n', at);
+        healthy += m.substr(end - 2, 2) == " 1";
+      }
+      if (healthy >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  std::unique_ptr<v1::Generator::Stub> Stub() const { return v1::Generator::NewStub(channel_); }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  int metrics_port() const { return metrics_port_; }
+  ChildProcess& process() { return *process_; }
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+  std::shared_ptr<grpc::Channel> channel_;
+  int port_ = 0, metrics_port_ = 0;
+};
+
+v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, float temperature,
+                            uint64_t seed) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.mutable_stopping()->set_max_tokens(max_tokens);
+  r.mutable_stopping()->set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(temperature);
+  r.mutable_sampling()->set_seed(seed);
+  return r;
+}
+
+// A Generate through the gateway that also reports which worker served it.
+struct Routed {
+  StreamResult result;
+  std::string worker;
+};
+
+Routed RunRouted(v1::Generator::Stub& stub, const v1::GenerateRequest& req,
+                 std::map<std::string, std::string> metadata = {}) {
+  grpc::ClientContext ctx;
+  for (const auto& [k, v] : metadata) ctx.AddMetadata(k, v);
+  Routed out;
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (out.worker.empty()) {
+      auto it = ctx.GetServerInitialMetadata().find("x-walsh-worker");
+      if (it != ctx.GetServerInitialMetadata().end())
+        out.worker.assign(it->second.data(), it->second.size());
+    }
+    for (const auto& t : resp.tokens().tokens()) out.result.ids.push_back(t.id());
+    out.result.text += resp.tokens().text();
+    if (resp.has_finished()) out.result.finish_reason = resp.finished().reason();
+  }
+  out.result.status = reader->Finish();
+  return out;
+}
+
+struct Pool {
+  Pool() {
+    for (int i = 0; i < 3; ++i) {
+      workers.push_back(std::make_unique<WorkerProcess>());
+      addresses.push_back(workers.back()->target());
+    }
+  }
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  std::vector<std::string> addresses;
+};
+
+TEST(Gateway, SixtyFourStreamsEqualDirectAndSpread) {
+  Pool pool;
+  for (auto& w : pool.workers) ASSERT_TRUE(w->ok());
+  GatewayProcess gw(pool.addresses);
+  ASSERT_TRUE(gw.WaitForWorkers(3));
+  auto direct = pool.workers[0]->Generator();
+  std::vector<v1::GenerateRequest> reqs;
+  std::vector<StreamResult> expected;
+  for (int i = 0; i < 64; ++i) {
+    reqs.push_back(Request("stream " + std::to_string(i % 16), 12, i % 2 ? 0.0f : 0.9f, 100 + i));
+    expected.push_back(RunGenerate(*direct, reqs.back()));
+  }
+  auto stub = gw.Stub();
+  std::vector<Routed> got(64);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 64; ++i) threads.emplace_back([&, i] { got[i] = RunRouted(*stub, reqs[i]); });
+  for (auto& t : threads) t.join();
+  std::map<std::string, int> per_worker;
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(got[i].result.status.ok()) << got[i].result.status.error_message();
+    EXPECT_EQ(got[i].result.ids, expected[i].ids) << "stream " << i;
+    EXPECT_EQ(got[i].result.text, expected[i].text) << "stream " << i;
+    ++per_worker[got[i].worker];
+  }
+  EXPECT_EQ(per_worker.size(), 3u);
+  for (const auto& [w, n] : per_worker) EXPECT_GT(n, 0) << w;
+}
+
+TEST(Gateway, PrefixAffinityKeepsAPrefixOnOneWorker) {
+  Pool pool;
+  GatewayProcess gw(pool.addresses, {"--policy", "prefix-affinity"});
+  ASSERT_TRUE(gw.WaitForWorkers(3));
+  auto stub = gw.Stub();
+  for (const std::string prefix : {"You are a helpful assistant. ", "System: answer briefly. "}) {
+    std::set<std::string> seen;
+    for (int i = 0; i < 8; ++i) {
+      const Routed r =
+          RunRouted(*stub, Request(prefix + "question " + std::to_string(i % 2), 4, 0, 1));
+      ASSERT_TRUE(r.result.status.ok());
+      seen.insert(r.worker);
+    }
+    EXPECT_EQ(seen.size(), 1u) << prefix;
+  }
+  // Session affinity keys on the x-walsh-session header.
+  GatewayProcess sgw(pool.addresses, {"--policy", "session-affinity"});
+  ASSERT_TRUE(sgw.WaitForWorkers(3));
+  auto sstub = sgw.Stub();
+  std::set<std::string> seen;
+  for (int i = 0; i < 8; ++i) {
+    seen.insert(RunRouted(*sstub, Request("different prompt " + std::to_string(i), 4, 0, 1),
+                          {{"x-walsh-session", "user-42"}})
+                    .worker);
+  }
+  EXPECT_EQ(seen.size(), 1u);
+}
+
+TEST(Gateway, KillingAWorkerMidStreamLosesNoToken) {
+  Pool pool;
+  GatewayProcess gw(pool.addresses, {"--policy", "round-robin"});
+  ASSERT_TRUE(gw.WaitForWorkers(3));
+  auto stub = gw.Stub();
+  std::mt19937 gen(11);
+  for (int round = 0; round < 20; ++round) {
+    const v1::GenerateRequest req =
+        Request("migrate " + std::to_string(round), 60, round % 2 ? 0.0f : 0.8f, 900 + round);
+    // The reference: the same request straight to a live worker, no failure.
+    size_t live = 0;
+    const StreamResult expected = RunGenerate(*pool.workers[live]->Generator(), req);
+    ASSERT_TRUE(expected.status.ok());
+    const int kill_at = 1 + static_cast<int>(gen() % 40);
+    grpc::ClientContext ctx;
+    auto reader = stub->Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    std::vector<int32_t> ids;
+    std::string text, finish;
+    bool killed = false;
+    while (reader->Read(&resp)) {
+      for (const auto& t : resp.tokens().tokens()) ids.push_back(t.id());
+      text += resp.tokens().text();
+      if (resp.has_finished()) finish = resp.finished().reason();
+      if (!killed && static_cast<int>(ids.size()) >= kill_at) {
+        const auto& md = ctx.GetServerInitialMetadata();
+        auto it = md.find("x-walsh-worker");
+        ASSERT_NE(it, md.end());
+        const std::string victim(it->second.data(), it->second.size());
+        for (size_t i = 0; i < pool.workers.size(); ++i) {
+          if (pool.workers[i]->target() == victim) {
+            pool.workers[i]->process().Signal(SIGKILL);
+            pool.workers[i]->process().Wait(std::chrono::seconds(5));
+            pool.workers[i] = std::make_unique<WorkerProcess>(
+                std::vector<std::string>{"--listen", victim});  // back on the same port
+            killed = true;
+          }
+        }
+        ASSERT_TRUE(killed) << victim;
+      }
+    }
+    const grpc::Status s = reader->Finish();
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.error_message();
+    EXPECT_EQ(ids, expected.ids) << "round " << round << " killed at " << kill_at;
+    EXPECT_EQ(text, expected.text) << "round " << round;
+    EXPECT_EQ(finish, "length");
+    ASSERT_TRUE(gw.WaitForWorkers(3)) << gw.process().stderr_text();
+  }
+  const std::string m = testing::HttpGet(gw.metrics_port(), "/metrics");
+  EXPECT_NE(m.find("walsh_gateway_migrations_total"), std::string::npos);
+  EXPECT_EQ(m.find("walsh_gateway_migrations_total 0\n"), std::string::npos)
+      << "no migration counted";
+}
+
+TEST(Gateway, DiscoveryHealthAndFingerprints) {
+  WorkerProcess a;
+  ASSERT_TRUE(a.ok());
+  const int late_port = testing::FreePort();
+  const std::string late = "127.0.0.1:" + std::to_string(late_port);
+  GatewayProcess gw({a.target(), late});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  auto stub = gw.Stub();
+  EXPECT_EQ(RunRouted(*stub, Request("one", 3, 0, 1)).worker, a.target());
+  // A worker that starts after the gateway is picked up.
+  WorkerProcess b({"--listen", late, "--drain-grace-seconds", "10"});
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(gw.WaitForWorkers(2));
+  std::set<std::string> seen;
+  for (int i = 0; i < 20; ++i)
+    seen.insert(RunRouted(*stub, Request("spread " + std::to_string(i), 2, 0, 1)).worker);
+  EXPECT_EQ(seen.size(), 2u);
+  // A worker that goes NOT_SERVING (draining, with a stream still open on it) leaves routing.
+  std::thread hold([&] { (void)RunGenerate(*b.Generator(), Request("long", 3000, 0, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  b.process().Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(RunRouted(*stub, Request("after drain " + std::to_string(i), 2, 0, 1)).worker,
+              a.target());
+  }
+  b.process().Signal(SIGKILL);
+  hold.join();
+  // A worker serving a different model is refused: a mixed fleet never serves.
+  testing::TempDir dir;
+  auto other = SyntheticModel::Create({.preset = "tiny", .seed = 999});
+  ASSERT_TRUE((*other)->WritePacked(dir.File("other.gguf")).ok());
+  WorkerProcess c({"--model", dir.File("other.gguf")});
+  ASSERT_TRUE(c.ok());
+  GatewayProcess gw2({a.target(), c.target()});
+  ASSERT_TRUE(gw2.WaitForWorkers(1));
+  ASSERT_TRUE(
+      gw2.process()
+          .WaitForStderrLine(
+              [](const std::string& l) { return l.find("worker_refused") != std::string::npos; },
+              std::chrono::seconds(10))
+          .has_value());
+  auto stub2 = gw2.Stub();
+  for (int i = 0; i < 10; ++i) {
+    const Routed r = RunRouted(*stub2, Request("mixed " + std::to_string(i), 2, 0, 1));
+    EXPECT_TRUE(r.worker == a.target() || r.worker == c.target());
+  }
+  // Exactly one of the two serves (the first one the pool saw defines the model).
+  std::set<std::string> served;
+  for (int i = 0; i < 10; ++i)
+    served.insert(RunRouted(*stub2, Request("m" + std::to_string(i), 2, 0, 1)).worker);
+  EXPECT_EQ(served.size(), 1u);
+}
+
+TEST(Gateway, ClientErrorsNeverOpenABreakerAndCancelPropagates) {
+  Pool pool;
+  GatewayProcess gw(pool.addresses, {"--api-key", "sekret"});
+  ASSERT_TRUE(gw.WaitForWorkers(3));
+  auto stub = gw.Stub();
+  const std::map<std::string, std::string> auth = {{"authorization", "Bearer sekret"}};
+  EXPECT_EQ(RunRouted(*stub, Request("no key", 2, 0, 1)).result.status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  for (int i = 0; i < 12; ++i) {
+    v1::GenerateRequest bad = Request("x", 2, 0, 1);
+    bad.mutable_sampling()->set_top_p(5);
+    const Routed r = RunRouted(*stub, bad, auth);
+    EXPECT_EQ(r.result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(r.result.status.error_message().find("sampling.top_p"), std::string::npos);
+  }
+  // Every breaker is still closed (state 0).
+  const std::string m = testing::HttpGet(gw.metrics_port(), "/metrics");
+  int breakers = 0;
+  for (absl::string_view line : absl::StrSplit(m, '\n')) {
+    if (!absl::StartsWith(line, "walsh_gateway_worker_breaker_state{")) continue;
+    ++breakers;
+    EXPECT_TRUE(absl::EndsWith(line, " 0")) << line;
+  }
+  EXPECT_EQ(breakers, 3);
+  // Cancelling through the gateway frees the workers' pages.
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 12; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("authorization", "Bearer sekret");
+      auto reader = stub->Generate(&ctx, Request("cancel " + std::to_string(i), 1000, 0, 1));
+      v1::GenerateResponse resp;
+      int n = 0;
+      while (reader->Read(&resp) && n < 3 + i) n += resp.tokens().tokens_size();
+      ctx.TryCancel();
+      (void)reader->Finish();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& w : pool.workers) {
+    v1::Load load;
+    for (int i = 0; i < 100; ++i) {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(w->Worker()->GetLoad(&ctx, {}, &load).ok());
+      if (load.kv_pages_used() == 0 && load.running() == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(load.kv_pages_used(), 0u) << w->target();
+    EXPECT_EQ(load.state_slots_used(), 0u) << w->target();
+  }
+}
+
+TEST(Gateway, DnsDiscoveryAndDrain) {
+  WorkerProcess a;
+  ASSERT_TRUE(a.ok());
+  // A DNS name (here localhost) re-resolved into worker addresses, as a headless service is.
+  const std::string port = std::to_string(a.grpc_port());
+  std::vector<std::string> argv = {WALSH_GATEWAY_BIN,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--metrics-listen",
+                                   "127.0.0.1:0",
+                                   "--workers-dns",
+                                   "localhost:" + port,
+                                   "--dns-interval-ms",
+                                   "200",
+                                   "--poll-interval-ms",
+                                   "100",
+                                   "--drain-grace-seconds",
+                                   "10"};
+  ChildProcess gw(argv);
+  auto listening = gw.WaitForStderrLine(
+      [](const std::string& l) { return l.find("\"event\":\"listening\"") != std::string::npos; },
+      std::chrono::seconds(20));
+  ASSERT_TRUE(listening.has_value());
+  ASSERT_TRUE(gw.WaitForStderrLine(
+                    [](const std::string& l) {
+                      return l.find("\"event\":\"serving\"") != std::string::npos;
+                    },
+                    std::chrono::seconds(20))
+                  .has_value())
+      << gw.stderr_text();
+  const nlohmann::json j = nlohmann::json::parse(*listening);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(j["grpc_port"].get<int>()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Generator::NewStub(channel);
+  const Routed r = RunRouted(*stub, Request("via dns", 4, 0, 1));
+  ASSERT_TRUE(r.result.status.ok()) << r.result.status.error_message();
+  EXPECT_EQ(r.worker, "127.0.0.1:" + port);
+  // SIGTERM: NOT_SERVING, in-flight streams finish, exit 0.
+  std::vector<Routed> results(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] { results[i] = RunRouted(*stub, Request("drain", 300, 0, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  gw.Signal(SIGTERM);
+  for (auto& t : threads) t.join();
+  for (const Routed& res : results) {
+    EXPECT_TRUE(res.result.status.ok()) << res.result.status.error_message();
+    EXPECT_EQ(res.result.ids.size(), 300u);
+  }
+  EXPECT_EQ(gw.Wait(std::chrono::seconds(15)), 0) << gw.stderr_text();
+}
+
+TEST(CircuitBreaker, OpensHalfOpensAndCloses) {
+  CircuitBreaker b(3, std::chrono::milliseconds(50));
+  EXPECT_TRUE(b.Allow());
+  b.RecordFailure();
+  b.RecordFailure();
+  EXPECT_EQ(b.state(), CircuitBreaker::State::kClosed);
+  b.RecordFailure();
+  EXPECT_EQ(b.state(), CircuitBreaker::State::kOpen);
+  EXPECT_FALSE(b.Allow());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_TRUE(b.Allow());   // the one trial
+  EXPECT_FALSE(b.Allow());  // no second trial while it runs
+  b.RecordFailure();        // the trial failed: open again
+  EXPECT_EQ(b.state(), CircuitBreaker::State::kOpen);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_TRUE(b.Allow());
+  b.RecordSuccess();
+  EXPECT_EQ(b.state(), CircuitBreaker::State::kClosed);
+  EXPECT_TRUE(b.Allow());
+}
+
+TEST(Gateway, PythonAndNodeClientsWorkThroughIt) {
+  Pool pool;
+  GatewayProcess gw(pool.addresses);
+  ASSERT_TRUE(gw.WaitForWorkers(3));
+  const std::string proto = std::string(WALSH_SOURCE_DIR) + "/proto";
+  const std::string test_proto = std::string(WALSH_SOURCE_DIR) + "/tests/protos";
+  const auto py = testing::RunProcess(
+      {WALSH_PYTHON_BIN, std::string(WALSH_SOURCE_DIR) + "/tests/python/grpc_client.py",
+       gw.target(), proto, test_proto});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  const nlohmann::json pj = nlohmann::json::parse(py.out);
+  EXPECT_EQ(pj["ids"].size(), 8u);
+  EXPECT_EQ(pj["health"], "SERVING");
+  EXPECT_EQ(pj["tokenize"], pj["started_prompt_ids"]);
+  const auto node = testing::RunProcess(
+      {WALSH_NODE_BIN, std::string(WALSH_SOURCE_DIR) + "/tests/node/grpc_client.mjs", gw.target(),
+       proto, test_proto});
+  ASSERT_EQ(node.exit_code, 0) << node.err;
+  const nlohmann::json nj = nlohmann::json::parse(node.out);
+  EXPECT_EQ(nj["ids"].size(), 8u);
+  EXPECT_NE(nj["bad"].get<std::string>().find("stopping.max_tokens"), std::string::npos);
+  const auto services = nj["services"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(services.begin(), services.end(), "walsh.v1.Generator"), services.end());
+  // Same tokens as straight from a worker.
+  v1::GenerateRequest req;
+  req.set_text("Hello from Node");
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_stopping()->set_max_tokens(8);
+  req.mutable_stopping()->set_ignore_eos(true);
+  EXPECT_EQ(RunGenerate(*pool.workers[1]->Generator(), req).ids,
+            nj["ids"].get<std::vector<int32_t>>());
+}
+
+}  // namespace
+}  // namespace walsh
