@@ -118,7 +118,7 @@ int Run(int argc, char** argv) {
     while (!stop) {
       const bool serving = !draining && !pool.Candidates().empty();
       if (serving != last || first) {
-        server->GetHealthCheckService()->SetServingStatus(serving);
+        server->GetHealthCheckService()->SetServingStatus("", serving);
         server->GetHealthCheckService()->SetServingStatus("walsh.v1.Generator", serving);
         LogJson("info", serving ? "serving" : "not_serving",
                 {{"workers", pool.Candidates().size()}});
@@ -133,7 +133,7 @@ int Run(int argc, char** argv) {
   sigwait(&signals, &sig);
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", drain_grace_seconds}});
   draining = true;
-  server->GetHealthCheckService()->SetServingStatus(false);
+  server->GetHealthCheckService()->SetServingStatus("", false);
   server->GetHealthCheckService()->SetServingStatus("walsh.v1.Generator", false);
   service->StartDraining();
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(drain_grace_seconds);

@@ -2,6 +2,7 @@
 //   walsh-cli generate --target HOST:PORT (--prompt TEXT | --messages JSON | --tokens IDS) [...]
 //   walsh-cli info --target HOST:PORT
 //   walsh-cli load --target HOST:PORT
+//   walsh-cli health --target HOST:PORT   (exit 0 if SERVING: a container HEALTHCHECK)
 #include <cstdio>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "walsh/v1/generator.grpc.pb.h"
@@ -31,7 +33,7 @@ int Run(int argc, char** argv) {
   double temperature = -1, top_p = -1, timeout = 0;
   uint64_t seed = 0;
   bool has_seed_flag = false, ignore_eos = false, thinking = false;
-  FlagSet flags("walsh-cli generate|info|load --target HOST:PORT [generate flags]");
+  FlagSet flags("walsh-cli generate|info|load|health --target HOST:PORT [generate flags]");
   flags.String("target", &target, "server address");
   flags.String("prompt", &prompt, "prompt text");
   flags.String("messages", &messages, "chat messages as JSON [{\"role\":..,\"content\":..}]");
@@ -70,6 +72,15 @@ int Run(int argc, char** argv) {
     if (!s.ok()) return FailStatus(s);
     std::printf("%s\n", info.DebugString().c_str());
     return 0;
+  }
+  if (command == "health") {
+    grpc::health::v1::HealthCheckResponse h;
+    if (timeout <= 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    grpc::Status s = grpc::health::v1::Health::NewStub(channel)->Check(&ctx, {}, &h);
+    if (!s.ok()) return FailStatus(s);
+    std::printf("%s\n",
+                grpc::health::v1::HealthCheckResponse::ServingStatus_Name(h.status()).c_str());
+    return h.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
   }
   if (command == "load") {
     v1::Load load;

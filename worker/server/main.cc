@@ -28,12 +28,14 @@ struct Flags {
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
   int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
+  std::string device = "cpu";
+  int64_t tp = 1;
 };
 
 void SetHealth(grpc::Server& server, bool serving) {
   grpc::HealthCheckServiceInterface* h = server.GetHealthCheckService();
   if (h == nullptr) return;
-  h->SetServingStatus(serving);
+  h->SetServingStatus("", serving);
   h->SetServingStatus("walsh.v1.Generator", serving);
   h->SetServingStatus("walsh.v1.Worker", serving);
 }
@@ -61,6 +63,8 @@ int Run(int argc, char** argv) {
   flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
   flags.Int("drain-grace-seconds", &f.drain_grace_seconds,
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
+  flags.String("device", &f.device, "cpu (cuda: not in this build yet)");
+  flags.Int("tp", &f.tp, "tensor-parallel ranks (only 1 in this build)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-worker: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -74,6 +78,15 @@ int Run(int argc, char** argv) {
       f.max_queue < 0 || f.kv_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
+    return 2;
+  }
+
+  if (f.device != "cpu" || f.tp != 1) {
+    std::fprintf(
+        stderr,
+        "walsh-worker: --device %s --tp %lld is not supported by this build: the CUDA "
+        "backend and tensor parallelism are not implemented yet (use --device cpu --tp 1)\n",
+        f.device.c_str(), static_cast<long long>(f.tp));
     return 2;
   }
 
@@ -104,6 +117,8 @@ int Run(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) return Fail("listen_failed", "cannot listen on " + f.listen);
   SetHealth(*server, false);
+  // "liveness": the process answers (Kubernetes livenessProbe); readiness is "".
+  server->GetHealthCheckService()->SetServingStatus("liveness", true);
   LogJson("info", "listening",
           {{"grpc_port", grpc_port}, {"metrics_port", (*metrics_server)->port()}});
 

@@ -1,0 +1,156 @@
+// Checks deploy/ offline: every kustomize overlay renders (kubectl kustomize), every rendered
+// object validates against the Kubernetes schemas (kubernetes-models; Prometheus Operator
+// CRDs with @kubernetes-models/prometheus-operator), the invariants that break deployments
+// silently hold, and the Dockerfiles lint clean and copy only what the build produces.
+//   node tests/node/k8s_check.mjs SOURCE_DIR BUILD_DIR
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import YAML from "yaml";
+
+const [src, build] = process.argv.slice(2);
+let passed = 0, failed = 0;
+const check = (ok, what) => {
+  if (ok) { passed++; } else { failed++; console.log(`FAIL ${what}`); }
+};
+
+const models = {
+  "v1/Service": "kubernetes-models/v1/Service",
+  "v1/ConfigMap": "kubernetes-models/v1/ConfigMap",
+  "v1/ServiceAccount": "kubernetes-models/v1/ServiceAccount",
+  "v1/PersistentVolumeClaim": "kubernetes-models/v1/PersistentVolumeClaim",
+  "apps/v1/Deployment": "kubernetes-models/apps/v1/Deployment",
+  "apps/v1/StatefulSet": "kubernetes-models/apps/v1/StatefulSet",
+  "policy/v1/PodDisruptionBudget": "kubernetes-models/policy/v1/PodDisruptionBudget",
+  "autoscaling/v2/HorizontalPodAutoscaler": "kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler",
+  "monitoring.coreos.com/v1/PodMonitor": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor",
+  "monitoring.coreos.com/v1/ServiceMonitor": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor",
+};
+
+const flag = (args, name) => {
+  const a = args.find((x) => x.startsWith(`--${name}=`));
+  return a === undefined ? undefined : a.slice(name.length + 3);
+};
+const portOf = (addr) => Number(addr.slice(addr.lastIndexOf(":") + 1));
+const qty = (v) => (v === undefined ? undefined : String(v));
+
+const overlays = readdirSync(path.join(src, "deploy/k8s/overlays"));
+for (const overlay of overlays) {
+  const dir = path.join(src, "deploy/k8s/overlays", overlay);
+  let rendered;
+  try {
+    rendered = execFileSync("kubectl", ["kustomize", dir], { encoding: "utf8" });
+    check(true, `${overlay}: renders`);
+  } catch (e) {
+    check(false, `${overlay}: kubectl kustomize failed: ${e.message}`);
+    continue;
+  }
+  const objects = YAML.parseAllDocuments(rendered).map((d) => d.toJS()).filter(Boolean);
+  for (const o of objects) {
+    const key = `${o.apiVersion}/${o.kind}`;
+    const mod = models[key];
+    if (!mod) { check(false, `${overlay}: no schema for ${key}`); continue; }
+    const { [o.kind]: Model } = await import(mod);
+    try {
+      new Model(o).validate();
+      check(true, `${overlay}: ${o.kind}/${o.metadata.name} valid`);
+    } catch (e) {
+      check(false, `${overlay}: ${o.kind}/${o.metadata.name} invalid: ${e.message}`);
+    }
+  }
+
+  const find = (kind, name) => objects.find((o) => o.kind === kind && o.metadata.name === name);
+  const worker = find("StatefulSet", "walsh-worker");
+  const gateway = find("Deployment", "walsh-gateway");
+  const headless = find("Service", "walsh-worker");
+  const gwService = find("Service", "walsh-gateway");
+  check(worker && gateway && headless && gwService, `${overlay}: worker, gateway and services present`);
+  if (!(worker && gateway && headless && gwService)) continue;
+  const config = find("ConfigMap", "walsh-config")?.data ?? {};
+  const expand = (args) => args.map((a) => a.replace(/\$\((\w+)\)/g, (_, v) => config[v] ?? `$(${v})`));
+
+  for (const [what, pod, grpcPort, metricsPort] of [["worker", worker, 50051, 9090], ["gateway", gateway, 8080, 9091]]) {
+    const spec = pod.spec.template.spec;
+    const c = spec.containers[0];
+    const args = expand(c.args);
+    const port = (n) => c.ports.find((p) => p.name === n)?.containerPort;
+    check(portOf(flag(args, "listen")) === port("grpc") && port("grpc") === grpcPort,
+          `${overlay}: ${what} --listen port equals its grpc containerPort`);
+    check(portOf(flag(args, "metrics-listen")) === port("metrics") && port("metrics") === metricsPort,
+          `${overlay}: ${what} --metrics-listen port equals its metrics containerPort`);
+    for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+      check(c[probe]?.grpc?.port === port("grpc"), `${overlay}: ${what} ${probe} is a gRPC probe on the health port`);
+    }
+    check(c.livenessProbe?.grpc?.service === "liveness" && !c.readinessProbe.grpc.service,
+          `${overlay}: ${what} liveness uses the "liveness" service, readiness the server's status`);
+    check(Number(pod.spec.template.metadata.annotations["prometheus.io/port"]) === port("metrics"),
+          `${overlay}: ${what} prometheus.io/port annotation is the metrics port`);
+    const grace = Number(flag(args, "drain-grace-seconds"));
+    check(spec.terminationGracePeriodSeconds >= grace + 5 && spec.terminationGracePeriodSeconds <= grace + 30,
+          `${overlay}: ${what} terminationGracePeriodSeconds (${spec.terminationGracePeriodSeconds}) matches --drain-grace-seconds ${grace} plus a margin`);
+    for (const k of ["cpu", "memory"]) {
+      check(qty(c.resources?.requests?.[k]) && qty(c.resources?.limits?.[k]), `${overlay}: ${what} sets ${k} requests and limits`);
+    }
+    check(spec.securityContext?.runAsNonRoot === true, `${overlay}: ${what} runs as non-root`);
+    check(spec.automountServiceAccountToken === false && spec.serviceAccountName === "walsh",
+          `${overlay}: ${what} uses the walsh service account without a token`);
+  }
+
+  // The gateway finds the workers through the headless service's DNS name.
+  const gwArgs = expand(gateway.spec.template.spec.containers[0].args);
+  const dns = flag(gwArgs, "workers-dns");
+  check(headless.spec.clusterIP === "None", `${overlay}: the worker service is headless`);
+  check(dns && dns.split(":")[0].split(".")[0] === headless.metadata.name,
+        `${overlay}: gateway --workers-dns (${dns}) names the headless service ${headless.metadata.name}`);
+  check(portOf(dns) === headless.spec.ports.find((p) => p.name === "grpc").port,
+        `${overlay}: gateway --workers-dns port is the worker service's grpc port`);
+  check(worker.spec.serviceName === headless.metadata.name, `${overlay}: the StatefulSet's serviceName is the headless service`);
+
+  // GPUs requested equal --tp; CPU workers ask for none.
+  const wc = worker.spec.template.spec.containers[0];
+  const wArgs = expand(wc.args);
+  const tp = Number(flag(wArgs, "tp"));
+  const gpus = wc.resources.limits?.["nvidia.com/gpu"];
+  if (flag(wArgs, "device") === "cuda") {
+    check(Number(gpus) === tp && Number(wc.resources.requests["nvidia.com/gpu"]) === tp,
+          `${overlay}: nvidia.com/gpu requests and limits (${gpus}) equal --tp ${tp}`);
+  } else {
+    check(gpus === undefined && tp === 1, `${overlay}: CPU workers request no GPU and run --tp 1`);
+  }
+  const mount = wc.volumeMounts.find((m) => m.mountPath === "/models");
+  check(mount?.readOnly === true && flag(wArgs, "model").startsWith("/models/"),
+        `${overlay}: the model is mounted read-only at /models and passed by flag`);
+}
+
+// The LeaderWorkerSet example parses (its CRD has no offline schema here).
+const lws = YAML.parse(readFileSync(path.join(src, "deploy/k8s/examples/leaderworkerset.yaml"), "utf8"));
+check(lws.kind === "LeaderWorkerSet", "examples/leaderworkerset.yaml parses");
+
+// Dockerfiles: lint, and every path copied from the build stage is something the build makes.
+const require = createRequire(import.meta.url);
+const lint = require.resolve("dockerfilelint/bin/dockerfilelint");
+for (const f of readdirSync(path.join(src, "deploy/docker")).filter((f) => f.endsWith(".Dockerfile"))) {
+  const file = path.join(src, "deploy/docker", f);
+  try {
+    execFileSync(process.execPath, [lint, file], { encoding: "utf8", cwd: src });
+    check(true, `${f}: dockerfilelint`);
+  } catch (e) {
+    check(false, `${f}: dockerfilelint: ${e.stdout}`);
+  }
+  const text = readFileSync(file, "utf8").replace(/\\\n/g, " ");
+  for (const line of text.split("\n")) {
+    const m = line.match(/^COPY\s+--from=build\s+(.*)$/);
+    if (!m) continue;
+    const parts = m[1].trim().split(/\s+/);
+    for (const p of parts.slice(0, -1)) {
+      const built = path.join(build, p.replace(/^\/build\//, ""));
+      check(existsSync(built), `${f}: COPY source ${p} is built (${built})`);
+    }
+  }
+  check(/^USER\s+\d+/m.test(text) && /^HEALTHCHECK/m.test(text), `${f}: non-root USER and a HEALTHCHECK`);
+  check(/--target/.test(text) && /-DWALSH_BUILD_TESTS=OFF/.test(text), `${f}: builds only the shipped targets`);
+}
+
+console.log(`k8s/docker checks: ${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
