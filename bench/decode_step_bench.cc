@@ -11,7 +11,8 @@
 namespace walsh {
 namespace {
 
-std::unique_ptr<Engine> MakeEngine(const std::string& format, int threads, int64_t* weight_bytes) {
+std::unique_ptr<Engine> MakeEngine(const std::string& format, int threads, int64_t* weight_bytes,
+                                   int tp = 1) {
   const std::string path =
       std::filesystem::temp_directory_path() /
       ("walsh-bench-small-" + format + "-" + std::to_string(::getpid()) + ".gguf");
@@ -28,7 +29,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& format, int threads, int64
   }
   auto bound = Model::Bind(std::move(*file));
   if (!bound.ok()) return nullptr;
-  auto engine = Engine::Create(std::move(*bound), {.threads = threads});
+  auto engine = Engine::Create(std::move(*bound), {.threads = threads, .tp = tp});
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
@@ -64,6 +65,36 @@ BENCHMARK(BM_DecodeStepSmall)
     ->Args({1, 1})
     ->Args({1, 2})
     ->ArgNames({"ptq1", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// args: tensor-parallel CPU ranks (one thread each)
+void BM_DecodeStepSmallTp(benchmark::State& state) {
+  int64_t weight_bytes = 0;
+  auto engine = MakeEngine("pq2_0", 1, &weight_bytes, static_cast<int>(state.range(0)));
+  if (!engine) {
+    state.SkipWithError("cannot build the small model");
+    return;
+  }
+  auto seq = engine->AddSequence();
+  std::vector<int32_t> prompt(64);
+  for (int i = 0; i < 64; ++i) prompt[i] = 300 + i;
+  (void)engine->Forward({{*seq, prompt}});
+  for (auto _ : state) {
+    if (!engine->Forward({{*seq, {7}}}).ok() ||
+        *engine->SequenceLength(*seq) >= engine->max_context() - 1) {
+      state.SkipWithError("decode failed");
+      break;
+    }
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DecodeStepSmallTp)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->ArgName("tp")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

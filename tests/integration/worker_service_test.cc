@@ -354,6 +354,41 @@ TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
   }
 }
 
+TEST(WorkerService, TensorParallelWorkerServesTheSameTokens) {
+  WorkerProcess one;
+  WorkerProcess four({"--tp", "4"});
+  ASSERT_TRUE(one.ok() && four.ok()) << four.process().stderr_text();
+  for (int i = 0; i < 4; ++i) {
+    const v1::GenerateRequest r =
+        Request("tensor parallel " + std::to_string(i), 20, i % 2 ? 0.0f : 0.7f, 7 + i);
+    const StreamResult a = RunGenerate(*one.Generator(), r);
+    const StreamResult b = RunGenerate(*four.Generator(), r);
+    ASSERT_TRUE(a.status.ok() && b.status.ok()) << b.status.error_message();
+    EXPECT_EQ(a.ids, b.ids);
+  }
+}
+
+TEST(WorkerService, AStalledRankTurnsTheWorkerNotServing) {
+  WorkerProcess w({"--tp", "2", "--debug-stall-rank", "1", "--collective-timeout-ms", "300"});
+  ASSERT_TRUE(w.ok()) << w.process().stderr_text();
+  grpc::Status failed = grpc::Status::OK;
+  for (int i = 0; i < 50 && failed.ok(); ++i) {
+    failed =
+        RunGenerate(*w.Generator(), Request("stall " + std::to_string(i), 30, 0.0f, std::nullopt))
+            .status;
+  }
+  EXPECT_FALSE(failed.ok());
+  bool not_serving = false;
+  for (int i = 0; i < 100 && !not_serving; ++i) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse h;
+    not_serving = w.Health()->Check(&ctx, {}, &h).ok() &&
+                  h.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(not_serving);
+}
+
 TEST(WorkerService, SigtermDrainsAndExitsZero) {
   WorkerProcess w({"--drain-grace-seconds", "5"});
   ASSERT_TRUE(w.ok());

@@ -12,6 +12,7 @@
 #include "kernels/ternary_codec_ref.h"
 #include "tools/inspect/model_summary.h"
 #include "worker/model/model_file.h"
+#include "worker/parallel/shard_plan.h"
 
 namespace {
 
@@ -54,12 +55,14 @@ int DecodeRow(const std::string& type, int64_t width) {
 
 int main(int argc, char** argv) {
   bool json = false;
+  int64_t tp = 0;
   std::string type;
   int64_t width = 0;
   walsh::FlagSet flags(
       "walsh-inspect [--json] FILE\n"
       "       walsh-inspect decode-row --type pq2_0|ptq1_0 --width N < blocks > row.f32");
   flags.Bool("json", &json, "print the summary as JSON");
+  flags.Int("tp", &tp, "print the tensor-parallel shard plan for this many ranks");
   flags.String("type", &type, "decode-row: block type, pq2_0 or ptq1_0");
   flags.Int("width", &width, "decode-row: row width in weights (a multiple of 128)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
@@ -82,6 +85,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "walsh-inspect: refused: %s\n",
                  std::string(model.status().message()).c_str());
     return 1;
+  }
+  if (tp > 0) {
+    std::fputs(walsh::ShardPlan::Build(*model, static_cast<int>(tp)).DebugString().c_str(), stdout);
+    return 0;
   }
   const std::string out = json ? walsh::ModelSummaryJson(*model) : walsh::ModelSummaryText(*model);
   std::fputs(out.c_str(), stdout);

@@ -60,6 +60,8 @@ int Run(int argc, char** argv) {
   double presence_penalty = 0.0, frequency_penalty = 0.0;
   uint64_t seed = 0;
   bool ignore_eos = false, thinking = false, no_activation_quant = false;
+  int64_t tp = 1;
+  std::string device = "cpu";
   FlagSet flags(
       "walsh-run --model FILE (--prompt TEXT | --messages JSON | --tokens ID,ID,...) "
       "[--max-tokens N] [--temperature T] [--seed S] [--ignore-eos] [--threads N] "
@@ -84,6 +86,8 @@ int Run(int argc, char** argv) {
   flags.Bool("thinking", &thinking, "with --messages: leave thinking on (no empty <think> block)");
   flags.Int("logprobs", &logprobs, "with --output json: top-N log-probabilities per token");
   flags.Int("threads", &threads, "CPU threads");
+  flags.Int("tp", &tp, "tensor-parallel ranks (in-process CPU ranks)");
+  flags.String("device", &device, "cpu (cuda: not in this build yet)");
   flags.Int("max-context", &max_context, "context limit (0: the model's)");
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.String("output", &output, "text | ids | json");
@@ -104,6 +108,8 @@ int Run(int argc, char** argv) {
   if (output != "text" && output != "ids" && output != "json") {
     return Fail(kUsage, "--output must be text, ids or json");
   }
+  if (device != "cpu") return Fail(kUsage, "--device " + device + ": only cpu in this build");
+  if (tp < 1 || tp > 64) return Fail(kUsage, "--tp must be 1..64");
   if (max_tokens < 0 || threads < 1 || prefill_chunk < 1) {
     return Fail(kUsage, "--max-tokens must be >= 0, --threads and --prefill-chunk >= 1");
   }
@@ -156,6 +162,7 @@ int Run(int argc, char** argv) {
   opts.state_slots = 1;
   opts.kv_pages = (static_cast<int64_t>(prompt_ids.size()) + max_tokens) / opts.page_size + 2;
   opts.quantize_activations = !no_activation_quant;
+  opts.tp = static_cast<int>(tp);
   auto engine = Engine::Create(std::move(*bound), opts);
   if (!engine.ok()) return Fail(kModelError, std::string(engine.status().message()));
   std::fprintf(stderr,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -66,6 +68,72 @@ class Engine::ProjectionInput {
   std::vector<Q8Block128> q8_[6];
 };
 
+// Ranks 1..N-1 of a tensor-parallel group, each a thread that computes its rows of every
+// projection and joins the all-gather; rank 0 is the calling thread.
+class Engine::TpRanks {
+ public:
+  TpRanks(int ranks, CpuCommunicator* comm, std::chrono::milliseconds timeout, int stall_rank)
+      : comm_(comm), timeout_(timeout), stall_rank_(stall_rank) {
+    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, r] { Loop(r); });
+  }
+  ~TpRanks() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Every rank runs work(rank) on its rows, then all meet in the all-gather.
+  absl::Status Run(const std::function<void(int)>& work) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      work_ = &work;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work(0);
+    return comm_->AllGatherInPlace(0, nullptr, {}, {}, timeout_);
+  }
+
+ private:
+  void Loop(int rank) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* work;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        work = work_;
+      }
+      if (rank == stall_rank_ && ++served_ > kStallAfter) {
+        std::this_thread::sleep_for(timeout_ * 2);  // a stalled rank (tests)
+        continue;
+      }
+      (*work)(rank);
+      (void)comm_->AllGatherInPlace(rank, nullptr, {}, {}, timeout_);
+    }
+  }
+
+  // The stalled test rank answers this many collectives first (a worker's canary step).
+  static constexpr int kStallAfter = 200;
+  CpuCommunicator* comm_;
+  std::chrono::milliseconds timeout_;
+  int stall_rank_;
+  int served_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void(int)>* work_ = nullptr;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+Engine::~Engine() = default;
+
 struct Engine::Scratch {
   std::vector<float> a, b, x1, x2, x3, x4, x5;
 };
@@ -97,11 +165,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
                                                    " bytes holds no slot (a slot is ", slot_bytes,
                                                    " bytes)"));
   }
+  if (options.tp < 1 || options.tp > 64) return absl::InvalidArgumentError("tp must be 1..64");
   if (options.isa && !CpuSupports(*options.isa)) {
     return absl::InvalidArgumentError(
         absl::StrCat("this CPU does not support the ", CpuIsaName(*options.isa), " kernels"));
   }
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, pages, slots));
+  if (options.tp > 1) {
+    engine->comm_ = std::make_unique<CpuCommunicator>(options.tp);
+    engine->plan_ =
+        std::make_unique<ShardPlan>(ShardPlan::Build(engine->model_->file(), options.tp));
+    engine->ranks_ = std::make_unique<TpRanks>(
+        options.tp, engine->comm_.get(), options.collective_timeout, options.debug_stall_rank);
+  }
   if (!engine->kv_.allocated() || !engine->states_.allocated()) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", options.kv_cache_bytes,
                                                      " bytes of KV cache and ", options.state_bytes,
@@ -175,6 +251,23 @@ absl::Status Engine::Project(const Projection& p, ProjectionInput& in, float* y)
   const Transform t = RequiredTransform(p);
   RETURN_IF_ERROR(CheckTransform(p, t));
   const int64_t rows = p.w.rows, n = in.n_tokens();
+  if (ranks_ != nullptr) {
+    const WeightShards* shards = plan_->Find(p.name);
+    if (shards == nullptr)
+      return absl::InternalError(absl::StrCat("no shard plan for '", p.name, "'"));
+    const Q8Block128* xq = options_.quantize_activations ? in.GetQ8(t, p, *this) : nullptr;
+    const float* xf = options_.quantize_activations ? nullptr : in.Get(t, p, *this);
+    const std::function<void(int)> work = [&](int rank) {
+      const RowRange r = shards->ranks[rank];
+      if (r.size() == 0) return;
+      if (xq != nullptr) {
+        TernaryMatMulQ8(isa_, p.w, xq, n, y, rows, r.begin, r.end);
+      } else {
+        TernaryMatMulF32(p.w, xf, n, y, rows, r.begin, r.end);
+      }
+    };
+    return ranks_->Run(work);
+  }
   const int64_t grain = std::max<int64_t>(8, rows / (pool_.threads() * 8));
   if (options_.quantize_activations) {
     const Q8Block128* x = in.GetQ8(t, p, *this);

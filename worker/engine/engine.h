@@ -9,6 +9,7 @@
 #ifndef WALSH_WORKER_ENGINE_ENGINE_H_
 #define WALSH_WORKER_ENGINE_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +22,8 @@
 #include "worker/engine/kv_page_pool.h"
 #include "worker/engine/model.h"
 #include "worker/engine/state_slot_pool.h"
+#include "worker/parallel/cpu_communicator.h"
+#include "worker/parallel/shard_plan.h"
 
 namespace walsh {
 
@@ -36,6 +39,11 @@ struct EngineOptions {
   // a test/debug mode: fp32 activations against the decoded weights.
   bool quantize_activations = true;
   std::optional<CpuIsa> isa;  // default: the best this CPU supports
+  // Tensor parallelism over in-process CPU ranks (one thread each): every projection is split
+  // by output rows per worker/parallel/shard_plan.h, and the parts are all-gathered.
+  int tp = 1;
+  std::chrono::milliseconds collective_timeout{10000};
+  int debug_stall_rank = -1;  // tests: this rank stops answering after 200 collectives
 };
 
 using SequenceId = int64_t;
@@ -89,6 +97,10 @@ class Engine {
   enum class Transform { kPlain, kRotated, kPermutedRotated };
   static Transform RequiredTransform(const Projection& p);
   absl::Status CheckTransform(const Projection& p, Transform applied) const;
+  int tp() const { return options_.tp; }
+  // A collective failed (a rank stalled or died): the group is broken and every later step
+  // fails; the server reports NOT_SERVING.
+  bool broken() const { return comm_ != nullptr && comm_->broken(); }
 
  private:
   struct Sequence {
@@ -98,6 +110,7 @@ class Engine {
   };
   class ProjectionInput;
   struct Scratch;
+  class TpRanks;
 
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, int64_t pages, int64_t slots);
 
@@ -120,6 +133,12 @@ class Engine {
   StateSlotPool states_;
   absl::flat_hash_map<SequenceId, Sequence> sequences_;
   SequenceId next_id_ = 1;
+  std::unique_ptr<CpuCommunicator> comm_;
+  std::unique_ptr<ShardPlan> plan_;
+  std::unique_ptr<TpRanks> ranks_;
+
+ public:
+  ~Engine();
 };
 
 }  // namespace walsh

@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Bind(ModelFile file) {
   if (m->contract().tied_output) {
     // Version 2: the embedding table doubles as the folded LM head.
     ASSIGN_OR_RETURN(m->output_.w, Ternary(g, "token_embd.weight"));
-    m->output_.name = "token_embd.weight (tied head)";
+    m->output_.name = "token_embd.weight (head)";
     m->output_.folded = true;
     m->output_.signs = m->embd_signs_;
   } else {

@@ -61,6 +61,7 @@ class Model {
   const Qwen35Config& config() const { return file_.config; }
   const PrismContract& contract() const { return file_.contract; }
   const GgufFile& gguf() const { return *file_.gguf; }
+  const ModelFile& file() const { return file_; }
 
   const TernaryWeights& token_embd() const { return token_embd_; }
   bool embd_rotated() const { return embd_rotated_; }  // rows stored as T(s ⊙ e)

@@ -2,6 +2,7 @@
 // reflection and Prometheus metrics.
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -30,6 +31,8 @@ struct Flags {
   int64_t drain_grace_seconds = 30;
   std::string device = "cpu";
   int64_t tp = 1;
+  int64_t collective_timeout_ms = 10000;
+  int64_t debug_stall_rank = -1;
 };
 
 void SetHealth(grpc::Server& server, bool serving) {
@@ -64,7 +67,10 @@ int Run(int argc, char** argv) {
   flags.Int("drain-grace-seconds", &f.drain_grace_seconds,
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
   flags.String("device", &f.device, "cpu (cuda: not in this build yet)");
-  flags.Int("tp", &f.tp, "tensor-parallel ranks (only 1 in this build)");
+  flags.Int("tp", &f.tp, "tensor-parallel ranks (in-process CPU ranks with --device cpu)");
+  flags.Int("collective-timeout-ms", &f.collective_timeout_ms,
+            "a tensor-parallel collective slower than this fails the step and the worker");
+  flags.Int("debug-stall-rank", &f.debug_stall_rank, "tests only: this rank stops answering");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-worker: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -81,12 +87,11 @@ int Run(int argc, char** argv) {
     return 2;
   }
 
-  if (f.device != "cpu" || f.tp != 1) {
-    std::fprintf(
-        stderr,
-        "walsh-worker: --device %s --tp %lld is not supported by this build: the CUDA "
-        "backend and tensor parallelism are not implemented yet (use --device cpu --tp 1)\n",
-        f.device.c_str(), static_cast<long long>(f.tp));
+  if (f.device != "cpu" || f.tp < 1 || f.tp > 64) {
+    std::fprintf(stderr,
+                 "walsh-worker: --device %s --tp %lld is not supported by this build: the CUDA "
+                 "backend is not implemented yet (use --device cpu and --tp 1..64)\n",
+                 f.device.c_str(), static_cast<long long>(f.tp));
     return 2;
   }
 
@@ -146,6 +151,9 @@ int Run(int argc, char** argv) {
   eo.kv_cache_bytes = f.kv_cache_mb << 20;
   eo.state_bytes = f.state_mb << 20;
   eo.max_context = context;
+  eo.tp = static_cast<int>(f.tp);
+  eo.collective_timeout = std::chrono::milliseconds(f.collective_timeout_ms);
+  eo.debug_stall_rank = static_cast<int>(f.debug_stall_rank);
   auto engine = Engine::Create(std::move(*bound), eo);
   if (!engine.ok()) return Fail("engine_failed", std::string(engine.status().message()));
   {
@@ -171,8 +179,24 @@ int Run(int argc, char** argv) {
            {"load_seconds",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
 
+  // A broken tensor-parallel group (a rank stalled past the collective timeout) cannot serve:
+  // NOT_SERVING, so the gateway routes elsewhere and Kubernetes replaces the pod.
+  std::atomic<bool> stop_watch{false};
+  std::thread watch([&] {
+    while (!stop_watch) {
+      if ((*engine)->broken()) {
+        SetHealth(*server, false);
+        LogJson("error", "tp_group_broken", {{"error", "a collective timed out; not serving"}});
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
   int sig = 0;
   sigwait(&signals, &sig);
+  stop_watch = true;
+  watch.join();
   // Drain: NOT_SERVING first, stop admitting, let in-flight streams finish within the grace.
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", f.drain_grace_seconds}});
   SetHealth(*server, false);

@@ -1,0 +1,77 @@
+#include "worker/parallel/cpu_communicator.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace walsh {
+
+CpuCommunicator::CpuCommunicator(int ranks) : ranks_(ranks), slots_(ranks, nullptr) {}
+
+bool CpuCommunicator::broken() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return broken_;
+}
+
+absl::Status CpuCommunicator::Barrier(int rank, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (broken_)
+    return absl::UnavailableError("tensor-parallel group is broken by an earlier timeout");
+  const uint64_t gen = generation_;
+  if (++arrived_ == ranks_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  if (!cv_.wait_for(l, timeout, [&] { return generation_ != gen || broken_; })) {
+    broken_ = true;
+    cv_.notify_all();
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", rank, ": a collective did not complete within ", timeout.count(),
+                     " ms (", arrived_, " of ", ranks_, " ranks arrived)"));
+  }
+  if (broken_ && generation_ == gen) {
+    return absl::UnavailableError("tensor-parallel group is broken by a timeout on another rank");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuCommunicator::AllGatherInPlace(int rank, float*, const std::vector<size_t>&,
+                                               const std::vector<size_t>&,
+                                               std::chrono::milliseconds timeout) {
+  // The ranks share the buffer: once all have written their parts, everyone sees all of them.
+  return Barrier(rank, timeout);
+}
+
+absl::Status CpuCommunicator::AllReduceSum(int rank, float* buffer, size_t count,
+                                           std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    slots_[rank] = buffer;
+  }
+  if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
+  if (rank == 0) {
+    scratch_.assign(count, 0.0f);
+    for (int r = 0; r < ranks_; ++r) {
+      const float* b = static_cast<const float*>(slots_[r]);
+      for (size_t i = 0; i < count; ++i) scratch_[i] += b[i];
+    }
+  }
+  if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
+  std::memcpy(buffer, scratch_.data(), count * sizeof(float));
+  return Barrier(rank, timeout);
+}
+
+absl::Status CpuCommunicator::Broadcast(int rank, int root, void* buffer, size_t bytes,
+                                        std::chrono::milliseconds timeout) {
+  if (rank == root) {
+    std::lock_guard<std::mutex> l(mu_);
+    slots_[root] = buffer;
+  }
+  if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
+  if (rank != root && buffer != slots_[root]) std::memcpy(buffer, slots_[root], bytes);
+  return Barrier(rank, timeout);
+}
+
+}  // namespace walsh
