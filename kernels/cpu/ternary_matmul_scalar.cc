@@ -12,25 +12,15 @@ namespace walsh {
 void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
                            int64_t y_stride, int64_t row_begin, int64_t row_end) {
   const int64_t nb = w.cols / kTernaryBlockElems;
-  const bool pq2 = w.ggml_type == 142;
   const Q8Layout layout = Q8LayoutFor(w.ggml_type);
-  const size_t block_bytes = pq2 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
+  const size_t block_bytes = TernaryBlockBytes(w.ggml_type);
   uint8_t codes[kTernaryBlockElems];
   std::vector<float> acc(n_tokens);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = w.data + r * nb * block_bytes;
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
-      float dw;
-      if (pq2) {
-        const auto& blk = reinterpret_cast<const block_pq2_0*>(row)[b];
-        UnpackBlockPq2_0(blk, codes);
-        dw = Fp16ToFloat(blk.d);
-      } else {
-        const auto& blk = reinterpret_cast<const block_ptq1_0*>(row)[b];
-        UnpackBlockPtq1_0(blk, codes);
-        dw = Fp16ToFloat(blk.d);
-      }
+      const float dw = UnpackTernaryBlock(w.ggml_type, row, b, codes);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const Q8Block128& xb = x[t * nb + b];
         int32_t isum[4] = {0, 0, 0, 0};

@@ -140,9 +140,8 @@ void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string&
 }
 
 void Scheduler::DropFinished() {
-  // Called with mu_ held.
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    ActiveRequest& r = **it;
+  // Called with mu_ held. Ends what was cancelled, expired, or swept by CancelAll.
+  auto ended = [&](ActiveRequest& r) {
     if (cancel_all_) {
       EndWithStatus(r, cancel_all_status_, "cancelled");
     } else if (r.cancelled) {
@@ -151,26 +150,12 @@ void Scheduler::DropFinished() {
       EndWithStatus(r, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"),
                     "cancelled");
     } else {
-      ++it;
-      continue;
+      return false;
     }
-    it = waiting_.erase(it);
-  }
-  for (auto it = running_.begin(); it != running_.end();) {
-    ActiveRequest& r = **it;
-    if (cancel_all_) {
-      EndWithStatus(r, cancel_all_status_, "cancelled");
-    } else if (r.cancelled) {
-      EndWithStatus(r, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"), "cancelled");
-    } else if (Expired(r)) {
-      EndWithStatus(r, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"),
-                    "cancelled");
-    } else {
-      ++it;
-      continue;
-    }
-    it = running_.erase(it);
-  }
+    return true;
+  };
+  std::erase_if(waiting_, [&](const auto& r) { return ended(*r); });
+  std::erase_if(running_, [&](const auto& r) { return ended(*r); });
   cancel_all_ = false;
 }
 
