@@ -88,8 +88,7 @@ void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t 
   }
 }
 
-void GdnStep(const GdnLayerParams& p, const float* conv_in, const float* z, const float* alpha_raw,
-             const float* beta_raw, float* conv_state, float* S, float* u, float* out) {
+void GdnConvStep(const GdnLayerParams& p, const float* conv_in, float* conv_state, float* u) {
   const int64_t key_dim = p.n_k * p.hd, value_dim = p.n_v * p.hd;
   const int64_t conv_dim = 2 * key_dim + value_dim, taps = p.conv_kernel;
   // Causal depthwise conv; tap taps-1 multiplies the current input.
@@ -104,43 +103,49 @@ void GdnStep(const GdnLayerParams& p, const float* conv_in, const float* z, cons
     std::memmove(conv_state, conv_state + conv_dim, (taps - 2) * conv_dim * sizeof(float));
     std::memcpy(conv_state + (taps - 2) * conv_dim, conv_in, conv_dim * sizeof(float));
   }
-  float* q = u;
-  float* k = u + key_dim;
-  const float* v = u + 2 * key_dim;
   for (int64_t h = 0; h < p.n_k; ++h) {
-    L2NormInPlace(q + h * p.hd, p.hd, p.eps);
-    L2NormInPlace(k + h * p.hd, p.hd, p.eps);
+    L2NormInPlace(u + h * p.hd, p.hd, p.eps);
+    L2NormInPlace(u + key_dim + h * p.hd, p.hd, p.eps);
   }
+}
+
+void GdnHeadStep(const GdnLayerParams& p, const float* u, const float* z, const float* alpha_raw,
+                 const float* beta_raw, int64_t h, float* S, float* out) {
+  const int64_t key_dim = p.n_k * p.hd;
+  const int64_t kh = h % p.n_k;  // tiled value-head order
+  const float* qq = u + kh * p.hd;
+  const float* kk = u + key_dim + kh * p.hd;
+  const float* vv = u + 2 * key_dim + h * p.hd;
   const float out_scale = 1.0f / std::sqrt(static_cast<float>(p.hd));
-  for (int64_t h = 0; h < p.n_v; ++h) {
-    const int64_t kh = h % p.n_k;  // tiled value-head order
-    const float* kk = k + kh * p.hd;
-    const float* qq = q + kh * p.hd;
-    const float* vv = v + h * p.hd;
-    const float beta = Sigmoid(beta_raw[h]);
-    const float decay = std::exp(Softplus(alpha_raw[h] + p.dt_bias[h]) * p.ssm_a[h]);
-    float* Sh = S + h * p.hd * p.hd;
-    float* o = out + h * p.hd;
-    for (int64_t j = 0; j < p.hd; ++j) {
-      float* Sj = Sh + j * p.hd;
-      float pred = 0.0f;
-      for (int64_t i = 0; i < p.hd; ++i) {
-        Sj[i] *= decay;
-        pred += Sj[i] * kk[i];
-      }
-      const float delta = beta * (vv[j] - pred);
-      float acc = 0.0f;
-      for (int64_t i = 0; i < p.hd; ++i) {
-        Sj[i] += delta * kk[i];
-        acc += Sj[i] * qq[i];
-      }
-      o[j] = out_scale * acc;
+  const float beta = Sigmoid(beta_raw[h]);
+  const float decay = std::exp(Softplus(alpha_raw[h] + p.dt_bias[h]) * p.ssm_a[h]);
+  float* Sh = S + h * p.hd * p.hd;
+  float* o = out + h * p.hd;
+  for (int64_t j = 0; j < p.hd; ++j) {
+    float* Sj = Sh + j * p.hd;
+    float pred = 0.0f;
+    for (int64_t i = 0; i < p.hd; ++i) {
+      Sj[i] *= decay;
+      pred += Sj[i] * kk[i];
     }
-    // Gated RMSNorm with the shared head-width weight.
-    RmsNorm(o, p.norm_w, p.hd, p.eps, o);
-    const float* zh = z + h * p.hd;
-    for (int64_t j = 0; j < p.hd; ++j) o[j] *= Silu(zh[j]);
+    const float delta = beta * (vv[j] - pred);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < p.hd; ++i) {
+      Sj[i] += delta * kk[i];
+      acc += Sj[i] * qq[i];
+    }
+    o[j] = out_scale * acc;
   }
+  // Gated RMSNorm with the shared head-width weight.
+  RmsNorm(o, p.norm_w, p.hd, p.eps, o);
+  const float* zh = z + h * p.hd;
+  for (int64_t j = 0; j < p.hd; ++j) o[j] *= Silu(zh[j]);
+}
+
+void GdnStep(const GdnLayerParams& p, const float* conv_in, const float* z, const float* alpha_raw,
+             const float* beta_raw, float* conv_state, float* S, float* u, float* out) {
+  GdnConvStep(p, conv_in, conv_state, u);
+  for (int64_t h = 0; h < p.n_v; ++h) GdnHeadStep(p, u, z, alpha_raw, beta_raw, h, S, out);
 }
 
 int64_t Argmax(const float* x, int64_t n) {

@@ -57,6 +57,12 @@ struct GdnLayerParams {
 void GdnStep(const GdnLayerParams& p, const float* conv_in, const float* z, const float* alpha_raw,
              const float* beta_raw, float* conv_state, float* S, float* scratch, float* out);
 
+// GdnStep in two parts, so the value heads can run in parallel: the conv window, SiLU and the
+// q/k L2 norms into `u` (conv_dim floats), then each head's delta rule and gated norm.
+void GdnConvStep(const GdnLayerParams& p, const float* conv_in, float* conv_state, float* u);
+void GdnHeadStep(const GdnLayerParams& p, const float* u, const float* z, const float* alpha_raw,
+                 const float* beta_raw, int64_t head, float* S, float* out);
+
 int64_t Argmax(const float* x, int64_t n);  // lowest index on ties
 
 }  // namespace walsh

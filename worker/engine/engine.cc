@@ -332,25 +332,29 @@ absl::Status Engine::AttentionLayer(const LayerWeights& L, const std::vector<int
     std::memcpy(kv_.V(pg, layer) + slot * kv_dim, s.x3.data() + t * kv_dim, kv_dim * sizeof(float));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<const float*> kp, vp;
-  for (int64_t t = 0; t < n; ++t) {
-    Sequence* sq = seqs[seq_of[t]];
-    kp.clear();
-    vp.clear();
-    for (int32_t pg : sq->pages) {
-      kp.push_back(kv_.K(pg, layer));
-      vp.push_back(kv_.V(pg, layer));
+  // Page tables per sequence, then every (token, head) pair in parallel: each reduces over its
+  // keys in position order on one thread, so the thread count never changes a bit.
+  std::vector<std::vector<const float*>> kp(seqs.size()), vp(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int32_t pg : seqs[i]->pages) {
+      kp[i].push_back(kv_.K(pg, layer));
+      vp[i].push_back(kv_.V(pg, layer));
     }
-    s.x5.resize(pos_of[t] + 1);
-    for (int64_t j = 0; j < nh; ++j) {
+  }
+  pool_.ParallelFor(n * nh, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    for (int64_t th = begin; th < end; ++th) {
+      const int64_t t = th / nh, j = th % nh;
+      scores.resize(pos_of[t] + 1);
       const float* q = s.x1.data() + t * q_rows + j * 2 * hd;
       const float* g = q + hd;
       float* u = s.x4.data() + t * nh * hd + j * hd;
-      const PagedKv kv{kp.data(), vp.data(), page, kv_dim, (j / group) * hd};  // blocked GQA
-      AttendOneHead(q, hd, kv, pos_of[t] + 1, scale, s.x5.data(), u);
+      const PagedKv kv{kp[seq_of[t]].data(), vp[seq_of[t]].data(), page, kv_dim,
+                       (j / group) * hd};  // blocked GQA
+      AttendOneHead(q, hd, kv, pos_of[t] + 1, scale, scores.data(), u);
       for (int64_t i = 0; i < hd; ++i) u[i] *= Sigmoid(g[i]);
     }
-  }
+  });
   ProjectionInput out_in(s.x4.data(), n, nh * hd);
   return Project(L.attn.o, out_in, mixer);
 }
@@ -379,9 +383,15 @@ absl::Status Engine::GdnLayer(const LayerWeights& L, const std::vector<int64_t>&
     DenseMatVec(L.gdn.alpha.ggml_type, L.gdn.alpha.data, nv, H, a + t * H, alpha);
     DenseMatVec(L.gdn.beta.ggml_type, L.gdn.beta.data, nv, H, a + t * H, beta);
     Sequence* sq = seqs[seq_of[t]];
-    GdnStep(params, s.x1.data() + t * conv_dim, s.x2.data() + t * inner, alpha, beta,
-            states_.Conv(sq->slot, L.cache_index), states_.Recurrent(sq->slot, L.cache_index),
-            s.x5.data(), s.x4.data() + t * inner);
+    // The recurrence runs token by token; within a token the value heads are independent.
+    GdnConvStep(params, s.x1.data() + t * conv_dim, states_.Conv(sq->slot, L.cache_index),
+                s.x5.data());
+    float* S = states_.Recurrent(sq->slot, L.cache_index);
+    const float* z = s.x2.data() + t * inner;
+    float* out = s.x4.data() + t * inner;
+    pool_.ParallelFor(nv, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) GdnHeadStep(params, s.x5.data(), z, alpha, beta, h, S, out);
+    });
   }
   ProjectionInput out_in(s.x4.data(), n, inner);
   return Project(L.gdn.out, out_in, mixer);
