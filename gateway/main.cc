@@ -10,6 +10,7 @@
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "common/termination_signals.h"
 #include "gateway/gateway_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -65,11 +66,8 @@ int Run(int argc, char** argv) {
     return 2;
   }
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  TerminationSignals signals;
+  signals.Block();
 
   WorkerPoolOptions po;
   for (absl::string_view w : absl::StrSplit(workers, ',', absl::SkipEmpty()))
@@ -129,8 +127,7 @@ int Run(int argc, char** argv) {
     }
   });
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = signals.Wait();
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", drain_grace_seconds}});
   draining = true;
   server->GetHealthCheckService()->SetServingStatus("", false);

@@ -13,6 +13,7 @@
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "common/termination_signals.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -95,12 +96,8 @@ int Run(int argc, char** argv) {
     return 2;
   }
 
-  // SIGTERM/SIGINT are taken by sigwait below, in this thread only.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  TerminationSignals signals;
+  signals.Block();
 
   MetricsRegistry registry;
   WorkerMetrics metrics(registry);
@@ -193,8 +190,7 @@ int Run(int argc, char** argv) {
     }
   });
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = signals.Wait();
   stop_watch = true;
   watch.join();
   // Drain: NOT_SERVING first, stop admitting, let in-flight streams finish within the grace.
