@@ -188,8 +188,11 @@ void Tokenizer::EncodePiece(const std::string& piece, std::vector<int32_t>& out)
 }
 
 std::vector<std::string> Tokenizer::Split(absl::string_view raw) const {
+  return SplitValidUtf8(SanitizeUtf8(raw));
+}
+
+std::vector<std::string> Tokenizer::SplitValidUtf8(const std::string& text) const {
   std::vector<std::string> pieces;
-  const std::string text = SanitizeUtf8(raw);
   if (text.empty()) return pieces;
   UErrorCode status = U_ZERO_ERROR;
   icu::UnicodeString normalized = icu_->nfc->normalize(icu::UnicodeString::fromUTF8(text), status);
@@ -209,7 +212,7 @@ std::vector<std::string> Tokenizer::Split(absl::string_view raw) const {
 }
 
 void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out) const {
-  for (const std::string& piece : Split(text)) EncodePiece(piece, out);
+  for (const std::string& piece : SplitValidUtf8(text)) EncodePiece(piece, out);
 }
 
 std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special) const {

@@ -45,7 +45,9 @@ class Tokenizer {
  private:
   Tokenizer();
   void EncodePiece(const std::string& piece, std::vector<int32_t>& out) const;
+  // `text` is already well-formed UTF-8 (Encode sanitized it once).
   void EncodeText(const std::string& text, std::vector<int32_t>& out) const;
+  std::vector<std::string> SplitValidUtf8(const std::string& text) const;
 
   std::string pre_;
   std::vector<std::string> tokens_;

@@ -108,6 +108,15 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   std::shared_ptr<GenerateReactor> self_;
 };
 
+// Why a unary call cannot be answered now (OK if it can).
+grpc::Status Unavailable(const ServiceContext& ctx, bool needs_tokenizer) {
+  if (!ctx.ready) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  if (needs_tokenizer && ctx.tokenizer == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer");
+  }
+  return grpc::Status::OK;
+}
+
 // A reactor that fails at once (validation errors, a full queue).
 class ErrorReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
@@ -186,12 +195,8 @@ grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
-  if (!ctx_->ready) {
-    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
-    return r;
-  }
-  if (ctx_->tokenizer == nullptr) {
-    r->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer"));
+  if (const grpc::Status s = Unavailable(*ctx_, /*needs_tokenizer=*/true); !s.ok()) {
+    r->Finish(s);
     return r;
   }
   for (int32_t id : ctx_->tokenizer->Encode(request->text())) response->add_ids(id);
@@ -203,12 +208,8 @@ grpc::ServerUnaryReactor* GeneratorService::Detokenize(grpc::CallbackServerConte
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
-  if (!ctx_->ready) {
-    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
-    return r;
-  }
-  if (ctx_->tokenizer == nullptr) {
-    r->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer"));
+  if (const grpc::Status s = Unavailable(*ctx_, /*needs_tokenizer=*/true); !s.ok()) {
+    r->Finish(s);
     return r;
   }
   std::vector<int32_t> ids;
@@ -230,8 +231,8 @@ grpc::ServerUnaryReactor* GeneratorService::GetModelInfo(grpc::CallbackServerCon
                                                          const v1::GetModelInfoRequest*,
                                                          v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
-  if (!ctx_->ready) {
-    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+  if (const grpc::Status s = Unavailable(*ctx_, /*needs_tokenizer=*/false); !s.ok()) {
+    r->Finish(s);
     return r;
   }
   *response = ctx_->model_info;
@@ -241,9 +242,9 @@ grpc::ServerUnaryReactor* GeneratorService::GetModelInfo(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* WorkerService::GetLoad(grpc::CallbackServerContext* context,
                                                  const v1::GetLoadRequest*, v1::Load* response) {
-  if (!ctx_->ready) {
+  if (const grpc::Status s = Unavailable(*ctx_, /*needs_tokenizer=*/false); !s.ok()) {
     grpc::ServerUnaryReactor* r = context->DefaultReactor();
-    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+    r->Finish(s);
     return r;
   }
   const SchedulerLoad load = ctx_->scheduler->Load();
