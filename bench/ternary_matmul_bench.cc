@@ -13,6 +13,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/float_convert.h"
 #include "kernels/ternary_codec_ref.h"
+#include "kernels/weight_format.h"
 
 namespace walsh {
 namespace {
@@ -22,41 +23,41 @@ struct Matrix {
   TernaryWeights w;
 };
 
-Matrix MakeMatrix(uint32_t type, int64_t rows, int64_t cols) {
+Matrix MakeMatrix(TernaryFormat format, int64_t rows, int64_t cols) {
   Matrix m;
-  const size_t block = type == 142 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
+  const size_t block = FormatTraits(format).block_bytes;
   m.bytes.resize(rows * cols / 128 * block);
   std::mt19937 gen(1);
   uint8_t codes[128];
   for (size_t b = 0; b < m.bytes.size() / block; ++b) {
     for (uint8_t& c : codes) c = gen() % 3;
-    if (type == 142) {
+    if (format == TernaryFormat::kPq2_0) {
       PackBlockPq2_0(codes, FloatToFp16(0.01f), reinterpret_cast<block_pq2_0*>(m.bytes.data()) + b);
     } else {
       PackBlockPtq1_0(codes, FloatToFp16(0.01f),
                       reinterpret_cast<block_ptq1_0*>(m.bytes.data()) + b);
     }
   }
-  m.w = {type, m.bytes.data(), rows, cols};
+  m.w = {format, m.bytes.data(), rows, cols};
   return m;
 }
 
 // args: type, rows, cols, isa, threads
 void BM_TernaryMatVec(benchmark::State& state) {
-  const uint32_t type = static_cast<uint32_t>(state.range(0));
+  const TernaryFormat format = static_cast<TernaryFormat>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2);
   const CpuIsa isa = static_cast<CpuIsa>(state.range(3));
   if (!CpuSupports(isa)) {
     state.SkipWithError("ISA not supported here");
     return;
   }
-  const Matrix m = MakeMatrix(type, rows, cols);
+  const Matrix m = MakeMatrix(format, rows, cols);
   std::vector<float> x(cols);
   std::mt19937 gen(2);
   std::normal_distribution<float> dist;
   for (float& v : x) v = dist(gen);
   std::vector<Q8Block128> q(cols / 128);
-  QuantizeRowQ8(x.data(), cols, Q8LayoutFor(type), q.data());
+  QuantizeRowQ8(x.data(), cols, Q8LayoutFor(format), q.data());
   std::vector<float> y(rows);
   ThreadPool pool(static_cast<int>(state.range(4)));
   for (auto _ : state) {
@@ -66,11 +67,12 @@ void BM_TernaryMatVec(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(m.bytes.size()));
-  state.SetLabel(std::string(type == 142 ? "PQ2_0 " : "PTQ1_0 ") + CpuIsaName(isa));
+  state.SetLabel(std::string(FormatTraits(format).name) + " " + CpuIsaName(isa));
 }
 
 void MatVecArgs(benchmark::internal::Benchmark* b) {
-  for (int type : {142, 143}) {
+  for (int type :
+       {static_cast<int>(TernaryFormat::kPq2_0), static_cast<int>(TernaryFormat::kPtq1_0)}) {
     for (auto [rows, cols] :
          {std::pair{17408, 5120}, std::pair{5120, 17408}, std::pair{5120, 6144}}) {
       for (int isa : {0, 1}) {

@@ -1,26 +1,32 @@
-// Exact scalar conversions between fp32 and the 16-bit float formats (IEEE fp16, bf16).
+// Exact scalar conversions between fp32 and the 16-bit float formats (IEEE fp16, bf16), for
+// the host and CUDA devices alike.
 #ifndef WALSH_KERNELS_FLOAT_CONVERT_H_
 #define WALSH_KERNELS_FLOAT_CONVERT_H_
 
-#include <cstdint>
-#include <cstring>
+#include <stdint.h>
+
+#include "kernels/host_device.h"
 
 namespace walsh {
 
-inline uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
+WALSH_HD uint32_t FloatBits(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } v{f};
+  return v.u;
 }
 
-inline float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+WALSH_HD float BitsFloat(uint32_t u) {
+  union {
+    uint32_t u;
+    float f;
+  } v{u};
+  return v.f;
 }
 
 // IEEE binary16 -> fp32, exact for every input including subnormals, inf and NaN.
-inline float Fp16ToFloat(uint16_t h) {
+WALSH_HD float Fp16ToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
   const uint32_t mant = h & 0x3ffu;
@@ -34,7 +40,7 @@ inline float Fp16ToFloat(uint16_t h) {
 }
 
 // fp32 -> IEEE binary16 with round-to-nearest-even; overflow gives inf, NaN stays NaN.
-inline uint16_t FloatToFp16(float f) {
+WALSH_HD uint16_t FloatToFp16(float f) {
   const uint32_t x = FloatBits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
@@ -59,10 +65,10 @@ inline uint16_t FloatToFp16(float f) {
   return sign | static_cast<uint16_t>(r);
 }
 
-inline float Bf16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
+WALSH_HD float Bf16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
 
 // fp32 -> bf16 with round-to-nearest-even; NaN stays NaN.
-inline uint16_t FloatToBf16(float f) {
+WALSH_HD uint16_t FloatToBf16(float f) {
   const uint32_t x = FloatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1)) >> 16);

@@ -5,7 +5,9 @@
 #ifndef WALSH_KERNELS_Q8_ACTIVATION_H_
 #define WALSH_KERNELS_Q8_ACTIVATION_H_
 
-#include <cstdint>
+#include <stdint.h>
+
+#include "kernels/host_device.h"
 
 namespace walsh {
 
@@ -26,7 +28,7 @@ struct Q8Block128 {
 void QuantizeRowQ8(const float* x, int64_t n, Q8Layout layout, Q8Block128* out);
 
 // Element index held at position i of a block's qs in `layout`.
-inline int Q8ElementAt(Q8Layout layout, int i) {
+WALSH_HD int Q8ElementAt(Q8Layout layout, int i) {
   return layout == Q8Layout::kNatural ? i : 4 * (i & 31) + (i >> 5);
 }
 

@@ -77,17 +77,6 @@ void UnpackBlockPtq1_0(const block_ptq1_0& block, uint8_t* trits) {
   }
 }
 
-float UnpackTernaryBlock(uint32_t ggml_type, const uint8_t* row, int64_t b, uint8_t* codes) {
-  if (ggml_type == 142) {
-    const block_pq2_0& blk = reinterpret_cast<const block_pq2_0*>(row)[b];
-    UnpackBlockPq2_0(blk, codes);
-    return Fp16ToFloat(blk.d);
-  }
-  const block_ptq1_0& blk = reinterpret_cast<const block_ptq1_0*>(row)[b];
-  UnpackBlockPtq1_0(blk, codes);
-  return Fp16ToFloat(blk.d);
-}
-
 void DequantizeRowPq2_0Ref(const block_pq2_0* blocks, float* out, int64_t n) {
   uint8_t codes[kBlock];
   for (int64_t b = 0; b < n / kBlock; ++b) {

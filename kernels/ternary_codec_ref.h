@@ -22,13 +22,6 @@ void PackBlockPtq1_0(const uint8_t* trits, uint16_t d_fp16, block_ptq1_0* out);
 // Unpacks the 128 trits of a PTQ1_0 block in element order.
 void UnpackBlockPtq1_0(const block_ptq1_0& block, uint8_t* trits);
 
-// Bytes of one block of ggml type 142 (PQ2_0) or 143 (PTQ1_0).
-inline size_t TernaryBlockBytes(uint32_t ggml_type) {
-  return ggml_type == 142 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
-}
-// Codes (0, 1, 2[, 3]) of block b of a packed row, in element order; returns the scale.
-float UnpackTernaryBlock(uint32_t ggml_type, const uint8_t* row, int64_t b, uint8_t* codes);
-
 // Row helpers: `n` must be a multiple of 128; `blocks` holds n / 128 blocks.
 void DequantizeRowPq2_0Ref(const block_pq2_0* blocks, float* out, int64_t n);
 void DequantizeRowPtq1_0Ref(const block_ptq1_0* blocks, float* out, int64_t n);

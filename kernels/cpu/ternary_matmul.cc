@@ -3,18 +3,9 @@
 #include <vector>
 
 #include "kernels/block_types.h"
-#include "kernels/float_convert.h"
-#include "kernels/ternary_codec_ref.h"
+#include "kernels/ternary_block_decode.h"
 
 namespace walsh {
-
-namespace {
-constexpr uint32_t kPq2_0 = 142;
-}  // namespace
-
-Q8Layout Q8LayoutFor(uint32_t ggml_type) {
-  return ggml_type == kPq2_0 ? Q8Layout::kPq2Planes : Q8Layout::kNatural;
-}
 
 void TernaryMatMulQ8(CpuIsa isa, const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
                      float* y, int64_t y_stride, int64_t row_begin, int64_t row_end) {
@@ -32,14 +23,13 @@ void TernaryMatMulQ8(CpuIsa isa, const TernaryWeights& w, const Q8Block128* x, i
 void TernaryMatMulF32(const TernaryWeights& w, const float* x, int64_t n_tokens, float* y,
                       int64_t y_stride, int64_t row_begin, int64_t row_end) {
   const int64_t nb = w.cols / kTernaryBlockElems;
-  const size_t block_bytes = TernaryBlockBytes(w.ggml_type);
   uint8_t codes[kTernaryBlockElems];
   std::vector<float> acc(n_tokens);
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = w.data + r * nb * block_bytes;
+    const uint8_t* row = w.data + r * w.row_bytes();
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
-      const float dw = UnpackTernaryBlock(w.ggml_type, row, b, codes);
+      const float dw = DecodeTernaryBlock(w.format, row, b, codes);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xb = x + t * w.cols + b * kTernaryBlockElems;
         float s = 0.0f;

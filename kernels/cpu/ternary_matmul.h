@@ -11,20 +11,12 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/q8_activation.h"
+#include "kernels/ternary_weights.h"
 
 namespace walsh {
 
-struct TernaryWeights {
-  uint32_t ggml_type = 0;  // 142 (PQ2_0) or 143 (PTQ1_0)
-  const uint8_t* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;  // a multiple of 128
-};
-
-Q8Layout Q8LayoutFor(uint32_t ggml_type);
-
 // y[t * y_stride + r] for r in [row_begin, row_end) and t < n_tokens; x holds n_tokens rows of
-// cols / 128 blocks, quantized in Q8LayoutFor(w.ggml_type).
+// cols / 128 blocks, quantized in Q8LayoutFor(w.format).
 void TernaryMatMulQ8(CpuIsa isa, const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
                      float* y, int64_t y_stride, int64_t row_begin, int64_t row_end);
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "kernels/block_types.h"
-#include "kernels/cpu/ternary_block_combine.h"
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/float_convert.h"
+#include "kernels/ternary_block_combine.h"
 
 namespace walsh {
 namespace {
@@ -149,10 +149,13 @@ void MatMulPtq1(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, 
 
 void TernaryMatMulQ8Avx2(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
                          int64_t y_stride, int64_t row_begin, int64_t row_end) {
-  if (w.ggml_type == 142) {
-    MatMulPq2(w, x, n_tokens, y, y_stride, row_begin, row_end);
-  } else {
-    MatMulPtq1(w, x, n_tokens, y, y_stride, row_begin, row_end);
+  switch (w.format) {
+    case TernaryFormat::kPq2_0:
+      MatMulPq2(w, x, n_tokens, y, y_stride, row_begin, row_end);
+      return;
+    case TernaryFormat::kPtq1_0:
+      MatMulPtq1(w, x, n_tokens, y, y_stride, row_begin, row_end);
+      return;
   }
 }
 

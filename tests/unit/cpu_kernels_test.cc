@@ -16,6 +16,7 @@
 #include "kernels/float_convert.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_codec_ref.h"
+#include "kernels/weight_format.h"
 
 namespace walsh {
 namespace {
@@ -31,13 +32,14 @@ std::vector<CpuIsa> FastIsas() {
 }
 
 // Random packed rows; PQ2_0 includes code 3 (+2d), which the container allows.
-std::vector<uint8_t> RandomWeights(uint32_t type, int64_t rows, int64_t cols, std::mt19937& gen) {
+std::vector<uint8_t> RandomWeights(TernaryFormat type, int64_t rows, int64_t cols,
+                                   std::mt19937& gen) {
   const int64_t nb = rows * cols / 128;
   std::vector<uint8_t> out;
   uint8_t codes[128];
   std::uniform_real_distribution<float> scale(0.001f, 0.1f);
   for (int64_t b = 0; b < nb; ++b) {
-    if (type == 142) {
+    if (type == TernaryFormat::kPq2_0) {
       for (uint8_t& c : codes) c = gen() % 4;
       block_pq2_0 blk;
       PackBlockPq2_0(codes, FloatToFp16(scale(gen)), &blk);
@@ -65,9 +67,9 @@ std::vector<float> RandomActivations(int64_t n, std::mt19937& gen) {
 TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
   std::mt19937 gen(11);
   ASSERT_FALSE(FastIsas().empty()) << "x86-64 without AVX2: nothing to compare";
-  for (uint32_t type : {142u, 143u}) {
+  for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
     for (int64_t cols : kWidths) {
-      SCOPED_TRACE(testing::Message() << "type " << type << " cols " << cols);
+      SCOPED_TRACE(testing::Message() << FormatTraits(type).name << " cols " << cols);
       const int64_t rows = 5, tokens = 3;
       const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
       const TernaryWeights tw{type, w.data(), rows, cols};
@@ -104,13 +106,13 @@ TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
 TEST(TernaryMatMul, F32PathEqualsDecodedDot) {
   std::mt19937 gen(5);
   const int64_t rows = 3, cols = 384;
-  for (uint32_t type : {142u, 143u}) {
+  for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
     const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
     const std::vector<float> x = RandomActivations(cols, gen);
     std::vector<float> y(rows), dec(cols);
     TernaryMatMulF32({type, w.data(), rows, cols}, x.data(), 1, y.data(), rows, 0, rows);
     for (int64_t r = 0; r < rows; ++r) {
-      if (type == 142) {
+      if (type == TernaryFormat::kPq2_0) {
         DequantizeRowPq2_0Ref(reinterpret_cast<const block_pq2_0*>(w.data()) + r * 3, dec.data(),
                               cols);
       } else {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/weight_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/ggml_types.h"
 
@@ -33,7 +34,7 @@ Totals Count(const ModelFile& m) {
     tt.bytes += info.n_bytes;
     t.all_elements += info.n_elements;
     t.all_bytes += info.n_bytes;
-    if (info.type == kGgmlPq2_0 || info.type == kGgmlPtq1_0) {
+    if (FindTernaryFormat(info.type) != nullptr) {
       t.ternary_elements += info.n_elements;
       t.ternary_bytes += info.n_bytes;
     }

@@ -11,6 +11,7 @@
 #include "kernels/float_convert.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_codec_ref.h"
+#include "kernels/weight_format.h"
 #include "tools/mkmodel/hf_tokenizer.h"
 #include "tools/mkmodel/real_signs.h"
 #include "tools/mkmodel/rng.h"
@@ -70,17 +71,22 @@ void GenerateTernaryRow(uint64_t tensor_seed, uint64_t row, int64_t n_in, const 
 
 uint8_t CodeAt(const TernaryRow& r, int64_t j) { return (r.words[j >> 5] >> (2 * (j & 31))) & 3; }
 
-void PackRow(const TernaryRow& r, uint32_t type, uint8_t* out) {
+void PackRow(const TernaryRow& r, TernaryFormat format, uint8_t* out) {
   const int64_t blocks = static_cast<int64_t>(r.scales.size());
   for (int64_t b = 0; b < blocks; ++b) {
-    if (type == kGgmlPq2_0) {
-      auto* blk = reinterpret_cast<block_pq2_0*>(out) + b;
-      blk->d = r.scales[b];
-      std::memcpy(blk->qs, &r.words[b * 4], 32);  // little-endian words are the qs layout
-    } else {
-      uint8_t trits[kBlock];
-      for (int j = 0; j < kBlock; ++j) trits[j] = CodeAt(r, b * kBlock + j);
-      PackBlockPtq1_0(trits, r.scales[b], reinterpret_cast<block_ptq1_0*>(out) + b);
+    switch (format) {
+      case TernaryFormat::kPq2_0: {
+        auto* blk = reinterpret_cast<block_pq2_0*>(out) + b;
+        blk->d = r.scales[b];
+        std::memcpy(blk->qs, &r.words[b * 4], 32);  // little-endian words are the qs layout
+        break;
+      }
+      case TernaryFormat::kPtq1_0: {
+        uint8_t trits[kBlock];
+        for (int j = 0; j < kBlock; ++j) trits[j] = CodeAt(r, b * kBlock + j);
+        PackBlockPtq1_0(trits, r.scales[b], reinterpret_cast<block_ptq1_0*>(out) + b);
+        break;
+      }
     }
   }
 }
@@ -120,9 +126,7 @@ std::vector<float> FloatTensorValues(uint64_t tensor_seed, const GgufTensorSpec&
   return v;
 }
 
-bool IsTernary(const GgufTensorSpec& spec) {
-  return spec.type == kGgmlPq2_0 || spec.type == kGgmlPtq1_0;
-}
+bool IsTernary(const GgufTensorSpec& spec) { return FindTernaryFormat(spec.type) != nullptr; }
 
 // Writes `bytes` rows at a time so multi-gigabyte tensors stream through a small buffer.
 absl::Status StreamRows(const GgufTensorSpec& spec, size_t row_bytes,
@@ -247,7 +251,7 @@ GgufWriter::TensorFiller SyntheticModel::PackedFiller() const {
           spec, row_bytes,
           [&](uint64_t r, uint8_t* out) {
             GenerateTernaryRow(seed, r, spec.ne[0], spec.name, &row);
-            PackRow(row, spec.type, out);
+            PackRow(row, FindTernaryFormat(spec.type)->format, out);
           },
           sink);
     }

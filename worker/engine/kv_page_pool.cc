@@ -4,10 +4,7 @@
 
 namespace walsh {
 
-KvPagePool::KvPagePool(int64_t pages, int64_t page_size, int64_t layers, int64_t kv_dim)
-    : pages_(pages), page_size_(page_size), layers_(layers), kv_dim_(kv_dim) {
-  storage_.reset(static_cast<float*>(
-      std::calloc(static_cast<size_t>(pages * layers * 2 * page_size * kv_dim), sizeof(float))));
+KvPagePool::KvPagePool(int64_t pages, int64_t page_size) : pages_(pages), page_size_(page_size) {
   for (int64_t p = pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
 

@@ -23,18 +23,34 @@ absl::StatusOr<const float*> F32(const GgufFile& g, const std::string& name) {
 
 absl::StatusOr<TernaryWeights> Ternary(const GgufFile& g, const std::string& name) {
   ASSIGN_OR_RETURN(const GgufTensorInfo* t, Tensor(g, name));
-  if (t->type != kGgmlPq2_0 && t->type != kGgmlPtq1_0) {
+  const TernaryFormatTraits* format = FindTernaryFormat(t->type);
+  if (format == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("tensor '", name, "' is ", GgmlTypeName(t->type),
                      "; the engine runs PQ2_0 and PTQ1_0 projections only"));
   }
-  return TernaryWeights{t->type, t->data, static_cast<int64_t>(t->ne[1]),
+  return TernaryWeights{format->format, t->data, static_cast<int64_t>(t->ne[1]),
                         static_cast<int64_t>(t->ne[0])};
 }
 
 absl::StatusOr<DenseWeight> Dense(const GgufFile& g, const std::string& name) {
   ASSIGN_OR_RETURN(const GgufTensorInfo* t, Tensor(g, name));
-  return DenseWeight{t->type, t->data, static_cast<int64_t>(t->ne[1]),
+  DenseFormat format;
+  switch (t->type) {
+    case kGgmlF32:
+      format = DenseFormat::kF32;
+      break;
+    case kGgmlF16:
+      format = DenseFormat::kF16;
+      break;
+    case kGgmlBf16:
+      format = DenseFormat::kBf16;
+      break;
+    default:
+      return absl::UnimplementedError(absl::StrCat("tensor '", name, "' is ", GgmlTypeName(t->type),
+                                                   "; the engine runs F32, F16 and BF16 here"));
+  }
+  return DenseWeight{format, t->data, static_cast<int64_t>(t->ne[1]),
                      static_cast<int64_t>(t->ne[0])};
 }
 

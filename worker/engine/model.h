@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/ternary_matmul.h"
+#include "kernels/ternary_weights.h"
+#include "kernels/token_ops.h"
 #include "worker/model/model_file.h"
 
 namespace walsh {
@@ -23,7 +24,7 @@ struct Projection {
 };
 
 struct DenseWeight {  // small unfolded projections (ssm_alpha / ssm_beta)
-  uint32_t ggml_type = 0;
+  DenseFormat format = DenseFormat::kF32;
   const void* data = nullptr;
   int64_t rows = 0, cols = 0;
 };
@@ -55,7 +56,7 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Binds every tensor; refuses a projection type the engine has no kernel for.
+  // Binds every tensor; refuses a tensor type the engine has no kernel for, naming it.
   static absl::StatusOr<std::unique_ptr<Model>> Bind(ModelFile file);
 
   const Qwen35Config& config() const { return file_.config; }

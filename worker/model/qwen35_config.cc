@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "kernels/weight_format.h"
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_writer.h"
 
@@ -193,7 +194,7 @@ namespace {
 bool TypeAllowed(TensorClass cls, uint32_t type) {
   switch (cls) {
     case TensorClass::kProjection:
-      return type == kGgmlPq2_0 || type == kGgmlPtq1_0 || type == kGgmlF32 || type == kGgmlF16 ||
+      return FindTernaryFormat(type) != nullptr || type == kGgmlF32 || type == kGgmlF16 ||
              type == kGgmlBf16;
     case TensorClass::kDenseProjection:
       return type == kGgmlF32 || type == kGgmlF16 || type == kGgmlBf16;

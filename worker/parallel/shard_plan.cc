@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/weight_format.h"
 #include "worker/model/ggml_types.h"
 
 namespace walsh {
@@ -30,7 +31,7 @@ ShardPlan ShardPlan::Build(const ModelFile& model, int ranks) {
   plan.ranks_ = ranks;
   const int64_t block = model.contract.block_size;
   for (const GgufTensorInfo& t : model.gguf->tensors()) {
-    const bool ternary = t.type == kGgmlPq2_0 || t.type == kGgmlPtq1_0;
+    const bool ternary = FindTernaryFormat(t.type) != nullptr;
     if (!ternary || t.name == "token_embd.weight" || t.ne.size() != 2) {
       plan.unsplit_bytes_ += t.n_bytes;
       continue;

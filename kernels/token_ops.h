@@ -1,0 +1,263 @@
+// The per-token float ops of the qwen35 forward pass (docs/format.md §8), written once for the
+// host and CUDA devices. Each reduction runs in one fixed order, so a token's result never
+// depends on what shares its batch, which thread ran it, or which backend: the CPU backend calls
+// these functions in loops, the CUDA kernels call the same functions from device threads, split
+// only where the pieces are independent (rows of a head, channels, keys' scores).
+#ifndef WALSH_KERNELS_TOKEN_OPS_H_
+#define WALSH_KERNELS_TOKEN_OPS_H_
+
+#include <stdint.h>
+
+#include "kernels/float_convert.h"
+#include "kernels/host_device.h"
+#include "kernels/numerics.h"
+#include "kernels/q8_activation.h"
+
+namespace walsh {
+
+// std::max's rule (the first argument unless it is less), spelled out for device code.
+WALSH_HD float MaxF(float a, float b) { return a < b ? b : a; }
+
+// ---------------------------------------------------------------------------------------------
+// Norms
+
+// (mean(x²) + eps)^(-1/2), the sum of squares in double and in index order.
+WALSH_HD float RmsNormScale(const float* x, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return RsqrtF(static_cast<float>(sum / static_cast<double>(n)) + eps);
+}
+
+// out = x · RmsNormScale(x) ⊙ w. `out` may alias `x`.
+WALSH_HD void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  const float scale = RmsNormScale(x, n, eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
+}
+
+// x / max(‖x‖₂, eps), in place.
+WALSH_HD void L2NormInPlace(float* x, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / MaxF(sqrtf(static_cast<float>(sum)), eps);
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotary embedding
+
+// NEOX-style rotation of the first n_rot dims of one head by pos · inv_freq[i] for the pair
+// (x[i], x[i + n_rot/2]); inv_freq[i] = base^(-2i / n_rot), computed once on the host.
+WALSH_HD void RopeNeoxInPlace(float* head, int64_t n_rot, int64_t pos, const double* inv_freq) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double sin_t, cos_t;
+    SinCos(static_cast<double>(pos) * inv_freq[i], &sin_t, &cos_t);
+    const float c = static_cast<float>(cos_t);
+    const float s = static_cast<float>(sin_t);
+    const float x0 = head[i], x1 = head[i + half];
+    head[i] = x0 * c - x1 * s;
+    head[i + half] = x0 * s + x1 * c;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization (Q8_0 numerics, kernels/q8_activation.h)
+
+// One 128-value block: per 32 values, d = max|x| / 127 rounded to fp16 and q = round(x / d)
+// with the unrounded d, as llama.cpp's quantize_row_q8_0.
+WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) {
+  int8_t q[128];
+  for (int s = 0; s < 4; ++s) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQ8SubBlock; ++j) amax = MaxF(amax, fabsf(x[s * 32 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out->d[s] = Fp16ToFloat(FloatToFp16(d));
+    int32_t sum = 0;
+    for (int j = 0; j < kQ8SubBlock; ++j) {
+      int v = static_cast<int>(roundf(x[s * 32 + j] * id));
+      v = v < -127 ? -127 : (v > 127 ? 127 : v);
+      q[s * 32 + j] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    out->sum[s] = sum;
+  }
+  for (int i = 0; i < 128; ++i) out->qs[i] = q[Q8ElementAt(layout, i)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small dense projections (the unfolded ssm_alpha / ssm_beta)
+
+enum class DenseFormat : uint8_t { kF32, kF16, kBf16 };
+
+// Σ_c W[r][c] · x[c], sequential over c.
+WALSH_HD float DenseRowDot(DenseFormat format, const void* w, int64_t r, int64_t cols,
+                           const float* x) {
+  float acc = 0.0f;
+  switch (format) {
+    case DenseFormat::kBf16: {
+      const uint16_t* row = static_cast<const uint16_t*>(w) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) acc += Bf16ToFloat(row[c]) * x[c];
+      break;
+    }
+    case DenseFormat::kF16: {
+      const uint16_t* row = static_cast<const uint16_t*>(w) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) acc += Fp16ToFloat(row[c]) * x[c];
+      break;
+    }
+    case DenseFormat::kF32: {
+      const float* row = static_cast<const float*>(w) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) acc += row[c] * x[c];
+      break;
+    }
+  }
+  return acc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paged causal attention of one query head
+
+// Position τ's K row is k_base + pages[τ / page_size] · page_stride + (τ % page_size) ·
+// row_stride + offset (V likewise from v_base).
+struct PagedKv {
+  const float* k_base;
+  const float* v_base;
+  const int32_t* pages;
+  int64_t page_stride;  // floats from one page to the next
+  int64_t page_size;    // positions per page
+  int64_t row_stride;   // floats per position in a page
+  int64_t offset;       // the head's first float in a position's row
+};
+
+WALSH_HD const float* PagedRow(const float* base, const PagedKv& kv, int64_t t) {
+  return base + kv.pages[t / kv.page_size] * kv.page_stride + (t % kv.page_size) * kv.row_stride +
+         kv.offset;
+}
+
+// q · k_τ (in index order) times scale.
+WALSH_HD float AttentionScore(const float* q, int64_t head_dim, const PagedKv& kv, int64_t t,
+                              float scale) {
+  const float* k = PagedRow(kv.k_base, kv, t);
+  float dot = 0.0f;
+  for (int64_t i = 0; i < head_dim; ++i) dot += q[i] * k[i];
+  return dot * scale;
+}
+
+// Softmax over scores[0..n) in place (max and sum in position order); returns the sum, and
+// leaves e^(s_τ - max) in scores.
+WALSH_HD float SoftmaxNumerators(float* scores, int64_t n) {
+  float max_score = BitsFloat(0xff800000u);
+  for (int64_t t = 0; t < n; ++t) max_score = MaxF(max_score, scores[t]);
+  float sum = 0.0f;
+  for (int64_t t = 0; t < n; ++t) {
+    scores[t] = ExpF(scores[t] - max_score);
+    sum += scores[t];
+  }
+  return sum;
+}
+
+// out[i] = Σ_τ (e_τ / sum) · v_τ[i], over τ in position order.
+WALSH_HD float AttentionOutput(const float* numerators, float sum, const PagedKv& kv,
+                               int64_t n_keys, int64_t i) {
+  float acc = 0.0f;
+  for (int64_t t = 0; t < n_keys; ++t) acc += (numerators[t] / sum) * PagedRow(kv.v_base, kv, t)[i];
+  return acc;
+}
+
+// The whole head: scores (n_keys floats of scratch) → softmax → weighted values.
+WALSH_HD void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t n_keys,
+                            float scale, float* scores, float* out) {
+  for (int64_t t = 0; t < n_keys; ++t) scores[t] = AttentionScore(q, head_dim, kv, t, scale);
+  const float sum = SoftmaxNumerators(scores, n_keys);
+  for (int64_t i = 0; i < head_dim; ++i) out[i] = AttentionOutput(scores, sum, kv, n_keys, i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gated DeltaNet (docs/format.md §8.3)
+
+struct GdnLayerParams {
+  int64_t n_k, n_v, hd, conv_kernel;  // key heads, value heads, head width, conv taps
+  const float* conv_w;                // [conv_dim][conv_kernel]
+  const float* ssm_a;                 // [n_v], -exp(A_log)
+  const float* dt_bias;               // [n_v]
+  const float* norm_w;                // [hd]
+  float eps;
+
+  WALSH_HD int64_t key_dim() const { return n_k * hd; }
+  WALSH_HD int64_t conv_dim() const { return 2 * n_k * hd + n_v * hd; }
+};
+
+// Channel ch of the causal depthwise conv (tap conv_kernel-1 multiplies the current input),
+// then SiLU; shifts the channel's window (conv_state: [conv_kernel-1][conv_dim], oldest first).
+WALSH_HD float GdnConvChannel(const GdnLayerParams& p, const float* conv_in, float* conv_state,
+                              int64_t ch) {
+  const int64_t conv_dim = p.conv_dim(), taps = p.conv_kernel;
+  const float* w = p.conv_w + ch * taps;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < taps - 1; ++k) acc += w[k] * conv_state[k * conv_dim + ch];
+  acc += w[taps - 1] * conv_in[ch];
+  for (int64_t k = 0; k + 2 < taps; ++k) {
+    conv_state[k * conv_dim + ch] = conv_state[(k + 1) * conv_dim + ch];
+  }
+  if (taps > 1) conv_state[(taps - 2) * conv_dim + ch] = conv_in[ch];
+  return Silu(acc);
+}
+
+// The conv over every channel into u (conv_dim floats), then the q and k heads L2-normed.
+WALSH_HD void GdnConvStep(const GdnLayerParams& p, const float* conv_in, float* conv_state,
+                          float* u) {
+  for (int64_t ch = 0; ch < p.conv_dim(); ++ch) u[ch] = GdnConvChannel(p, conv_in, conv_state, ch);
+  for (int64_t h = 0; h < 2 * p.n_k; ++h) L2NormInPlace(u + h * p.hd, p.hd, p.eps);
+}
+
+// β = σ(β_raw[h]) and the decay e^(softplus(α_raw[h] + dt_bias[h]) · a[h]) of value head h.
+WALSH_HD void GdnHeadGates(const GdnLayerParams& p, const float* alpha_raw, const float* beta_raw,
+                           int64_t h, float* beta, float* decay) {
+  *beta = Sigmoid(beta_raw[h]);
+  *decay = ExpF(Softplus(alpha_raw[h] + p.dt_bias[h]) * p.ssm_a[h]);
+}
+
+// Row j of value head h's delta rule: decays and updates S[h][j][·] and returns the head's
+// output o[j] before its norm. Rows are independent of each other.
+WALSH_HD float GdnHeadRow(const GdnLayerParams& p, const float* u, int64_t h, float beta,
+                          float decay, int64_t j, float* S) {
+  const int64_t kh = h % p.n_k;  // tiled value-head order
+  const float* qq = u + kh * p.hd;
+  const float* kk = u + p.key_dim() + kh * p.hd;
+  const float* vv = u + 2 * p.key_dim() + h * p.hd;
+  float* Sj = S + (h * p.hd + j) * p.hd;
+  float pred = 0.0f;
+  for (int64_t i = 0; i < p.hd; ++i) {
+    Sj[i] *= decay;
+    pred += Sj[i] * kk[i];
+  }
+  const float delta = beta * (vv[j] - pred);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < p.hd; ++i) {
+    Sj[i] += delta * kk[i];
+    acc += Sj[i] * qq[i];
+  }
+  return RsqrtF(static_cast<float>(p.hd)) * acc;
+}
+
+// Gated RMSNorm of head h's output with the shared head-width weight, element j.
+WALSH_HD float GdnGateOutput(const GdnLayerParams& p, const float* o_head, float norm_scale,
+                             const float* z, int64_t h, int64_t j) {
+  return ((o_head[j] * norm_scale) * p.norm_w[j]) * Silu(z[h * p.hd + j]);
+}
+
+// One token's delta rule for value head h: S [n_v][hd][hd] (value, key), out [n_v·hd].
+WALSH_HD void GdnHeadStep(const GdnLayerParams& p, const float* u, const float* z,
+                          const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
+                          float* out) {
+  float beta, decay;
+  GdnHeadGates(p, alpha_raw, beta_raw, h, &beta, &decay);
+  float* o = out + h * p.hd;
+  for (int64_t j = 0; j < p.hd; ++j) o[j] = GdnHeadRow(p, u, h, beta, decay, j, S);
+  const float scale = RmsNormScale(o, p.hd, p.eps);
+  for (int64_t j = 0; j < p.hd; ++j) o[j] = GdnGateOutput(p, o, scale, z, h, j);
+}
+
+}  // namespace walsh
+
+#endif  // WALSH_KERNELS_TOKEN_OPS_H_

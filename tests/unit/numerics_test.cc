@@ -1,0 +1,169 @@
+// The host-and-device numerics (kernels/numerics.h, kernels/token_ops.h): accuracy against the
+// C library over their ranges, and the decompositions the CUDA kernels use (keys' scores in any
+// order, a head's rows in any order, channels in any order) equal the sequential CPU op bit for
+// bit, so a GPU that runs the same functions in those pieces must too.
+#include "kernels/numerics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/token_ops.h"
+#include "kernels/weight_format.h"
+
+namespace walsh {
+namespace {
+
+int64_t UlpDistance(float a, float b) {
+  int32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  if (x < 0) x = INT32_MIN - x;
+  if (y < 0) y = INT32_MIN - y;
+  return std::llabs(static_cast<int64_t>(x) - y);
+}
+
+TEST(Numerics, ExpWithinOneUlpOverItsRange) {
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> x(-103.0f, 88.7f);
+  int64_t worst = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float v = x(gen);
+    worst = std::max(worst, UlpDistance(ExpF(v), std::exp(v)));
+  }
+  EXPECT_LE(worst, 1);
+  EXPECT_EQ(ExpF(0.0f), 1.0f);
+  EXPECT_EQ(ExpF(-200.0f), 0.0f);
+  EXPECT_TRUE(std::isinf(ExpF(100.0f)));
+  EXPECT_GT(ExpF(-100.0f), 0.0f);  // subnormal results round once, not to zero
+  EXPECT_LE(UlpDistance(ExpF(-100.0f), std::exp(-100.0f)), 1);
+}
+
+TEST(Numerics, LogAndLog1pAccurate) {
+  std::mt19937 gen(2);
+  std::uniform_real_distribution<float> e(-40.0f, 40.0f);
+  int64_t worst_log = 0, worst_log1p = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float v = std::exp(e(gen));
+    worst_log = std::max(worst_log, UlpDistance(LogF(v), std::log(v)));
+    worst_log1p = std::max(worst_log1p, UlpDistance(Log1pF(v * 1e-8f), std::log1p(v * 1e-8f)));
+  }
+  EXPECT_LE(worst_log, 2);
+  EXPECT_LE(worst_log1p, 4);
+  EXPECT_TRUE(std::isinf(LogF(0.0f)));
+  EXPECT_TRUE(std::isnan(LogF(-1.0f)));
+  EXPECT_LE(UlpDistance(LogF(1e-42f), std::log(1e-42f)), 1);  // subnormal input
+}
+
+TEST(Numerics, SinCosAtRopeAngles) {
+  double worst = 0;
+  for (int64_t pos : {0, 1, 7, 100, 4095, 65535, 262143}) {
+    for (int i = 0; i < 32; ++i) {
+      const double theta = static_cast<double>(pos) * std::pow(10000000.0, -i / 32.0);
+      double s, c;
+      SinCos(theta, &s, &c);
+      worst = std::max({worst, std::fabs(s - std::sin(theta)), std::fabs(c - std::cos(theta))});
+    }
+  }
+  EXPECT_LT(worst, 1e-14);
+}
+
+TEST(Numerics, ActivationFunctions) {
+  EXPECT_EQ(Sigmoid(0.0f), 0.5f);
+  EXPECT_EQ(Silu(0.0f), 0.0f);
+  EXPECT_EQ(Softplus(30.0f), 30.0f);
+  for (float x : {-30.0f, -3.0f, -0.1f, 0.0f, 0.5f, 4.0f, 19.0f}) {
+    EXPECT_NEAR(Softplus(x), std::log1p(std::exp(x)), 4e-7 * std::max(1.0f, std::fabs(x))) << x;
+    EXPECT_NEAR(Sigmoid(x), 1.0 / (1.0 + std::exp(-x)), 1e-7) << x;
+  }
+}
+
+std::vector<float> Random(int64_t n, std::mt19937& gen, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+TEST(TokenOps, AttentionInPiecesEqualsTheWholeHead) {
+  std::mt19937 gen(3);
+  const int64_t hd = 64, page = 16, n_keys = 45, pages = 3, row = 2 * hd;
+  std::vector<float> k = Random(pages * page * row, gen), v = Random(pages * page * row, gen);
+  const std::vector<int32_t> table = {2, 0, 1};
+  const PagedKv kv{k.data(), v.data(), table.data(), page * row, page, row, hd};
+  const std::vector<float> q = Random(hd, gen);
+  std::vector<float> scratch(n_keys), whole(hd);
+  AttendOneHead(q.data(), hd, kv, n_keys, 0.125f, scratch.data(), whole.data());
+  // As the CUDA kernel: scores by key in reverse order, one softmax, outputs by dim in reverse.
+  std::vector<float> scores(n_keys), pieces(hd);
+  for (int64_t t = n_keys - 1; t >= 0; --t) scores[t] = AttentionScore(q.data(), hd, kv, t, 0.125f);
+  const float sum = SoftmaxNumerators(scores.data(), n_keys);
+  for (int64_t i = hd - 1; i >= 0; --i)
+    pieces[i] = AttentionOutput(scores.data(), sum, kv, n_keys, i);
+  EXPECT_TRUE(SameBits(whole, pieces));
+}
+
+TEST(TokenOps, GdnStepInPiecesEqualsTheSequentialStep) {
+  std::mt19937 gen(4);
+  const int64_t n_k = 2, n_v = 4, hd = 32, taps = 4, conv_dim = 2 * n_k * hd + n_v * hd;
+  const std::vector<float> conv_w = Random(conv_dim * taps, gen, 0.3f);
+  const std::vector<float> a = Random(n_v, gen), dt = Random(n_v, gen), norm = Random(hd, gen);
+  std::vector<float> ssm_a(n_v);
+  for (int64_t h = 0; h < n_v; ++h) ssm_a[h] = -std::exp(a[h]);
+  const GdnLayerParams p{n_k,          n_v,       hd,          taps, conv_w.data(),
+                         ssm_a.data(), dt.data(), norm.data(), 1e-6f};
+  std::vector<float> state1 = Random((taps - 1) * conv_dim, gen), state2 = state1;
+  std::vector<float> S1 = Random(n_v * hd * hd, gen, 0.1f), S2 = S1;
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> x = Random(conv_dim, gen), z = Random(n_v * hd, gen);
+    const std::vector<float> alpha = Random(n_v, gen), beta = Random(n_v, gen);
+    std::vector<float> u1(conv_dim), out1(n_v * hd);
+    GdnConvStep(p, x.data(), state1.data(), u1.data());
+    for (int64_t h = 0; h < n_v; ++h) {
+      GdnHeadStep(p, u1.data(), z.data(), alpha.data(), beta.data(), h, S1.data(), out1.data());
+    }
+    // As the CUDA kernels: channels in reverse, heads in reverse, each head's rows in reverse.
+    std::vector<float> u2(conv_dim), out2(n_v * hd);
+    for (int64_t ch = conv_dim - 1; ch >= 0; --ch) {
+      u2[ch] = GdnConvChannel(p, x.data(), state2.data(), ch);
+    }
+    for (int64_t h = 2 * n_k - 1; h >= 0; --h) L2NormInPlace(u2.data() + h * hd, hd, p.eps);
+    for (int64_t h = n_v - 1; h >= 0; --h) {
+      float b, decay;
+      GdnHeadGates(p, alpha.data(), beta.data(), h, &b, &decay);
+      float* o = out2.data() + h * hd;
+      for (int64_t j = hd - 1; j >= 0; --j)
+        o[j] = GdnHeadRow(p, u2.data(), h, b, decay, j, S2.data());
+      const float scale = RmsNormScale(o, hd, p.eps);
+      for (int64_t j = hd - 1; j >= 0; --j) o[j] = GdnGateOutput(p, o, scale, z.data(), h, j);
+    }
+    EXPECT_TRUE(SameBits(u1, u2)) << step;
+    EXPECT_TRUE(SameBits(out1, out2)) << step;
+    EXPECT_TRUE(SameBits(state1, state2)) << step;
+    EXPECT_TRUE(SameBits(S1, S2)) << step;
+  }
+}
+
+TEST(WeightFormat, TheTableKnowsExactlyTheTernaryTypes) {
+  ASSERT_NE(FindTernaryFormat(142), nullptr);
+  ASSERT_NE(FindTernaryFormat(143), nullptr);
+  EXPECT_EQ(FindTernaryFormat(142)->block_bytes, 34);
+  EXPECT_EQ(FindTernaryFormat(143)->block_bytes, 28);
+  EXPECT_DOUBLE_EQ(FindTernaryFormat(142)->bits_per_weight, 2.125);
+  EXPECT_DOUBLE_EQ(FindTernaryFormat(143)->bits_per_weight, 1.75);
+  EXPECT_EQ(FormatTraits(TernaryFormat::kPq2_0).ggml_type, 142u);
+  for (uint32_t other : {0u, 1u, 8u, 30u, 36u, 141u, 144u, 0xffffffffu}) {
+    EXPECT_EQ(FindTernaryFormat(other), nullptr) << other;
+  }
+}
+
+}  // namespace
+}  // namespace walsh

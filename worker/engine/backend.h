@@ -1,0 +1,159 @@
+// The seam between the qwen35 graph (qwen35_graph.h) and a device. A backend owns device memory
+// (resident weights, KV pages, GatedDeltaNet state slots, activations) and runs the graph's
+// operations on it; the graph is written once against this interface and never touches device
+// memory itself. Backends: cpu_backend.h (the reference) and cuda_backend.h.
+//
+// Exactness: every op reduces in the order kernels/token_ops.h and the ternary kernels fix, so a
+// token's result does not depend on the batch, the thread count, or the backend.
+//
+// Threading: one thread drives a backend; ops are issued in graph order and may run
+// asynchronously on the device, in issue order. ReadToHost waits for everything before it.
+#ifndef WALSH_WORKER_ENGINE_BACKEND_H_
+#define WALSH_WORKER_ENGINE_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/q8_activation.h"
+#include "worker/engine/model.h"
+
+namespace walsh {
+
+// rows × cols floats in the backend's memory, row-major.
+struct Tensor {
+  float* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+// rows × (cols / 128) int8 blocks in the backend's memory.
+struct Q8Tensor {
+  Q8Block128* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  Q8Layout layout = Q8Layout::kNatural;
+};
+
+// The activation transform a projection's input gets (docs/format.md §7.2): none, T(s ⊙ x), or
+// T(s ⊙ P(x)) with P the GatedDeltaNet value-head permutation.
+enum class Transform { kPlain, kRotated, kPermutedRotated };
+
+// Named activation buffers of one step; each is resized by Activation() and reused by every
+// layer.
+enum class Buffer {
+  kHidden,         // the residual stream h
+  kNormed,         // RMSNorm(h), the mixers' and the FFN's input
+  kMixerOut,       // a mixer's or the FFN's output, added into h
+  kAttnQueryGate,  // q projection: query and output gate, alternating per head
+  kAttnKey,        // k projection
+  kAttnValue,      // v projection
+  kAttnOut,        // gated attention output, attn_output's input
+  kGdnQkv,         // GatedDeltaNet qkv projection: the conv input
+  kGdnConvOut,     // conv + SiLU + q/k L2 norms
+  kGdnGate,        // z (attn_gate projection)
+  kGdnAlphaBeta,   // ssm_alpha then ssm_beta per token
+  kGdnOut,         // gated-normed head outputs, ssm_out's input
+  kFfnGate,        // ffn_gate projection
+  kFfnUp,          // ffn_up projection
+  kFfnAct,         // SwiGLU(gate, up), ffn_down's input
+  kHeadIn,         // final-normed rows whose logits are asked for
+  kLogits,         // output projection
+  kRotated0,       // fp32 transformed inputs (activation quantization off), per Transform
+  kRotated1,
+  kRotated2,
+  kCount,
+};
+
+// Quantized inputs, one per (Transform, Q8Layout) pair: an input's forms are made once and
+// shared by every projection that reads it (q/k/v, qkv/gate, gate/up).
+inline constexpr int kQuantizedBuffers = 6;
+
+// One step, flattened: each sequence's new tokens in order, sequence after sequence.
+struct StepPlan {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> seq_of_token;            // index into seq_slots / seq_pages
+  std::vector<int32_t> pos_of_token;            // position in its sequence
+  std::vector<int32_t> seq_slots;               // GatedDeltaNet state slot of each sequence
+  std::vector<std::vector<int32_t>> seq_pages;  // KV page table of each sequence
+  std::vector<int32_t> logit_tokens;            // tokens whose next-token logits are read back
+};
+
+// The sizes of the KV pages and state slots a backend holds (counts from the engine's budget).
+struct CacheGeometry {
+  int64_t pages = 0, page_size = 0, attention_layers = 0, kv_dim = 0;
+  int64_t slots = 0, gdn_layers = 0, conv_floats = 0, recurrent_floats = 0;
+
+  int64_t page_floats() const { return attention_layers * 2 * page_size * kv_dim; }
+  int64_t slot_floats() const { return gdn_layers * (conv_floats + recurrent_floats); }
+};
+
+struct BackendMemory {
+  int64_t device_used = 0, device_total = 0;  // bytes; 0 total on the CPU
+  int64_t weights = 0, kv_cache = 0, state = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual BackendMemory Memory() const = 0;
+  // Bytes the KV pages and state slots may take on this device (the CPU: no limit of its own).
+  virtual int64_t cache_bytes_available() const { return INT64_MAX; }
+
+  // Caches: allocated once, zeroed; a state slot is cleared before a new sequence uses it.
+  virtual absl::Status AllocateCaches(const CacheGeometry& geometry) = 0;
+  virtual absl::Status ClearStateSlot(int32_t slot) = 0;
+
+  // Buffers for this step (contents undefined until written).
+  virtual absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) = 0;
+  virtual absl::StatusOr<Q8Tensor> Quantized(int index, int64_t rows, int64_t cols,
+                                             Q8Layout layout) = 0;
+
+  // Makes the step's tokens, positions, page tables and slots visible to the ops below.
+  virtual absl::Status BeginStep(const StepPlan& plan) = 0;
+
+  // out[t] = the embedding row of token t, with the inverse transform s ⊙ T(e) when the rows
+  // are stored rotated (signs may be null).
+  virtual absl::Status Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
+                             Tensor out) = 0;
+  virtual absl::Status RmsNorm(Tensor x, const float* weight, float eps, Tensor out) = 0;
+  // out[i] = x[plan.logit_tokens[i]].
+  virtual absl::Status GatherLogitRows(Tensor x, Tensor out) = 0;
+  virtual absl::Status AddInPlace(Tensor acc, Tensor x) = 0;
+  virtual absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) = 0;
+
+  // The signed blocked FWHT (after the GDN permutation for kPermutedRotated), fused with the
+  // int8 quantization in out.layout; or, activation quantization off, into fp32.
+  virtual absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) = 0;
+  virtual absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) = 0;
+  // y = x Wᵀ on packed ternary weights, from int8 or fp32 activations.
+  virtual absl::Status MatMul(const Projection& p, Q8Tensor x, Tensor y) = 0;
+  virtual absl::Status MatMulF32(const Projection& p, Tensor x, Tensor y) = 0;
+  // y[t][col_offset + r] = W[r] · x[t] for a small dense matrix (ssm_alpha / ssm_beta).
+  virtual absl::Status DenseProject(const DenseWeight& w, Tensor x, Tensor y,
+                                    int64_t col_offset) = 0;
+
+  // Full attention (docs/format.md §8.2): QK-norm and RoPE on q and k, K and V into the step's
+  // pages; then every (token, head) attends over its sequence's positions and is gated.
+  virtual absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate,
+                                        Tensor k, Tensor v) = 0;
+  virtual absl::Status Attention(int64_t layer, Tensor q_gate, Tensor out) = 0;
+
+  // Gated DeltaNet (docs/format.md §8.3): the causal conv through each sequence's window, then
+  // the delta rule token by token per sequence, value heads in parallel.
+  virtual absl::Status GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) = 0;
+  virtual absl::Status GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
+                                     Tensor alpha_beta, Tensor out) = 0;
+
+  // Copies a tensor to the host, after every op issued before it has finished.
+  virtual absl::Status ReadToHost(Tensor x, float* host) = 0;
+
+  // A tensor-parallel group whose collective failed: every later step fails.
+  virtual bool broken() const { return false; }
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_BACKEND_H_

@@ -1,0 +1,45 @@
+#include "worker/engine/backend_factory.h"
+
+#include "worker/engine/cpu_backend.h"
+#ifdef WALSH_HAVE_CUDA
+#include "worker/engine/cuda_backend.h"
+#endif
+
+namespace walsh {
+
+bool BuiltWithCuda() {
+#ifdef WALSH_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model,
+                                                     const EngineOptions& options, CpuIsa isa) {
+  switch (options.device) {
+    case Device::kCpu:
+      return std::make_unique<CpuBackend>(
+          model, CpuBackendOptions{options.threads, isa, options.tp, options.collective_timeout,
+                                   options.debug_stall_rank});
+    case Device::kCuda:
+      if (options.tp != 1) {
+        return absl::UnimplementedError(
+            "--device cuda runs one GPU per engine in this build; --tp > 1 is CPU ranks only");
+      }
+      if (!options.quantize_activations) {
+        return absl::UnimplementedError(
+            "--device cuda needs int8 activations; --no-activation-quant is a CPU debug mode");
+      }
+#ifdef WALSH_HAVE_CUDA
+      return CudaBackend::Create(model, options.cuda_device, options.gpu_memory_utilization);
+#else
+      return absl::FailedPreconditionError(
+          "--device cuda: this build has no CUDA backend (configure with nvcc present, "
+          "-DWALSH_CUDA=ON)");
+#endif
+  }
+  return absl::InvalidArgumentError("unknown device");
+}
+
+}  // namespace walsh

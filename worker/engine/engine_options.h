@@ -1,0 +1,42 @@
+// How an engine is built: the device and its backend's knobs, the cache budgets, the context.
+#ifndef WALSH_WORKER_ENGINE_ENGINE_OPTIONS_H_
+#define WALSH_WORKER_ENGINE_ENGINE_OPTIONS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "kernels/cpu/isa.h"
+
+namespace walsh {
+
+enum class Device { kCpu, kCuda };
+
+struct EngineOptions {
+  Device device = Device::kCpu;
+  int cuda_device = 0;  // the first device of a CUDA engine
+  // CUDA: the share of the device's memory the engine may hold (vLLM's meaning); the KV and
+  // state budgets are cut to what is left after the weights, and a model that does not fit is
+  // refused with the numbers.
+  double gpu_memory_utilization = 0.9;
+  int threads = 1;
+  int64_t kv_cache_bytes = int64_t{256} << 20;  // pool of KV pages for the attention layers
+  int64_t state_bytes = int64_t{256} << 20;     // pool of GatedDeltaNet state slots
+  int64_t kv_pages = 0;     // if > 0: this many pages, whatever kv_cache_bytes says
+  int64_t state_slots = 0;  // if > 0: this many slots, whatever state_bytes says
+  int64_t page_size = 16;   // positions per KV page
+  int64_t max_context = 0;  // 0: the model's context_length
+  // Quantize activations to int8 before the ternary dot products (as llama.cpp does). Off is
+  // a test/debug mode: fp32 activations against the decoded weights.
+  bool quantize_activations = true;
+  std::optional<CpuIsa> isa;  // default: the best this CPU supports
+  // Tensor parallelism over in-process CPU ranks (one thread each): every projection is split
+  // by output rows per worker/parallel/shard_plan.h, and the parts are all-gathered. CPU only.
+  int tp = 1;
+  std::chrono::milliseconds collective_timeout{10000};
+  int debug_stall_rank = -1;  // tests: this rank stops answering after 200 collectives
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_ENGINE_OPTIONS_H_
