@@ -21,11 +21,33 @@ WALSH_HD float MaxF(float a, float b) { return a < b ? b : a; }
 // ---------------------------------------------------------------------------------------------
 // Norms
 
-// (mean(x²) + eps)^(-1/2), the sum of squares in double and in index order.
-WALSH_HD float RmsNormScale(const float* x, int64_t n, float eps) {
+// The sum of squares of an RMSNorm runs in 32 lanes, so a GPU warp computes it in parallel and
+// the CPU in the same order: lane l sums x[i]² for i ≡ l (mod 32) in index order, in double;
+// then the lanes combine by halving, p[l] += p[l + s] for s = 16, 8, 4, 2, 1.
+inline constexpr int kNormLanes = 32;
+
+WALSH_HD double SumSquaresLane(const float* x, int64_t n, int lane) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-  return RsqrtF(static_cast<float>(sum / static_cast<double>(n)) + eps);
+  for (int64_t i = lane; i < n; i += kNormLanes) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+WALSH_HD double CombineLanes(double* p) {
+  for (int s = kNormLanes / 2; s > 0; s /= 2) {
+    for (int l = 0; l < s; ++l) p[l] = p[l] + p[l + s];
+  }
+  return p[0];
+}
+
+WALSH_HD float RmsScaleFromSum(double sum_squares, int64_t n, float eps) {
+  return RsqrtF(static_cast<float>(sum_squares / static_cast<double>(n)) + eps);
+}
+
+// (mean(x²) + eps)^(-1/2).
+WALSH_HD float RmsNormScale(const float* x, int64_t n, float eps) {
+  double p[kNormLanes];
+  for (int l = 0; l < kNormLanes; ++l) p[l] = SumSquaresLane(x, n, l);
+  return RmsScaleFromSum(CombineLanes(p), n, eps);
 }
 
 // out = x · RmsNormScale(x) ⊙ w. `out` may alias `x`.
@@ -143,17 +165,25 @@ WALSH_HD float AttentionScore(const float* q, int64_t head_dim, const PagedKv& k
   return dot * scale;
 }
 
-// Softmax over scores[0..n) in place (max and sum in position order); returns the sum, and
-// leaves e^(s_τ - max) in scores.
-WALSH_HD float SoftmaxNumerators(float* scores, int64_t n) {
+WALSH_HD float MaxScore(const float* scores, int64_t n) {
   float max_score = BitsFloat(0xff800000u);
   for (int64_t t = 0; t < n; ++t) max_score = MaxF(max_score, scores[t]);
+  return max_score;
+}
+
+// Σ x[0..n) in index order.
+WALSH_HD float SequentialSum(const float* x, int64_t n) {
   float sum = 0.0f;
-  for (int64_t t = 0; t < n; ++t) {
-    scores[t] = ExpF(scores[t] - max_score);
-    sum += scores[t];
-  }
+  for (int64_t t = 0; t < n; ++t) sum += x[t];
   return sum;
+}
+
+// Softmax over scores[0..n) in place: leaves e^(s_τ - max) in scores (each independent of the
+// others) and returns their sum in position order.
+WALSH_HD float SoftmaxNumerators(float* scores, int64_t n) {
+  const float max_score = MaxScore(scores, n);
+  for (int64_t t = 0; t < n; ++t) scores[t] = ExpF(scores[t] - max_score);
+  return SequentialSum(scores, n);
 }
 
 // out[i] = Σ_τ (e_τ / sum) · v_τ[i], over τ in position order.

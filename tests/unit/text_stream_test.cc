@@ -227,5 +227,25 @@ TEST_F(TinyModel, WalshRunEndToEnd) {
   EXPECT_NE(bad_tok.err.find("99999"), std::string::npos) << bad_tok.err;
 }
 
+TEST_F(TinyModel, WalshRunOnCudaGeneratesOrSaysWhyNot) {
+  using testing::RunProcess;
+  const auto cuda = RunProcess({WALSH_RUN_BIN, "--model", path_, "--prompt", "Hi", "--max-tokens",
+                                "4", "--output", "ids", "--device", "cuda"});
+  if (cuda.exit_code == 0) {  // a GPU answered: its tokens are the CPU's
+    const auto cpu = RunProcess({WALSH_RUN_BIN, "--model", path_, "--prompt", "Hi", "--max-tokens",
+                                 "4", "--output", "ids"});
+    EXPECT_EQ(cuda.out, cpu.out);
+    return;
+  }
+  EXPECT_EQ(cuda.exit_code, 1) << cuda.err;
+  EXPECT_TRUE(cuda.err.find("--device cuda: no CUDA device is available") != std::string::npos ||
+              cuda.err.find("--device cuda: this build has no CUDA backend") != std::string::npos)
+      << cuda.err;
+  const auto bad =
+      RunProcess({WALSH_RUN_BIN, "--model", path_, "--prompt", "Hi", "--device", "tpu"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--device must be cpu or cuda"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace walsh

@@ -16,7 +16,10 @@ extern char** environ;
 namespace walsh::testing {
 
 std::string TestDataPath(const std::string& relative) {
-  return std::string(WALSH_SOURCE_DIR) + "/tests/data/" + relative;
+  // WALSH_SOURCE_DIR in the environment: a source tree elsewhere than the build's (test binaries
+  // carried to the GPU machine by tests/gpu/run.sh).
+  const char* root = std::getenv("WALSH_SOURCE_DIR");
+  return std::string(root != nullptr ? root : WALSH_SOURCE_DIR) + "/tests/data/" + relative;
 }
 
 std::string ReadFileOrDie(const std::string& path) {

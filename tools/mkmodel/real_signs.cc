@@ -1,5 +1,6 @@
 #include "tools/mkmodel/real_signs.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -10,7 +11,11 @@
 namespace walsh {
 
 std::string DefaultReleasedHadamardPath() {
-  return std::string(WALSH_SOURCE_DIR) + "/tests/data/prism/ternary_bonsai_hadamard.json";
+  // WALSH_SOURCE_DIR in the environment: a source tree elsewhere than the build's (binaries
+  // carried to another machine).
+  const char* root = std::getenv("WALSH_SOURCE_DIR");
+  return std::string(root != nullptr ? root : WALSH_SOURCE_DIR) +
+         "/tests/data/prism/ternary_bonsai_hadamard.json";
 }
 
 absl::StatusOr<ReleasedHadamard> LoadReleasedHadamard(const std::string& path) {

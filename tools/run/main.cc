@@ -62,6 +62,7 @@ int Run(int argc, char** argv) {
   bool ignore_eos = false, thinking = false, no_activation_quant = false;
   int64_t tp = 1;
   std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
   FlagSet flags(
       "walsh-run --model FILE (--prompt TEXT | --messages JSON | --tokens ID,ID,...) "
       "[--max-tokens N] [--temperature T] [--seed S] [--ignore-eos] [--threads N] "
@@ -87,7 +88,9 @@ int Run(int argc, char** argv) {
   flags.Int("logprobs", &logprobs, "with --output json: top-N log-probabilities per token");
   flags.Int("threads", &threads, "CPU threads");
   flags.Int("tp", &tp, "tensor-parallel ranks (in-process CPU ranks)");
-  flags.String("device", &device, "cpu (cuda: not in this build yet)");
+  flags.String("device", &device, "cpu or cuda (the first visible GPU)");
+  flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
+               "with --device cuda: the share of the GPU's memory to use, (0, 1]");
   flags.Int("max-context", &max_context, "context limit (0: the model's)");
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.String("output", &output, "text | ids | json");
@@ -108,7 +111,11 @@ int Run(int argc, char** argv) {
   if (output != "text" && output != "ids" && output != "json") {
     return Fail(kUsage, "--output must be text, ids or json");
   }
-  if (device != "cpu") return Fail(kUsage, "--device " + device + ": only cpu in this build");
+  Device dev;
+  if (!ParseDevice(device, &dev)) return Fail(kUsage, "--device must be cpu or cuda");
+  if (gpu_memory_utilization <= 0 || gpu_memory_utilization > 1) {
+    return Fail(kUsage, "--gpu-memory-utilization must be in (0, 1]");
+  }
   if (tp < 1 || tp > 64) return Fail(kUsage, "--tp must be 1..64");
   if (max_tokens < 0 || threads < 1 || prefill_chunk < 1) {
     return Fail(kUsage, "--max-tokens must be >= 0, --threads and --prefill-chunk >= 1");
@@ -163,11 +170,14 @@ int Run(int argc, char** argv) {
   opts.kv_pages = (static_cast<int64_t>(prompt_ids.size()) + max_tokens) / opts.page_size + 2;
   opts.quantize_activations = !no_activation_quant;
   opts.tp = static_cast<int>(tp);
+  opts.device = dev;
+  opts.gpu_memory_utilization = gpu_memory_utilization;
   auto engine = Engine::Create(std::move(*bound), opts);
   if (!engine.ok()) return Fail(kModelError, std::string(engine.status().message()));
+  const std::string kernels = (*engine)->kernels();
   std::fprintf(stderr,
                "walsh-run: %s loaded in %.2f s, %s kernels, %lld threads, prompt %zu tokens\n",
-               model_path.c_str(), Seconds(load_start), CpuIsaName((*engine)->isa()),
+               model_path.c_str(), Seconds(load_start), kernels.c_str(),
                static_cast<long long>(threads), prompt_ids.size());
 
   GenerationRequest request;

@@ -57,7 +57,8 @@ enum class Buffer {
   kFfnGate,        // ffn_gate projection
   kFfnUp,          // ffn_up projection
   kFfnAct,         // SwiGLU(gate, up), ffn_down's input
-  kHeadIn,         // final-normed rows whose logits are asked for
+  kLastHidden,     // the residual rows whose logits are asked for
+  kHeadIn,         // those rows, final-normed
   kLogits,         // output projection
   kRotated0,       // fp32 transformed inputs (activation quantization off), per Transform
   kRotated1,

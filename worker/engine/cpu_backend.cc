@@ -9,17 +9,16 @@
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_block_decode.h"
+#include "worker/engine/rope_table.h"
 
 namespace walsh {
 
 CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
-    : model_(model), options_(options), pool_(options.threads) {
-  const Qwen35Config& c = model.config();
-  for (int64_t i = 0; i < c.rope_dimension_count / 2; ++i) {
-    rope_inv_freq_.push_back(
-        std::pow(static_cast<double>(c.rope_freq_base),
-                 -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dimension_count)));
-  }
+    : model_(model),
+      options_(options),
+      pool_(options.threads),
+      rope_inv_freq_(RopeInverseFrequencies(model.config().rope_dimension_count,
+                                            model.config().rope_freq_base)) {
   if (options.tp > 1) {
     comm_ = std::make_unique<CpuCommunicator>(options.tp);
     shards_ = std::make_unique<ShardPlan>(ShardPlan::Build(model.file(), options.tp));
@@ -116,11 +115,9 @@ absl::Status CpuBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
   return absl::OkStatus();
 }
 
-const float* CpuBackend::PermutedRow(const float* row, Transform t, int64_t width,
-                                     float* scratch) const {
+const float* CpuBackend::PermutedRow(const float* row, Transform t, float* scratch) const {
   if (t != Transform::kPermutedRotated) return row;
   const GdnPermute& g = model_.contract().gdn;
-  (void)width;
   GdnPermuteRef(row, g.n_k, g.rep, g.hd, scratch);
   return scratch;
 }
@@ -134,7 +131,7 @@ absl::Status CpuBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tens
       std::memcpy(out.data + i * w, row, w * sizeof(float));
       continue;
     }
-    SignedFwhtForward(options_.isa, PermutedRow(row, t, w, permuted.data()), signs, w, block,
+    SignedFwhtForward(options_.isa, PermutedRow(row, t, permuted.data()), signs, w, block,
                       out.data + i * w);
   }
   return absl::OkStatus();
@@ -146,7 +143,7 @@ absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* sig
   for (int64_t i = 0; i < x.rows; ++i) {
     const float* row = x.data + i * w;
     if (t != Transform::kPlain) {
-      SignedFwhtForward(options_.isa, PermutedRow(row, t, w, permuted.data()), signs, w, block,
+      SignedFwhtForward(options_.isa, PermutedRow(row, t, permuted.data()), signs, w, block,
                         rotated.data());
       row = rotated.data();
     }

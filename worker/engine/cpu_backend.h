@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
   // Runs rows [0, rows) of a projection on the thread pool, or on the TP ranks' shards.
   absl::Status SplitRows(const Projection& p, const std::function<void(int64_t, int64_t)>& rows_fn);
   // x's row, or its GDN-permuted copy in `scratch`, ready for the FWHT.
-  const float* PermutedRow(const float* row, Transform t, int64_t width, float* scratch) const;
+  const float* PermutedRow(const float* row, Transform t, float* scratch) const;
   GdnLayerParams GdnParams(const GdnWeights& w) const;
   float* KvLayer(int64_t layer) const;
   float* StateLayer(int32_t slot, int64_t layer) const;

@@ -98,7 +98,7 @@ absl::StatusOr<int64_t> Engine::SequenceLength(SequenceId id) const {
 }
 
 EngineStats Engine::Stats() const {
-  return {kv_.used(), kv_.total(), states_.used(), states_.total(), backend_->Memory()};
+  return {kv_.used(), kv_.total(), states_.used(), states_.total()};
 }
 
 absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch) {

@@ -51,7 +51,6 @@ struct ForwardResult {
 
 struct EngineStats {
   int64_t kv_pages_used, kv_pages_total, state_slots_used, state_slots_total;
-  BackendMemory memory;
 };
 
 class Engine {
@@ -62,6 +61,12 @@ class Engine {
   const Model& model() const { return *model_; }
   CpuIsa isa() const { return isa_; }
   const Backend& backend() const { return *backend_; }
+  // "cuda", or the CPU kernels' ISA ("avx2", "scalar").
+  std::string kernels() const {
+    return options_.device == Device::kCuda ? "cuda" : CpuIsaName(isa_);
+  }
+  // Device memory of the backend (bytes; the CPU reports its caches only).
+  BackendMemory Memory() const { return backend_->Memory(); }
   int64_t max_context() const { return max_context_; }
   int64_t page_size() const { return kv_.page_size(); }
 

@@ -5,12 +5,20 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "kernels/cpu/isa.h"
 
 namespace walsh {
 
 enum class Device { kCpu, kCuda };
+
+// "cpu" or "cuda", as the --device flags spell them; false for anything else.
+inline bool ParseDevice(const std::string& name, Device* out) {
+  if (name == "cpu") *out = Device::kCpu;
+  if (name == "cuda") *out = Device::kCuda;
+  return name == "cpu" || name == "cuda";
+}
 
 struct EngineOptions {
   Device device = Device::kCpu;

@@ -153,7 +153,7 @@ absl::Status Qwen35Graph::Run(const StepPlan& plan, std::vector<float>* logits) 
     RETURN_IF_ERROR(Ffn(L, normed, mixer));
     RETURN_IF_ERROR(backend_.AddInPlace(h, mixer));
   }
-  ASSIGN_OR_RETURN(Tensor last, backend_.Activation(Buffer::kNormed, m, H));
+  ASSIGN_OR_RETURN(Tensor last, backend_.Activation(Buffer::kLastHidden, m, H));
   RETURN_IF_ERROR(backend_.GatherLogitRows(h, last));
   ASSIGN_OR_RETURN(Tensor head_in, backend_.Activation(Buffer::kHeadIn, m, H));
   RETURN_IF_ERROR(backend_.RmsNorm(last, model_.output_norm(), c.rms_epsilon, head_in));

@@ -31,6 +31,7 @@ struct Flags {
   int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
   std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
   int64_t tp = 1;
   int64_t collective_timeout_ms = 10000;
   int64_t debug_stall_rank = -1;
@@ -67,8 +68,10 @@ int Run(int argc, char** argv) {
   flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
   flags.Int("drain-grace-seconds", &f.drain_grace_seconds,
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
-  flags.String("device", &f.device, "cpu (cuda: not in this build yet)");
-  flags.Int("tp", &f.tp, "tensor-parallel ranks (in-process CPU ranks with --device cpu)");
+  flags.String("device", &f.device, "cpu or cuda (the first visible GPU)");
+  flags.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
+               "with --device cuda: the share of the GPU's memory to use, (0, 1]");
+  flags.Int("tp", &f.tp, "tensor-parallel ranks (in-process CPU ranks; --device cpu only)");
   flags.Int("collective-timeout-ms", &f.collective_timeout_ms,
             "a tensor-parallel collective slower than this fails the step and the worker");
   flags.Int("debug-stall-rank", &f.debug_stall_rank, "tests only: this rank stops answering");
@@ -88,10 +91,13 @@ int Run(int argc, char** argv) {
     return 2;
   }
 
-  if (f.device != "cpu" || f.tp < 1 || f.tp > 64) {
+  Device device;
+  if (!ParseDevice(f.device, &device) || f.tp < 1 || f.tp > 64 ||
+      (device == Device::kCuda && f.tp != 1) || f.gpu_memory_utilization <= 0 ||
+      f.gpu_memory_utilization > 1) {
     std::fprintf(stderr,
-                 "walsh-worker: --device %s --tp %lld is not supported by this build: the CUDA "
-                 "backend is not implemented yet (use --device cpu and --tp 1..64)\n",
+                 "walsh-worker: --device must be cpu or cuda, --tp 1..64 (CPU ranks; 1 with "
+                 "cuda), --gpu-memory-utilization in (0, 1]; got --device %s --tp %lld\n",
                  f.device.c_str(), static_cast<long long>(f.tp));
     return 2;
   }
@@ -151,6 +157,8 @@ int Run(int argc, char** argv) {
   eo.tp = static_cast<int>(f.tp);
   eo.collective_timeout = std::chrono::milliseconds(f.collective_timeout_ms);
   eo.debug_stall_rank = static_cast<int>(f.debug_stall_rank);
+  eo.device = device;
+  eo.gpu_memory_utilization = f.gpu_memory_utilization;
   auto engine = Engine::Create(std::move(*bound), eo);
   if (!engine.ok()) return Fail("engine_failed", std::string(engine.status().message()));
   {
@@ -161,7 +169,7 @@ int Run(int argc, char** argv) {
     if (!canary.ok()) return Fail("canary_failed", std::string(canary.status().message()));
   }
   Scheduler scheduler(engine->get(), {f.max_batch_tokens, f.max_running, f.max_queue}, &metrics);
-  metrics.build_info.gauge({kVersion, CpuIsaName((*engine)->isa())}).Set(1);
+  metrics.build_info.gauge({kVersion, (*engine)->kernels()}).Set(1);
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
   ctx.tokenizer = tokenizer.get();
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get()};
@@ -172,7 +180,7 @@ int Run(int argc, char** argv) {
   LogJson("info", "serving",
           {{"model", f.model},
            {"fingerprint", fingerprint},
-           {"kernels", CpuIsaName((*engine)->isa())},
+           {"kernels", (*engine)->kernels()},
            {"load_seconds",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
 

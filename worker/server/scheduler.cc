@@ -226,6 +226,12 @@ void Scheduler::UpdateGauges() {
                                   ? static_cast<double>(engine_stats_.kv_pages_used) /
                                         static_cast<double>(engine_stats_.kv_pages_total)
                                   : 0.0);
+  const BackendMemory m = engine_->Memory();
+  metrics_->device_memory.gauge({"used"}).Set(static_cast<double>(m.device_used));
+  metrics_->device_memory.gauge({"total"}).Set(static_cast<double>(m.device_total));
+  metrics_->device_memory.gauge({"weights"}).Set(static_cast<double>(m.weights));
+  metrics_->device_memory.gauge({"kv_cache"}).Set(static_cast<double>(m.kv_cache));
+  metrics_->device_memory.gauge({"state"}).Set(static_cast<double>(m.state));
 }
 
 void Scheduler::Step(std::unique_lock<std::mutex>& lock) {

@@ -55,6 +55,11 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       vllm_kv_usage(r.AddGauge("vllm:kv_cache_usage_perc",
                                "KV cache usage, 0 to 1 (Gateway API Inference Extension protocol).")
                         .gauge()),
+      device_memory(r.AddGauge("walsh_worker_device_memory_bytes",
+                               "Accelerator memory in bytes by kind: used and total on the device, "
+                               "and what the engine holds for weights, kv_cache and state (the "
+                               "CPU backend reports its caches only).",
+                               {"kind"})),
       build_info(r.AddGauge("walsh_build_info", "walsh build; always 1.", {"version", "kernels"})),
       model_info(r.AddGauge("walsh_model_info", "The served model; always 1.",
                             {"architecture", "format", "name", "fingerprint"})) {}

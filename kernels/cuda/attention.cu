@@ -1,0 +1,91 @@
+// Full attention over paged KV (docs/format.md §8.2): QK-norm, RoPE, the KV write, then one
+// thread block per (token, query head): scores by key in parallel, the softmax's max and sum in
+// position order, outputs by dimension in parallel, each over keys in position order — the
+// pieces of kernels/token_ops.h's AttendOneHead.
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+
+namespace walsh::cuda {
+namespace {
+
+// One thread per (token, head) of q (n_head) and k (n_head_kv); then the K and V rows.
+__global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, float* k,
+                              const float* v, const float* q_norm, const float* k_norm,
+                              const double* inv_freq, float* k_layer, float* v_layer) {
+  const int64_t t = blockIdx.x;
+  const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
+  const int64_t pos = step.pos_of_token[t];
+  for (int64_t h = threadIdx.x; h < s.n_head + s.n_head_kv; h += blockDim.x) {
+    if (h < s.n_head) {
+      float* q = q_gate + t * 2 * s.n_head * hd + h * 2 * hd;
+      RmsNorm(q, q_norm, hd, s.eps, q);
+      RopeNeoxInPlace(q, s.n_rot, pos, inv_freq);
+    } else {
+      float* kh = k + t * kv_dim + (h - s.n_head) * hd;
+      RmsNorm(kh, k_norm, hd, s.eps, kh);
+      RopeNeoxInPlace(kh, s.n_rot, pos, inv_freq);
+    }
+  }
+  __syncthreads();
+  const int32_t seq = step.seq_of_token[t];
+  const int32_t page = step.pages[step.seq_page_offset[seq] + pos / s.page_size];
+  const int64_t at = page * s.page_stride + (pos % s.page_size) * kv_dim;
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    k_layer[at + i] = k[t * kv_dim + i];
+    v_layer[at + i] = v[t * kv_dim + i];
+  }
+}
+
+__global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, const float* q_gate,
+                             const float* k_layer, const float* v_layer, float* scores_all,
+                             float* out) {
+  __shared__ float max_score, sum;
+  const int64_t t = t_begin + blockIdx.x / s.n_head, j = blockIdx.x % s.n_head;
+  const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
+  const int64_t n_keys = step.pos_of_token[t] + 1;
+  const int32_t seq = step.seq_of_token[t];
+  const PagedKv kv{k_layer,     v_layer, step.pages + step.seq_page_offset[seq], s.page_stride,
+                   s.page_size, kv_dim,  (j / (s.n_head / s.n_head_kv)) * hd};  // blocked GQA
+  const float* q = q_gate + t * 2 * s.n_head * hd + j * 2 * hd;
+  const float* g = q + hd;
+  float* scores = scores_all + (step.score_offset[t] - step.score_offset[t_begin]) + j * n_keys;
+  for (int64_t key = threadIdx.x; key < n_keys; key += blockDim.x) {
+    scores[key] = AttentionScore(q, hd, kv, key, s.scale);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) max_score = MaxScore(scores, n_keys);
+  __syncthreads();
+  for (int64_t key = threadIdx.x; key < n_keys; key += blockDim.x) {
+    scores[key] = ExpF(scores[key] - max_score);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) sum = SequentialSum(scores, n_keys);
+  __syncthreads();
+  float* u = out + t * s.n_head * hd + j * hd;
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    const float o = AttentionOutput(scores, sum, kv, n_keys, i);
+    u[i] = o * Sigmoid(g[i]);
+  }
+}
+
+}  // namespace
+
+int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
+                     const float* v, const float* q_norm, const float* k_norm,
+                     const double* inv_freq, float* k_layer, float* v_layer, cudaStream_t stream) {
+  if (step.n_tokens == 0) return 0;
+  PrepareKernel<<<static_cast<unsigned>(step.n_tokens), 64, 0, stream>>>(
+      shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, k_layer, v_layer);
+  return LastLaunchError();
+}
+
+int Attention(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
+              const float* q_gate, const float* k_layer, const float* v_layer, float* scores,
+              float* out, cudaStream_t stream) {
+  if (t_end <= t_begin) return 0;
+  AttendKernel<<<static_cast<unsigned>((t_end - t_begin) * shape.n_head), 256, 0, stream>>>(
+      shape, step, t_begin, q_gate, k_layer, v_layer, scores, out);
+  return LastLaunchError();
+}
+
+}  // namespace walsh::cuda

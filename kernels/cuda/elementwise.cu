@@ -1,0 +1,111 @@
+// Embedding rows, RMSNorm, residual adds, SwiGLU, row gathers and the small dense projections.
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/ternary_block_decode.h"
+
+namespace walsh::cuda {
+namespace {
+
+__global__ void EmbedKernel(TernaryFormat format, const uint8_t* table, int64_t row_bytes,
+                            int64_t cols, const int32_t* tokens, float* out) {
+  const int64_t t = blockIdx.y;
+  const uint8_t* row = table + static_cast<int64_t>(tokens[t]) * row_bytes;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < cols;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[t * cols + i] = DequantizeTernary(format, row, i / 128, static_cast<int>(i % 128));
+  }
+}
+
+// One block per row: warp 0 sums the squares in kernels/token_ops.h's 32-lane order (lane l
+// over i ≡ l mod 32, then halving), every thread scales its elements.
+__global__ void RmsNormKernel(const float* x, int64_t cols, const float* w, float eps, float* out) {
+  __shared__ float scale;
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
+  if (threadIdx.x < 32) {
+    double p = SumSquaresLane(xr, cols, static_cast<int>(threadIdx.x));
+    for (int s = kNormLanes / 2; s > 0; s /= 2) p = p + __shfl_down_sync(0xffffffffu, p, s);
+    if (threadIdx.x == 0) scale = RmsScaleFromSum(p, cols, eps);
+  }
+  __syncthreads();
+  float* o = out + static_cast<int64_t>(blockIdx.x) * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
+}
+
+__global__ void AddKernel(float* acc, const float* x, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] += x[i];
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = Silu(gate[i]) * up[i];
+}
+
+__global__ void GatherKernel(const float* x, int64_t cols, const int32_t* rows, float* out) {
+  const int64_t r = blockIdx.y;
+  const float* src = x + static_cast<int64_t>(rows[r]) * cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < cols;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[r * cols + i] = src[i];
+  }
+}
+
+__global__ void DenseKernel(DenseFormat format, const void* w, int64_t rows, int64_t cols,
+                            const float* x, int64_t n_tokens, float* y, int64_t y_stride,
+                            int64_t col_offset) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * n_tokens) return;
+  const int64_t t = i / rows, r = i % rows;
+  y[t * y_stride + col_offset + r] = DenseRowDot(format, w, r, cols, x + t * cols);
+}
+
+}  // namespace
+
+int EmbedRows(TernaryFormat format, const uint8_t* table, int64_t cols, const int32_t* tokens,
+              int64_t n_tokens, float* out, cudaStream_t stream) {
+  if (cols % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (n_tokens == 0) return 0;
+  const int64_t row_bytes = cols / 128 * (format == TernaryFormat::kPq2_0 ? 34 : 28);
+  const dim3 grid(GridFor(cols, 256) < 16 ? GridFor(cols, 256) : 16,
+                  static_cast<unsigned>(n_tokens));
+  EmbedKernel<<<grid, 256, 0, stream>>>(format, table, row_bytes, cols, tokens, out);
+  return LastLaunchError();
+}
+
+int RmsNormRows(const float* x, int64_t rows, int64_t cols, const float* weight, float eps,
+                float* out, cudaStream_t stream) {
+  if (rows == 0) return 0;
+  RmsNormKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, cols, weight, eps, out);
+  return LastLaunchError();
+}
+
+int AddInPlace(float* acc, const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return 0;
+  AddKernel<<<GridFor(n, 256), 256, 0, stream>>>(acc, x, n);
+  return LastLaunchError();
+}
+
+int SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return 0;
+  SwiGluKernel<<<GridFor(n, 256), 256, 0, stream>>>(gate, up, n, out);
+  return LastLaunchError();
+}
+
+int GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out,
+               cudaStream_t stream) {
+  if (n == 0) return 0;
+  const dim3 grid(GridFor(cols, 256) < 16 ? GridFor(cols, 256) : 16, static_cast<unsigned>(n));
+  GatherKernel<<<grid, 256, 0, stream>>>(x, cols, rows, out);
+  return LastLaunchError();
+}
+
+int DenseProject(DenseFormat format, const void* w, int64_t rows, int64_t cols, const float* x,
+                 int64_t n_tokens, float* y, int64_t y_stride, int64_t col_offset,
+                 cudaStream_t stream) {
+  if (rows * n_tokens == 0) return 0;
+  DenseKernel<<<GridFor(rows * n_tokens, 128), 128, 0, stream>>>(format, w, rows, cols, x, n_tokens,
+                                                                 y, y_stride, col_offset);
+  return LastLaunchError();
+}
+
+}  // namespace walsh::cuda

@@ -1,0 +1,69 @@
+// Gated DeltaNet (docs/format.md §8.3) with the recurrent state in device memory. The conv runs
+// one thread block per sequence (channels in parallel, tokens in order); the delta rule one
+// block per (sequence, value head) with a thread per state row, tokens in order — the pieces of
+// kernels/token_ops.h's GdnConvStep and GdnHeadStep.
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+
+namespace walsh::cuda {
+namespace {
+
+__global__ void ConvKernel(GdnLayerParams p, StepView step, GdnStateView st, const float* qkv,
+                           float* u) {
+  const int64_t seq = blockIdx.x, conv_dim = p.conv_dim();
+  float* conv_state = st.state + step.seq_slot[seq] * st.slot_stride + st.layer_offset;
+  const int64_t first = step.seq_first_token[seq], count = step.seq_token_count[seq];
+  for (int64_t t = first; t < first + count; ++t) {
+    float* ut = u + t * conv_dim;
+    for (int64_t ch = threadIdx.x; ch < conv_dim; ch += blockDim.x) {
+      ut[ch] = GdnConvChannel(p, qkv + t * conv_dim, conv_state, ch);
+    }
+    __syncthreads();
+    for (int64_t h = threadIdx.x; h < 2 * p.n_k; h += blockDim.x) {
+      L2NormInPlace(ut + h * p.hd, p.hd, p.eps);
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void RecurrenceKernel(GdnLayerParams p, StepView step, GdnStateView st, const float* u,
+                                 const float* z, const float* alpha_beta, float* out) {
+  __shared__ float norm_scale;
+  const int64_t seq = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
+  const int64_t conv_dim = p.conv_dim(), inner = p.n_v * p.hd;
+  float* S = st.state + step.seq_slot[seq] * st.slot_stride + st.layer_offset + st.conv_floats;
+  const int64_t first = step.seq_first_token[seq], count = step.seq_token_count[seq];
+  for (int64_t t = first; t < first + count; ++t) {
+    const float* alpha = alpha_beta + t * 2 * p.n_v;
+    float beta, decay;
+    GdnHeadGates(p, alpha, alpha + p.n_v, h, &beta, &decay);
+    float* o = out + t * inner + h * p.hd;
+    o[j] = GdnHeadRow(p, u + t * conv_dim, h, beta, decay, j, S);
+    __syncthreads();
+    if (j == 0) norm_scale = RmsNormScale(o, p.hd, p.eps);
+    __syncthreads();
+    o[j] = GdnGateOutput(p, o, norm_scale, z + t * inner, h, j);
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+int GdnConv(const GdnLayerParams& p, const StepView& step, GdnStateView state, const float* qkv,
+            float* u, cudaStream_t stream) {
+  if (step.n_seqs == 0) return 0;
+  ConvKernel<<<static_cast<unsigned>(step.n_seqs), 256, 0, stream>>>(p, step, state, qkv, u);
+  return LastLaunchError();
+}
+
+int GdnRecurrence(const GdnLayerParams& p, const StepView& step, GdnStateView state, const float* u,
+                  const float* z, const float* alpha_beta, float* out, cudaStream_t stream) {
+  if (p.hd < 1 || p.hd > 1024) return static_cast<int>(cudaErrorInvalidValue);
+  if (step.n_seqs == 0) return 0;
+  const dim3 grid(static_cast<unsigned>(step.n_seqs), static_cast<unsigned>(p.n_v));
+  RecurrenceKernel<<<grid, static_cast<unsigned>(p.hd), 0, stream>>>(p, step, state, u, z,
+                                                                     alpha_beta, out);
+  return LastLaunchError();
+}
+
+}  // namespace walsh::cuda

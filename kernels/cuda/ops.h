@@ -1,0 +1,118 @@
+// The CUDA kernels of the qwen35 forward pass (sm_90), as host launchers: raw device pointers,
+// sizes and a stream in, a CUDA error code out (0 = success). Callers (worker/engine/
+// cuda_backend.cc) check shapes first; the kernels assume valid inputs.
+//
+// Numerics: every kernel computes with the host-and-device functions of kernels/token_ops.h,
+// kernels/numerics.h and the ternary block decode and combine, split across threads only where
+// the pieces are independent, so each result is bit-identical to the CPU backend's
+// (tests/unit/numerics_test.cc checks the decompositions on the CPU). Built with --fmad=false.
+#ifndef WALSH_KERNELS_CUDA_OPS_H_
+#define WALSH_KERNELS_CUDA_OPS_H_
+
+#include <stdint.h>
+
+#include "kernels/q8_activation.h"
+#include "kernels/token_ops.h"
+#include "kernels/weight_format.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace walsh::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// Rotation and quantization
+
+// The GDN value-head permutation P (tiled to grouped order), or n_k = 0 for none.
+struct Permutation {
+  int64_t n_k = 0, rep = 0, hd = 0;
+};
+
+// out[r] = s_after ⊙ T(s_before ⊙ P(x[r])) with T the normalized WHT of every `block` values
+// (a power of two up to 1024); either sign vector may be null. `out` must not alias `x`.
+int SignedFwht(const float* x, int64_t rows, int64_t width, int64_t block,
+               const int8_t* signs_before, const int8_t* signs_after, Permutation permute,
+               float* out, cudaStream_t stream);
+// rows × width values (width a multiple of 128) into Q8 blocks in `layout`.
+int QuantizeRowsQ8(const float* x, int64_t rows, int64_t width, Q8Layout layout, Q8Block128* out,
+                   cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Products
+
+// y[t · y_stride + r] = Σ_b dw_b · CombineSubBlocks(...) over the blocks of row r, in block
+// order, for every row and token: packed weights, int8 activations.
+int TernaryMatMulQ8(TernaryFormat format, const uint8_t* weights, int64_t rows, int64_t cols,
+                    const Q8Block128* x, int64_t n_tokens, float* y, int64_t y_stride,
+                    cudaStream_t stream);
+// y[t · y_stride + col_offset + r] = DenseRowDot(w, r, x[t]).
+int DenseProject(DenseFormat format, const void* w, int64_t rows, int64_t cols, const float* x,
+                 int64_t n_tokens, float* y, int64_t y_stride, int64_t col_offset,
+                 cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise and per-row
+
+// out[t] = the dequantized embedding row tokens[t] (cols values).
+int EmbedRows(TernaryFormat format, const uint8_t* table, int64_t cols, const int32_t* tokens,
+              int64_t n_tokens, float* out, cudaStream_t stream);
+int RmsNormRows(const float* x, int64_t rows, int64_t cols, const float* weight, float eps,
+                float* out, cudaStream_t stream);
+int AddInPlace(float* acc, const float* x, int64_t n, cudaStream_t stream);
+int SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+// out[i] = x[rows[i]] for n rows of cols values.
+int GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out,
+               cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Attention over paged KV
+
+// One step's tokens as the attention and GDN kernels see them (device arrays).
+struct StepView {
+  int64_t n_tokens = 0, n_seqs = 0;
+  const int32_t* pos_of_token = nullptr;
+  const int32_t* seq_of_token = nullptr;
+  const int32_t* seq_first_token = nullptr;  // tokens of a sequence are contiguous
+  const int32_t* seq_token_count = nullptr;
+  const int32_t* seq_slot = nullptr;
+  const int32_t* seq_page_offset = nullptr;  // where a sequence's page table starts in `pages`
+  const int32_t* pages = nullptr;
+  const int64_t* score_offset = nullptr;  // per token: Σ of earlier tokens' (pos + 1) · n_head
+};
+
+struct AttentionShape {
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float eps = 0.0f, scale = 0.0f;
+  int64_t page_size = 0, page_stride = 0;  // positions per page; floats from page to page
+};
+
+// QK-norm and RoPE on every query and key head, then K and V rows into the step's pages of one
+// layer (k_layer / v_layer: that layer's K and V rows of page 0).
+int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
+                     const float* v, const float* q_norm, const float* k_norm,
+                     const double* inv_freq, float* k_layer, float* v_layer, cudaStream_t stream);
+// Every (token, head) of tokens [t_begin, t_end) over its sequence's positions 0..pos, gated by
+// σ(gate); `scores` holds score_offset[t_end] - score_offset[t_begin] floats.
+int Attention(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
+              const float* q_gate, const float* k_layer, const float* v_layer, float* scores,
+              float* out, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Gated DeltaNet
+
+// The state of one GDN layer of slot s is at state + s · slot_stride + layer_offset: the conv
+// window, then the recurrent state (conv_floats later).
+struct GdnStateView {
+  float* state = nullptr;
+  int64_t slot_stride = 0, layer_offset = 0, conv_floats = 0;
+};
+
+// Per sequence, token by token: the conv window, SiLU and the q/k L2 norms into u.
+int GdnConv(const GdnLayerParams& p, const StepView& step, GdnStateView state, const float* qkv,
+            float* u, cudaStream_t stream);
+// Per (sequence, value head), token by token: the delta rule and the gated norm into out.
+int GdnRecurrence(const GdnLayerParams& p, const StepView& step, GdnStateView state, const float* u,
+                  const float* z, const float* alpha_beta, float* out, cudaStream_t stream);
+
+}  // namespace walsh::cuda
+
+#endif  // WALSH_KERNELS_CUDA_OPS_H_

@@ -1,0 +1,125 @@
+// Ternary matrix × int8 activations straight on packed PQ2_0 / PTQ1_0 rows (docs/format.md §2,
+// §3). A warp owns a row and up to 8 tokens: lane l decodes blocks l, l + 32, ... once and
+// computes every token's block term dw_b · CombineSubBlocks(isum, d) (integer dot products with
+// dp4a for PQ2_0's code planes, trits decoded in registers for PTQ1_0); the terms meet in
+// shared memory and each token's row sum runs in block order, as on the CPU.
+#include "kernels/block_types.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/ternary_block_combine.h"
+#include "kernels/ternary_block_decode.h"
+
+namespace walsh::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 4;   // warps per thread block, one row each
+constexpr int kTokensPerPass = 8;  // tokens sharing one decode of the weights
+
+// Σ_j code_j · q_j per 32-element sub-block for a PQ2_0 block against kPq2Planes activations:
+// word i of plane p holds the codes of elements 4m + p (m = 4i..4i+3), sub-block i / 2.
+__device__ __forceinline__ void Pq2Sums(const uint32_t qs[8], const Q8Block128& xb,
+                                        int32_t isum[4]) {
+  const int* xq = reinterpret_cast<const int*>(xb.qs);
+  for (int s = 0; s < 4; ++s) isum[s] = 0;
+  for (int p = 0; p < 4; ++p) {
+    for (int i = 0; i < 8; ++i) {
+      const int codes = static_cast<int>((qs[i] >> (2 * p)) & 0x03030303u);
+      isum[i / 2] = __dp4a(codes, xq[p * 8 + i], isum[i / 2]);
+    }
+  }
+  for (int s = 0; s < 4; ++s) isum[s] -= xb.sum[s];  // codes are value + 1
+}
+
+__device__ __forceinline__ void Ptq1Sums(const block_ptq1_0& blk, const Q8Block128& xb,
+                                         int32_t isum[4]) {
+  for (int s = 0; s < 4; ++s) isum[s] = 0;
+  for (int m = 0; m < 24; ++m) {
+    const uint8_t byte = blk.qs[m];
+    for (int n = 0; n < 5; ++n) {
+      const int e = m < 16 ? n * 16 + m : 80 + n * 8 + (m - 16);
+      isum[e / 32] += DecodeTrit(byte, n) * xb.qs[e];
+    }
+  }
+  for (int j = 0; j < 2; ++j) {
+    for (int n = 0; n < 4; ++n) {
+      const int e = 120 + n * 2 + j;
+      isum[e / 32] += DecodeTrit(blk.qh[j], n) * xb.qs[e];
+    }
+  }
+  for (int s = 0; s < 4; ++s) isum[s] -= xb.sum[s];  // trits are value + 1
+}
+
+template <TernaryFormat F>
+__global__ void MatMulKernel(const uint8_t* w, int64_t rows, int64_t nb, const Q8Block128* x,
+                             int64_t n_tokens, float* y, int64_t y_stride) {
+  extern __shared__ float terms[];  // [kRowsPerBlock][kTokensPerPass][nb]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerPass;
+  const int64_t nt = n_tokens - t0 < kTokensPerPass ? n_tokens - t0 : kTokensPerPass;
+  if (row >= rows) return;
+  float* my = terms + static_cast<int64_t>(warp) * kTokensPerPass * nb;
+  constexpr int kBlockBytes = F == TernaryFormat::kPq2_0 ? 34 : 28;
+  const uint8_t* wrow = w + row * nb * kBlockBytes;
+  for (int64_t b = lane; b < nb; b += 32) {
+    if constexpr (F == TernaryFormat::kPq2_0) {
+      const block_pq2_0& blk = reinterpret_cast<const block_pq2_0*>(wrow)[b];
+      uint32_t qs[8];
+      for (int i = 0; i < 8; ++i) {
+        qs[i] = static_cast<uint32_t>(blk.qs[4 * i]) |
+                static_cast<uint32_t>(blk.qs[4 * i + 1]) << 8 |
+                static_cast<uint32_t>(blk.qs[4 * i + 2]) << 16 |
+                static_cast<uint32_t>(blk.qs[4 * i + 3]) << 24;
+      }
+      const float dw = Fp16ToFloat(blk.d);
+      for (int64_t t = 0; t < nt; ++t) {
+        const Q8Block128& xb = x[(t0 + t) * nb + b];
+        int32_t isum[4];
+        Pq2Sums(qs, xb, isum);
+        my[t * nb + b] = dw * CombineSubBlocks(isum, xb.d);
+      }
+    } else {
+      const block_ptq1_0& blk = reinterpret_cast<const block_ptq1_0*>(wrow)[b];
+      const float dw = Fp16ToFloat(blk.d);
+      for (int64_t t = 0; t < nt; ++t) {
+        const Q8Block128& xb = x[(t0 + t) * nb + b];
+        int32_t isum[4];
+        Ptq1Sums(blk, xb, isum);
+        my[t * nb + b] = dw * CombineSubBlocks(isum, xb.d);
+      }
+    }
+  }
+  __syncwarp();
+  if (lane < nt) {
+    const float* tt = my + lane * nb;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) acc += tt[b];
+    y[(t0 + lane) * y_stride + row] = acc;
+  }
+}
+
+}  // namespace
+
+int TernaryMatMulQ8(TernaryFormat format, const uint8_t* weights, int64_t rows, int64_t cols,
+                    const Q8Block128* x, int64_t n_tokens, float* y, int64_t y_stride,
+                    cudaStream_t stream) {
+  if (cols % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t nb = cols / 128;
+  const size_t shared = sizeof(float) * kRowsPerBlock * kTokensPerPass * nb;
+  if (shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);  // cols > 49,152
+  if (rows == 0 || n_tokens == 0) return 0;
+  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(n_tokens, kTokensPerPass));
+  switch (format) {
+    case TernaryFormat::kPq2_0:
+      MatMulKernel<TernaryFormat::kPq2_0><<<grid, 32 * kRowsPerBlock, shared, stream>>>(
+          weights, rows, nb, x, n_tokens, y, y_stride);
+      break;
+    case TernaryFormat::kPtq1_0:
+      MatMulKernel<TernaryFormat::kPtq1_0><<<grid, 32 * kRowsPerBlock, shared, stream>>>(
+          weights, rows, nb, x, n_tokens, y, y_stride);
+      break;
+  }
+  return LastLaunchError();
+}
+
+}  // namespace walsh::cuda

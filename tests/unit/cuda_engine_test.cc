@@ -1,0 +1,208 @@
+// The CUDA backend against the CPU backend, through the engine: the same logits bit for bit
+// (the shared numerics make this the contract, not a tolerance), greedy continuations
+// identical and the pooled mean KL within 1e-5 even if bits ever differ, schedule invariance on
+// the GPU, and the peer fixtures' greedy tokens. Skips where no CUDA device answers.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device_probe.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_model.h"
+#include "worker/engine/engine.h"
+
+namespace walsh {
+namespace {
+
+using testing::ReadFileOrDie;
+using testing::TestDataPath;
+
+bool HaveCudaDevice(std::string* why) {
+  int count = 0;
+  const int err = cuda::CountDevices(&count);
+  if (err != 0 || count == 0) {
+    *why = err != 0 ? cuda::ErrorString(err) : "no device found";
+    return false;
+  }
+  return true;
+}
+
+double MeanKl(const std::vector<float>& p, const std::vector<float>& q, int64_t vocab) {
+  double total = 0;
+  const int64_t rows = static_cast<int64_t>(p.size()) / vocab;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = p.data() + r * vocab;
+    const float* b = q.data() + r * vocab;
+    double ma = a[0], mb = b[0];
+    for (int64_t i = 1; i < vocab; ++i)
+      ma = std::max(ma, double{a[i]}), mb = std::max(mb, double{b[i]});
+    double sa = 0, sb = 0;
+    for (int64_t i = 0; i < vocab; ++i) sa += std::exp(a[i] - ma), sb += std::exp(b[i] - mb);
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double la = a[i] - ma - std::log(sa), lb = b[i] - mb - std::log(sb);
+      total += std::exp(la) * (la - lb);
+    }
+  }
+  return total / rows;
+}
+
+std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device) {
+  auto file = LoadModelFile(path);
+  EXPECT_TRUE(file.ok()) << file.status();
+  auto bound = Model::Bind(std::move(*file));
+  EXPECT_TRUE(bound.ok()) << bound.status();
+  EngineOptions opts;
+  opts.device = device;
+  opts.kv_cache_bytes = int64_t{64} << 20;
+  opts.state_bytes = int64_t{64} << 20;
+  auto engine = Engine::Create(std::move(*bound), opts);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+// Logits at every position of `ids`, fed in chunks of `chunk`, then `greedy` decode steps.
+struct FedRun {
+  std::vector<float> logits;
+  std::vector<int32_t> greedy;
+};
+FedRun Feed(Engine& e, const std::vector<int32_t>& ids, size_t chunk, int greedy) {
+  FedRun run;
+  auto seq = e.AddSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  const int64_t vocab = e.model().config().vocab_size;
+  for (size_t i = 0; i < ids.size(); i += chunk) {
+    std::vector<int32_t> part(ids.begin() + i, ids.begin() + std::min(ids.size(), i + chunk));
+    auto out = e.Forward({{*seq, part, /*all_logits=*/true}});
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return run;
+    run.logits.insert(run.logits.end(), out->logits.begin(), out->logits.end());
+  }
+  int32_t next = static_cast<int32_t>(Argmax(run.logits.data() + (ids.size() - 1) * vocab, vocab));
+  for (int k = 0; k < greedy; ++k) {
+    run.greedy.push_back(next);
+    auto out = e.Forward({{*seq, {next}}});
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return run;
+    next = static_cast<int32_t>(Argmax(out->RowLogits(0), vocab));
+  }
+  EXPECT_TRUE(e.RemoveSequence(*seq).ok());
+  return run;
+}
+
+class CudaEngine : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
+    const std::string& name = GetParam();
+    if (name == "peer") {
+      path_ = TestDataPath("peer/model.gguf");
+      return;
+    }
+    auto m = SyntheticModel::Create(
+        {.preset = name.substr(0, name.find('_')),
+         .format = name.ends_with("ptq1_0") ? WeightFormat::kPtq1_0 : WeightFormat::kPq2_0,
+         .seed = 5});
+    ASSERT_TRUE(m.ok()) << m.status();
+    path_ = dir_.File("m.gguf");
+    ASSERT_TRUE((*m)->WritePacked(path_).ok());
+  }
+
+  testing::TempDir dir_;
+  std::string path_;
+};
+
+TEST_P(CudaEngine, MatchesTheCpuBitForBit) {
+  auto cpu = MakeEngine(path_, Device::kCpu);
+  auto gpu = MakeEngine(path_, Device::kCuda);
+  ASSERT_TRUE(cpu && gpu);
+  const int64_t vocab = cpu->model().config().vocab_size;
+  std::mt19937 gen(11);
+  std::vector<int32_t> ids(40);
+  for (int32_t& id : ids) id = static_cast<int32_t>(gen() % vocab);
+  const FedRun a = Feed(*cpu, ids, ids.size(), 16);
+  const FedRun b = Feed(*gpu, ids, ids.size(), 16);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  int64_t differ = 0;
+  float worst = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i) {
+    differ += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
+    worst = std::max(worst, std::fabs(a.logits[i] - b.logits[i]));
+  }
+  const double kl = MeanKl(a.logits, b.logits, vocab);
+  std::printf("cuda vs cpu (%s): %lld of %zu logits differ, max |diff| %.3g, mean KL %.3g\n",
+              GetParam().c_str(), static_cast<long long>(differ), a.logits.size(), worst, kl);
+  EXPECT_EQ(a.greedy, b.greedy);
+  EXPECT_LE(kl, 1e-5);
+  EXPECT_EQ(differ, 0);
+}
+
+TEST_P(CudaEngine, IsScheduleInvariant) {
+  auto gpu = MakeEngine(path_, Device::kCuda);
+  ASSERT_TRUE(gpu);
+  const int64_t vocab = gpu->model().config().vocab_size;
+  std::mt19937 gen(12);
+  std::vector<int32_t> ids(37);
+  for (int32_t& id : ids) id = static_cast<int32_t>(gen() % vocab);
+  const FedRun whole = Feed(*gpu, ids, ids.size(), 0);
+  for (size_t chunk : {size_t{1}, size_t{7}}) {
+    const FedRun part = Feed(*gpu, ids, chunk, 0);
+    ASSERT_EQ(whole.logits.size(), part.logits.size());
+    EXPECT_EQ(0, std::memcmp(whole.logits.data(), part.logits.data(), whole.logits.size() * 4))
+        << "chunks of " << chunk;
+  }
+  // Three sequences stepping together, each in its own chunking, equal their solo runs.
+  std::vector<SequenceId> seqs;
+  for (int s = 0; s < 3; ++s) seqs.push_back(*gpu->AddSequence());
+  std::vector<std::vector<float>> got(3);
+  std::vector<size_t> fed(3, 0);
+  for (bool more = true; more;) {
+    more = false;
+    std::vector<SequenceInput> batch;
+    std::vector<int> who;
+    for (int s = 0; s < 3; ++s) {
+      if (fed[s] == ids.size()) continue;
+      const size_t n = std::min(ids.size() - fed[s], size_t{1} + (gen() % 9));
+      batch.push_back({seqs[s], {ids.begin() + fed[s], ids.begin() + fed[s] + n}, true});
+      who.push_back(s);
+      fed[s] += n;
+      more = true;
+    }
+    if (!more) break;
+    auto out = gpu->Forward(batch);
+    ASSERT_TRUE(out.ok()) << out.status();
+    size_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      for (size_t k = 0; k < batch[i].tokens.size(); ++k, ++row) {
+        got[who[i]].insert(got[who[i]].end(), out->RowLogits(row), out->RowLogits(row) + vocab);
+      }
+    }
+  }
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_EQ(got[s].size(), whole.logits.size());
+    EXPECT_EQ(0, std::memcmp(got[s].data(), whole.logits.data(), got[s].size() * 4)) << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
+                         ::testing::Values("tiny_pq2_0", "tiny_ptq1_0", "small_pq2_0", "peer"));
+
+TEST(CudaPeerConformance, GreedyIdenticalToThePeer) {
+  std::string why;
+  if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
+  auto gpu = MakeEngine(TestDataPath("peer/model.gguf"), Device::kCuda);
+  ASSERT_TRUE(gpu);
+  const nlohmann::json spec =
+      nlohmann::json::parse(ReadFileOrDie(TestDataPath("peer/prompts.json")));
+  for (const auto& prompt : spec["prompts"]) {
+    SCOPED_TRACE(prompt["name"].get<std::string>());
+    const FedRun run = Feed(*gpu, prompt["ids"].get<std::vector<int32_t>>(), 1 << 20, 32);
+    EXPECT_EQ(run.greedy, prompt["greedy"].get<std::vector<int32_t>>());
+  }
+}
+
+}  // namespace
+}  // namespace walsh

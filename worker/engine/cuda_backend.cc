@@ -1,0 +1,442 @@
+#include "worker/engine/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/engine/rope_table.h"
+
+namespace walsh {
+namespace {
+
+// Room kept free for activations (the logits of 512 tokens at a 248k vocabulary are 0.5 GB),
+// the attention scores and the step arrays.
+constexpr int64_t kActivationReserveBytes = int64_t{2} << 30;
+// The attention scores of one launch: tokens are attended in chunks whose scores fit.
+constexpr int64_t kScoreChunkFloats = int64_t{64} << 20;
+// Kernel limits the CPU does not have: rotation blocks, product widths, GDN head width, and
+// tokens per step (grid rows).
+constexpr int64_t kMaxRotationBlock = 1024, kMaxProjectionCols = 49152, kMaxGdnHeadDim = 1024;
+constexpr int64_t kMaxStepTokens = 65535;
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+int64_t DenseBytes(const DenseWeight& w) {
+  return w.rows * w.cols * (w.format == DenseFormat::kF32 ? 4 : 2);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const Model& model, int device,
+                                                             double gpu_memory_utilization) {
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", gpu_memory_utilization));
+  }
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: no CUDA device is available (cudaGetDeviceCount: ",
+                     e == cudaSuccess ? "0 devices" : cudaGetErrorString(e), ")"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: device ", device, " does not exist (", count, " found)"));
+  }
+  const Qwen35Config& c = model.config();
+  if (model.contract().block_size > kMaxRotationBlock || c.ssm_state_size > kMaxGdnHeadDim) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--device cuda: rotation block ", model.contract().block_size, " and GDN head width ",
+        c.ssm_state_size, " must be at most ", kMaxRotationBlock, " and ", kMaxGdnHeadDim));
+  }
+  for (const GgufTensorInfo& t : model.gguf().tensors()) {
+    if (FindTernaryFormat(t.type) != nullptr &&
+        static_cast<int64_t>(t.ne[0]) > kMaxProjectionCols) {
+      return absl::UnimplementedError(absl::StrCat("--device cuda: tensor '", t.name, "' has ",
+                                                   t.ne[0], " columns; at most ",
+                                                   kMaxProjectionCols, " are supported"));
+    }
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(model, device));
+  RETURN_IF_ERROR(b->Init(gpu_memory_utilization));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+CudaBackend::CudaBackend(const Model& model, int device) : model_(model), device_(device) {}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+}
+
+absl::Status CudaBackend::Init(double gpu_memory_utilization) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create stream"));
+  // The file's tensor data, one contiguous range of the mapping.
+  const uint8_t* lo = nullptr;
+  const uint8_t* hi = nullptr;
+  for (const GgufTensorInfo& t : model_.gguf().tensors()) {
+    if (lo == nullptr || t.data < lo) lo = t.data;
+    if (hi == nullptr || t.data + t.n_bytes > hi) hi = t.data + t.n_bytes;
+  }
+  host_base_ = lo;
+  weight_bytes_ = hi - lo;
+  size_t free_bytes = 0, total_bytes = 0;
+  RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "memory info"));
+  const int64_t total = static_cast<int64_t>(total_bytes);
+  const int64_t others = total - static_cast<int64_t>(free_bytes);  // held before we start
+  const int64_t budget = static_cast<int64_t>(gpu_memory_utilization * total) - others;
+  if (weight_bytes_ + kActivationReserveBytes > budget) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the model does not fit on CUDA device %d: its weights need %.2f GiB plus %.2f GiB for "
+        "activations; the device has %.2f GiB, %.2f GiB in use by others, and "
+        "--gpu-memory-utilization %.2f allows %.2f GiB",
+        device_, GiB(weight_bytes_), GiB(kActivationReserveBytes), GiB(total), GiB(others),
+        gpu_memory_utilization, GiB(std::max<int64_t>(budget, 0))));
+  }
+  RETURN_IF_ERROR(weights_.Allocate(weight_bytes_, "the model's weights"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpy(weights_.as<void>(), lo, static_cast<size_t>(weight_bytes_),
+                                        cudaMemcpyHostToDevice),
+                             "upload weights"));
+  cache_room_ = budget - weights_.bytes() - kActivationReserveBytes;
+  const std::vector<double> inv_freq =
+      RopeInverseFrequencies(model_.config().rope_dimension_count, model_.config().rope_freq_base);
+  RETURN_IF_ERROR(rope_inv_freq_.Allocate(inv_freq.size() * sizeof(double), "the RoPE table"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpy(rope_inv_freq_.as<void>(), inv_freq.data(),
+                                        inv_freq.size() * sizeof(double), cudaMemcpyHostToDevice),
+                             "upload RoPE table"));
+  // Every upload has landed before the first kernel on stream_ (a non-blocking stream).
+  return CudaStatus(cudaDeviceSynchronize(), "upload");
+}
+
+absl::Status CudaBackend::Launch(int code, const char* op) const {
+  return CudaStatus(static_cast<cudaError_t>(code), op);
+}
+
+absl::StatusOr<const void*> CudaBackend::Resident(const void* host, int64_t bytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(host);
+  if (p >= host_base_ && p + bytes <= host_base_ + weight_bytes_) {
+    return weights_.as<uint8_t>() + (p - host_base_);
+  }
+  auto it = uploads_.find(host);
+  if (it == uploads_.end() || it->second.bytes() < bytes) {
+    // Model data outside the file's tensors (the contract's sign vectors) lives as long as the
+    // model, so the copy may run on stream_, ordered before the kernels that read it.
+    DeviceBuffer buffer;
+    RETURN_IF_ERROR(buffer.Allocate(bytes, "model data"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(buffer.as<void>(), host, static_cast<size_t>(bytes),
+                                               cudaMemcpyHostToDevice, stream_),
+                               "upload model data"));
+    it = uploads_.insert_or_assign(host, std::move(buffer)).first;
+  }
+  return static_cast<const void*>(it->second.as<void>());
+}
+
+BackendMemory CudaBackend::Memory() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  (void)cudaSetDevice(device_);  // callers may be on any thread
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
+  return {static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes),
+          weights_.bytes(), kv_.bytes(), state_.bytes()};
+}
+
+absl::Status CudaBackend::AllocateCaches(const CacheGeometry& g) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
+  geometry_ = g;
+  const int64_t kv_bytes = g.pages * g.page_floats() * 4;
+  const int64_t state_bytes = g.slots * g.slot_floats() * 4;
+  RETURN_IF_ERROR(kv_.Allocate(kv_bytes, "the KV cache"));
+  RETURN_IF_ERROR(state_.Allocate(state_bytes, "the recurrent state"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(kv_.as<void>(), 0, kv_.bytes(), stream_), "clear KV cache"));
+  return CudaStatus(cudaMemsetAsync(state_.as<void>(), 0, state_.bytes(), stream_), "clear state");
+}
+
+absl::Status CudaBackend::ClearStateSlot(int32_t slot) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));  // the scheduler's thread
+  const int64_t floats = geometry_.slot_floats();
+  return CudaStatus(cudaMemsetAsync(state_.as<float>() + slot * floats, 0, floats * 4, stream_),
+                    "clear state slot");
+}
+
+absl::StatusOr<Tensor> CudaBackend::Activation(Buffer id, int64_t rows, int64_t cols) {
+  DeviceBuffer& b = buffers_[static_cast<int>(id)];
+  if (b.bytes() < rows * cols * 4) {
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "synchronize"));
+    RETURN_IF_ERROR(b.Reserve(rows * cols * 4, "activations"));
+  }
+  return Tensor{b.as<float>(), rows, cols};
+}
+
+absl::StatusOr<Q8Tensor> CudaBackend::Quantized(int index, int64_t rows, int64_t cols,
+                                                Q8Layout layout) {
+  DeviceBuffer& b = quantized_[index];
+  const int64_t bytes = rows * (cols / 128) * static_cast<int64_t>(sizeof(Q8Block128));
+  if (b.bytes() < bytes) {
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "synchronize"));
+    RETURN_IF_ERROR(b.Reserve(bytes, "quantized activations"));
+  }
+  return Q8Tensor{b.as<Q8Block128>(), rows, cols, layout};
+}
+
+template <typename T>
+absl::StatusOr<T*> CudaBackend::UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
+                                                const char* what) {
+  const int64_t bytes = std::max<int64_t>(1, host.size()) * static_cast<int64_t>(sizeof(T));
+  if (buffer.bytes() < bytes) RETURN_IF_ERROR(buffer.Reserve(bytes, what));
+  if (!host.empty()) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(buffer.as<void>(), host.data(), host.size() * sizeof(T),
+                                   cudaMemcpyHostToDevice, stream_),
+                   what));
+  }
+  return buffer.as<T>();
+}
+
+absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
+  // The engine may be driven from another thread than the one that made it.
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
+  // The previous step's copies must be done before its host arrays are rewritten.
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "synchronize"));
+  StepArrays& h = host_step_;
+  const int64_t n = static_cast<int64_t>(plan.tokens.size());
+  if (n > kMaxStepTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda: a step of ", n, " tokens; at most ", kMaxStepTokens, " run in one"));
+  }
+  const int64_t n_seqs = static_cast<int64_t>(plan.seq_slots.size());
+  h.tokens = plan.tokens;
+  h.pos = plan.pos_of_token;
+  h.seq_of = plan.seq_of_token;
+  h.seq_slot = plan.seq_slots;
+  h.logit_rows = plan.logit_tokens;
+  h.seq_first.assign(n_seqs, 0);
+  h.seq_count.assign(n_seqs, 0);
+  for (int64_t t = n - 1; t >= 0; --t) {
+    h.seq_first[plan.seq_of_token[t]] = static_cast<int32_t>(t);
+    ++h.seq_count[plan.seq_of_token[t]];
+  }
+  h.page_offset.clear();
+  h.pages.clear();
+  for (const std::vector<int32_t>& table : plan.seq_pages) {
+    h.page_offset.push_back(static_cast<int32_t>(h.pages.size()));
+    h.pages.insert(h.pages.end(), table.begin(), table.end());
+  }
+  const int64_t n_head = model_.config().head_count;
+  h.score_offset.assign(n + 1, 0);
+  for (int64_t t = 0; t < n; ++t) {
+    h.score_offset[t + 1] = h.score_offset[t] + (plan.pos_of_token[t] + 1) * n_head;
+  }
+  step_.n_tokens = n;
+  step_.n_seqs = n_seqs;
+  ASSIGN_OR_RETURN(step_.pos_of_token, UploadStepArray(d_pos_, h.pos, "positions"));
+  ASSIGN_OR_RETURN(step_.seq_of_token, UploadStepArray(d_seq_of_, h.seq_of, "sequences"));
+  ASSIGN_OR_RETURN(step_.seq_first_token, UploadStepArray(d_seq_first_, h.seq_first, "spans"));
+  ASSIGN_OR_RETURN(step_.seq_token_count, UploadStepArray(d_seq_count_, h.seq_count, "spans"));
+  ASSIGN_OR_RETURN(step_.seq_slot, UploadStepArray(d_seq_slot_, h.seq_slot, "state slots"));
+  ASSIGN_OR_RETURN(step_.seq_page_offset,
+                   UploadStepArray(d_page_offset_, h.page_offset, "page tables"));
+  ASSIGN_OR_RETURN(step_.pages, UploadStepArray(d_pages_, h.pages, "page tables"));
+  ASSIGN_OR_RETURN(step_.score_offset,
+                   UploadStepArray(d_score_offset_, h.score_offset, "score offsets"));
+  RETURN_IF_ERROR(UploadStepArray(d_tokens_, h.tokens, "tokens").status());
+  RETURN_IF_ERROR(UploadStepArray(d_logit_rows_, h.logit_rows, "logit rows").status());
+  if (model_.attention_layers() > 0) {
+    int64_t longest = 1;
+    for (int64_t t = 0; t < n; ++t) {
+      longest = std::max(longest, h.score_offset[t + 1] - h.score_offset[t]);
+    }
+    const int64_t floats = std::max(longest, std::min(h.score_offset[n], kScoreChunkFloats));
+    RETURN_IF_ERROR(scores_.Reserve(floats * 4, "attention scores"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
+                                Tensor out) {
+  ASSIGN_OR_RETURN(const uint8_t* w, ResidentAs(table.data, table.bytes()));
+  const int32_t* tokens = d_tokens_.as<int32_t>();
+  if (!rotated) {
+    return Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows, out.data, stream_),
+                  "embedding");
+  }
+  RETURN_IF_ERROR(embed_scratch_.Reserve(out.rows * out.cols * 4, "embedding rows"));
+  RETURN_IF_ERROR(Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows,
+                                         embed_scratch_.as<float>(), stream_),
+                         "embedding"));
+  const int8_t* s = nullptr;
+  if (signs != nullptr) {
+    ASSIGN_OR_RETURN(s, ResidentAs(signs, out.cols));
+  }
+  return Launch(cuda::SignedFwht(embed_scratch_.as<float>(), out.rows, out.cols,
+                                 model_.contract().block_size, nullptr, s, {}, out.data, stream_),
+                "embedding inverse transform");
+}
+
+absl::Status CudaBackend::RmsNorm(Tensor x, const float* weight, float eps, Tensor out) {
+  ASSIGN_OR_RETURN(const float* w, ResidentAs(weight, x.cols));
+  return Launch(cuda::RmsNormRows(x.data, x.rows, x.cols, w, eps, out.data, stream_), "rms norm");
+}
+
+absl::Status CudaBackend::GatherLogitRows(Tensor x, Tensor out) {
+  return Launch(
+      cuda::GatherRows(x.data, x.cols, d_logit_rows_.as<int32_t>(), out.rows, out.data, stream_),
+      "gather rows");
+}
+
+absl::Status CudaBackend::AddInPlace(Tensor acc, Tensor x) {
+  return Launch(cuda::AddInPlace(acc.data, x.data, acc.rows * acc.cols, stream_), "residual add");
+}
+
+absl::Status CudaBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
+  return Launch(cuda::SwiGlu(gate.data, up.data, gate.rows * gate.cols, out.data, stream_),
+                "swiglu");
+}
+
+absl::Status CudaBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) {
+  if (t == Transform::kPlain) {
+    return CudaStatus(
+        cudaMemcpyAsync(out.data, x.data, x.rows * x.cols * 4, cudaMemcpyDeviceToDevice, stream_),
+        "copy activations");
+  }
+  const int8_t* s = nullptr;
+  if (signs != nullptr) {
+    ASSIGN_OR_RETURN(s, ResidentAs(signs, x.cols));
+  }
+  cuda::Permutation perm;
+  if (t == Transform::kPermutedRotated) {
+    const GdnPermute& g = model_.contract().gdn;
+    perm = {g.n_k, g.rep, g.hd};
+  }
+  return Launch(cuda::SignedFwht(x.data, x.rows, x.cols, model_.contract().block_size, s, nullptr,
+                                 perm, out.data, stream_),
+                "signed fwht");
+}
+
+absl::Status CudaBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) {
+  const float* src = x.data;
+  if (t != Transform::kPlain) {
+    RETURN_IF_ERROR(rotate_scratch_.Reserve(x.rows * x.cols * 4, "rotated activations"));
+    RETURN_IF_ERROR(Rotate(x, t, signs, Tensor{rotate_scratch_.as<float>(), x.rows, x.cols}));
+    src = rotate_scratch_.as<float>();
+  }
+  return Launch(cuda::QuantizeRowsQ8(src, x.rows, x.cols, out.layout, out.data, stream_),
+                "int8 quantization");
+}
+
+absl::Status CudaBackend::MatMul(const Projection& p, Q8Tensor x, Tensor y) {
+  ASSIGN_OR_RETURN(const uint8_t* w, ResidentAs(p.w.data, p.w.bytes()));
+  const int code = cuda::TernaryMatMulQ8(p.w.format, w, p.w.rows, p.w.cols, x.data, x.rows, y.data,
+                                         p.w.rows, stream_);
+  if (code != 0) return Launch(code, absl::StrCat("ternary matmul ", p.name).c_str());
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::MatMulF32(const Projection& p, Tensor, Tensor) {
+  return absl::UnimplementedError(
+      absl::StrCat("cuda: '", p.name, "' with fp32 activations (a CPU debug mode)"));
+}
+
+absl::Status CudaBackend::DenseProject(const DenseWeight& w, Tensor x, Tensor y,
+                                       int64_t col_offset) {
+  ASSIGN_OR_RETURN(const void* dw, Resident(w.data, DenseBytes(w)));
+  return Launch(cuda::DenseProject(w.format, dw, w.rows, w.cols, x.data, x.rows, y.data, y.cols,
+                                   col_offset, stream_),
+                "dense projection");
+}
+
+cuda::AttentionShape CudaBackend::AttentionShapeOf() const {
+  const Qwen35Config& c = model_.config();
+  cuda::AttentionShape s;
+  s.n_head = c.head_count;
+  s.n_head_kv = c.head_count_kv;
+  s.head_dim = c.key_length;
+  s.n_rot = c.rope_dimension_count;
+  s.eps = c.rms_epsilon;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(c.key_length));
+  s.page_size = geometry_.page_size;
+  s.page_stride = geometry_.page_floats();
+  return s;
+}
+
+float* CudaBackend::KvLayer(int64_t layer) const {
+  return kv_.as<float>() + layer * 2 * geometry_.page_size * geometry_.kv_dim;
+}
+
+absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate,
+                                           Tensor k, Tensor v) {
+  const int64_t hd = model_.config().key_length;
+  ASSIGN_OR_RETURN(const float* q_norm, ResidentAs(w.q_norm, hd));
+  ASSIGN_OR_RETURN(const float* k_norm, ResidentAs(w.k_norm, hd));
+  float* k_layer = KvLayer(layer);
+  return Launch(cuda::AttentionPrepare(AttentionShapeOf(), step_, q_gate.data, k.data, v.data,
+                                       q_norm, k_norm, rope_inv_freq_.as<double>(), k_layer,
+                                       k_layer + geometry_.page_size * geometry_.kv_dim, stream_),
+                "attention prepare");
+}
+
+absl::Status CudaBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
+  const float* k_layer = KvLayer(layer);
+  const float* v_layer = k_layer + geometry_.page_size * geometry_.kv_dim;
+  // Tokens in chunks whose scores fit the scratch; each (token, head) reduces alone, so the
+  // chunking changes no bit.
+  const std::vector<int64_t>& offset = host_step_.score_offset;
+  const int64_t capacity = scores_.bytes() / 4;
+  for (int64_t begin = 0; begin < step_.n_tokens;) {
+    int64_t end = begin + 1;
+    while (end < step_.n_tokens && offset[end + 1] - offset[begin] <= capacity) ++end;
+    RETURN_IF_ERROR(
+        Launch(cuda::Attention(AttentionShapeOf(), step_, begin, end, q_gate.data, k_layer, v_layer,
+                               scores_.as<float>(), out.data, stream_),
+               "attention"));
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GdnLayerParams> CudaBackend::GdnParams(const GdnWeights& w) {
+  const Qwen35Config& c = model_.config();
+  GdnLayerParams p{c.ssm_group_count, c.ssm_time_step_rank,
+                   c.ssm_state_size,  c.ssm_conv_kernel,
+                   nullptr,           nullptr,
+                   nullptr,           nullptr,
+                   c.rms_epsilon};
+  ASSIGN_OR_RETURN(p.conv_w, ResidentAs(w.conv, p.conv_dim() * p.conv_kernel));
+  ASSIGN_OR_RETURN(p.ssm_a, ResidentAs(w.ssm_a, p.n_v));
+  ASSIGN_OR_RETURN(p.dt_bias, ResidentAs(w.dt_bias, p.n_v));
+  ASSIGN_OR_RETURN(p.norm_w, ResidentAs(w.norm, p.hd));
+  return p;
+}
+
+cuda::GdnStateView CudaBackend::StateView(int64_t layer) const {
+  return {state_.as<float>(), geometry_.slot_floats(),
+          layer * (geometry_.conv_floats + geometry_.recurrent_floats), geometry_.conv_floats};
+}
+
+absl::Status CudaBackend::GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) {
+  ASSIGN_OR_RETURN(const GdnLayerParams p, GdnParams(w));
+  return Launch(cuda::GdnConv(p, step_, StateView(layer), qkv.data, u.data, stream_), "gdn conv");
+}
+
+absl::Status CudaBackend::GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
+                                        Tensor alpha_beta, Tensor out) {
+  ASSIGN_OR_RETURN(const GdnLayerParams p, GdnParams(w));
+  return Launch(cuda::GdnRecurrence(p, step_, StateView(layer), u.data, z.data, alpha_beta.data,
+                                    out.data, stream_),
+                "gdn recurrence");
+}
+
+absl::Status CudaBackend::ReadToHost(Tensor x, float* host) {
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(host, x.data, x.rows * x.cols * 4, cudaMemcpyDeviceToHost, stream_),
+      "read logits"));
+  return CudaStatus(cudaStreamSynchronize(stream_), "step");
+}
+
+}  // namespace walsh

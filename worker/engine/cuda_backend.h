@@ -1,0 +1,106 @@
+// The CUDA backend (sm_90): the model's packed weights uploaded once and resident at their file
+// size (one copy of the file's tensor data; no dense copy anywhere), KV pages and GatedDeltaNet
+// state slots in device memory, and every op of the graph a kernel of kernels/cuda on one
+// stream. Only the logits come back to the host. Its numerics are the CPU backend's
+// (kernels/token_ops.h), so its logits are meant to equal the CPU's bit for bit.
+//
+// Memory: the weights plus the caches must fit in gpu_memory_utilization × the device's memory;
+// a model that does not is refused with the numbers, and the caches are cut to what is left.
+#ifndef WALSH_WORKER_ENGINE_CUDA_BACKEND_H_
+#define WALSH_WORKER_ENGINE_CUDA_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "kernels/cuda/ops.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/cuda_device_buffer.h"
+
+namespace walsh {
+
+class CudaBackend final : public Backend {
+ public:
+  // FAILED_PRECONDITION when no CUDA device answers, RESOURCE_EXHAUSTED when the weights do
+  // not fit; both name the numbers.
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(const Model& model, int device,
+                                                         double gpu_memory_utilization);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  BackendMemory Memory() const override;
+  int64_t cache_bytes_available() const override { return cache_room_; }
+  absl::Status AllocateCaches(const CacheGeometry& geometry) override;
+  absl::Status ClearStateSlot(int32_t slot) override;
+  absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) override;
+  absl::StatusOr<Q8Tensor> Quantized(int index, int64_t rows, int64_t cols,
+                                     Q8Layout layout) override;
+  absl::Status BeginStep(const StepPlan& plan) override;
+  absl::Status Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
+                     Tensor out) override;
+  absl::Status RmsNorm(Tensor x, const float* weight, float eps, Tensor out) override;
+  absl::Status GatherLogitRows(Tensor x, Tensor out) override;
+  absl::Status AddInPlace(Tensor acc, Tensor x) override;
+  absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
+  absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
+  absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
+  absl::Status MatMul(const Projection& p, Q8Tensor x, Tensor y) override;
+  absl::Status MatMulF32(const Projection& p, Tensor x, Tensor y) override;
+  absl::Status DenseProject(const DenseWeight& w, Tensor x, Tensor y, int64_t col_offset) override;
+  absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate, Tensor k,
+                                Tensor v) override;
+  absl::Status Attention(int64_t layer, Tensor q_gate, Tensor out) override;
+  absl::Status GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) override;
+  absl::Status GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
+                             Tensor alpha_beta, Tensor out) override;
+  absl::Status ReadToHost(Tensor x, float* host) override;
+
+ private:
+  CudaBackend(const Model& model, int device);
+  absl::Status Init(double gpu_memory_utilization);
+  absl::Status Launch(int code, const char* op) const;
+  // The device address of model data at `host` (`bytes` long): inside the resident copy of the
+  // file's tensor data, or uploaded once on first use (the contract's sign vectors).
+  absl::StatusOr<const void*> Resident(const void* host, int64_t bytes);
+  template <typename T>
+  absl::StatusOr<const T*> ResidentAs(const T* host, int64_t count) {
+    auto p = Resident(host, count * static_cast<int64_t>(sizeof(T)));
+    if (!p.ok()) return p.status();
+    return static_cast<const T*>(*p);
+  }
+  template <typename T>
+  absl::StatusOr<T*> UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
+                                     const char* what);
+  absl::StatusOr<GdnLayerParams> GdnParams(const GdnWeights& w);
+  cuda::AttentionShape AttentionShapeOf() const;
+  float* KvLayer(int64_t layer) const;
+  cuda::GdnStateView StateView(int64_t layer) const;
+
+  const Model& model_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  const uint8_t* host_base_ = nullptr;  // the file's tensor data on the host
+  int64_t weight_bytes_ = 0;
+  DeviceBuffer weights_;
+  absl::flat_hash_map<const void*, DeviceBuffer> uploads_;
+  DeviceBuffer rope_inv_freq_;
+  int64_t cache_room_ = 0;
+  CacheGeometry geometry_;
+  DeviceBuffer kv_, state_;
+  DeviceBuffer buffers_[static_cast<int>(Buffer::kCount)];
+  DeviceBuffer quantized_[kQuantizedBuffers];
+  DeviceBuffer embed_scratch_, rotate_scratch_, scores_;
+  // The step: host arrays (kept alive for the copies) and their device twins.
+  struct StepArrays {
+    std::vector<int32_t> tokens, pos, seq_of, seq_first, seq_count, seq_slot, page_offset, pages,
+        logit_rows;
+    std::vector<int64_t> score_offset;
+  } host_step_;
+  DeviceBuffer d_tokens_, d_pos_, d_seq_of_, d_seq_first_, d_seq_count_, d_seq_slot_,
+      d_page_offset_, d_pages_, d_logit_rows_, d_score_offset_;
+  cuda::StepView step_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_CUDA_BACKEND_H_
