@@ -1,5 +1,5 @@
 // Packed weight blocks of the Prism ternary formats, shared by C++ and CUDA code.
-// FORMAT.md §2 (PQ2_0) and §3 (PTQ1_0) are the byte-level specification.
+// docs/format.md §2 (PQ2_0) and §3 (PTQ1_0) are the byte-level specification.
 #ifndef WALSH_KERNELS_BLOCK_TYPES_H_
 #define WALSH_KERNELS_BLOCK_TYPES_H_
 
@@ -18,7 +18,7 @@ struct block_pq2_0 {
 static_assert(sizeof(block_pq2_0) == 34, "PQ2_0 block must be 34 bytes");
 
 // PTQ1_0 (ggml type 143): 1.75 bits per weight. Base-3 digits packed 5 per byte
-// (4 in qh), staged element order (FORMAT.md §3), scale last; value = (trit - 1) * d.
+// (4 in qh), staged element order (docs/format.md §3), scale last; value = (trit - 1) * d.
 struct block_ptq1_0 {
   uint8_t qs[24];  // 120 trits, 5 per byte
   uint8_t qh[2];   // 8 trits, 4 per byte

@@ -1,5 +1,5 @@
 // Reference signed blocked Walsh-Hadamard transform of the prism.hadamard contract
-// (FORMAT.md §7). Scalar and plain on purpose: fast paths must match it bit for bit.
+// (docs/format.md §7). Scalar and plain on purpose: fast paths must match it bit for bit.
 #ifndef WALSH_KERNELS_HADAMARD_REF_H_
 #define WALSH_KERNELS_HADAMARD_REF_H_
 
@@ -20,7 +20,7 @@ void SignedFwhtForwardRef(const float* x, const int8_t* signs, int64_t n, int64_
 void SignedFwhtInverseRef(const float* x, const int8_t* signs, int64_t n, int64_t block,
                           float* out);
 
-// GDN value-head permutation from tiled to grouped order (FORMAT.md §7.3):
+// GDN value-head permutation from tiled to grouped order (docs/format.md §7.3):
 // out[(k*rep + r)*hd + d] = in[(r*n_k + k)*hd + d]. `out` must not alias `in`.
 void GdnPermuteRef(const float* in, int64_t n_k, int64_t rep, int64_t hd, float* out);
 

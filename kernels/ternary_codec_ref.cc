@@ -19,7 +19,7 @@ uint8_t DecodeTrit(uint8_t b, int n) {
   return static_cast<uint8_t>((static_cast<uint16_t>(p) * 3) >> 8);
 }
 
-// Element index of digit n of byte m in a PTQ1_0 block (FORMAT.md §3 staged order).
+// Element index of digit n of byte m in a PTQ1_0 block (docs/format.md §3 staged order).
 int Ptq1QsElement(int m, int n) { return m < 16 ? n * 16 + m : 80 + n * 8 + (m - 16); }
 int Ptq1QhElement(int j, int n) { return 120 + n * 2 + j; }
 

@@ -1,6 +1,6 @@
 // Fold identity: the engine on a Prism-folded file against an independent, plainly written
 // float64 forward pass over the same network unfolded (walsh-mkmodel --dense-out: plain basis,
-// no rotation anywhere). FORMAT.md §8 written out as straight loops.
+// no rotation anywhere). docs/format.md §8 written out as straight loops.
 #include <cmath>
 #include <random>
 #include <vector>

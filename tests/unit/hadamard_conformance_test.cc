@@ -1,4 +1,4 @@
-// The reference transform against PrismML's own output (fixtures/prism, FORMAT.md §10 item 1):
+// The reference transform against PrismML's own output (fixtures/prism, docs/format.md §10 item 1):
 // sha256 of our fp32 output must equal the oracle's, bit for bit.
 #include <cmath>
 #include <cstring>

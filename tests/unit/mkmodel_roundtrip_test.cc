@@ -78,7 +78,7 @@ TEST(MkmodelRoundTrip, Bonsai27bShape) {
 TEST(MkmodelInventory, Bonsai27bMatchesTheReleasedFile) {
   auto model = SyntheticModel::Create({.preset = "27b", .signs = SignSource::kReal});
   ASSERT_TRUE(model.ok()) << model.status();
-  // FORMAT.md §4: 851 tensors, 402 ternary, 96 BF16, 353 F32.
+  // docs/format.md §4: 851 tensors, 402 ternary, 96 BF16, 353 F32.
   int ternary = 0, bf16 = 0, f32 = 0;
   uint64_t bytes = 0;
   for (const GgufTensorSpec& t : (*model)->writer().tensors()) {

@@ -1,5 +1,5 @@
 // One test per contract rule and per inventory rule: a mutated tiny model is refused and the
-// message names the key or tensor (FORMAT.md §5, §6, §12).
+// message names the key or tensor (docs/format.md §5, §6, §12).
 #include <string>
 #include <vector>
 

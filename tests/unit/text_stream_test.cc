@@ -127,7 +127,7 @@ TEST_F(TinyModel, TokenizerRoundTripsAndMatchesSpecialTokens) {
 }
 
 TEST_F(TinyModel, Qwen35SplitKeepsCombiningMarksWithLetters) {
-  // qwen35 letter runs include marks (\p{M}); qwen2's do not (FORMAT.md §9).
+  // qwen35 letter runs include marks (\p{M}); qwen2's do not (docs/format.md §9).
   const std::string ki = "\xe0\xa4\x95\xe0\xa4\xbf";  // Devanagari KA + vowel sign I (Mc)
   EXPECT_EQ(tok_->Split(" " + ki + "!"), (std::vector<std::string>{" " + ki, "!"}));
   auto m = SyntheticModel::Create({.preset = "tiny"});

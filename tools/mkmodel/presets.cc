@@ -8,7 +8,7 @@ namespace walsh {
 namespace {
 
 // The vocabulary ends with 34 special tokens after the regular ones, padded to a multiple of
-// 256: for the 27B shape that is exactly 248,044 + 276 = 248,320 (FORMAT.md §9).
+// 256: for the 27B shape that is exactly 248,044 + 276 = 248,320 (docs/format.md §9).
 int64_t VocabFor(int64_t regular) { return (regular + 34 + 255) / 256 * 256; }
 
 ModelPreset Tiny() {
@@ -65,7 +65,7 @@ ModelPreset Small() {
   return p;
 }
 
-// FORMAT.md §4-§5: the released Ternary Bonsai 2 27B shapes.
+// docs/format.md §4-§5: the released Ternary Bonsai 2 27B shapes.
 ModelPreset Bonsai27b() {
   ModelPreset p;
   p.name = "27b";

@@ -1,4 +1,4 @@
-// Reads the released 27B prism.hadamard block from its JSON copy (FORMAT.md §10 item 2).
+// Reads the released 27B prism.hadamard block from its JSON copy (docs/format.md §10 item 2).
 #ifndef WALSH_TOOLS_MKMODEL_REAL_SIGNS_H_
 #define WALSH_TOOLS_MKMODEL_REAL_SIGNS_H_
 

@@ -131,8 +131,8 @@ void FillMerges(Builder& b, int64_t budget) {
 }
 
 // The 34 special tokens that follow the regular ones. The first 26 are Qwen3's, at the offsets
-// FORMAT.md §9 gives (<|im_end|> +2, pad +11, <think> +24); the last 8 stand for the tokens
-// Qwen3.5 added, whose names FORMAT.md does not record.
+// docs/format.md §9 gives (<|im_end|> +2, pad +11, <think> +24); the last 8 stand for the tokens
+// Qwen3.5 added, whose names docs/format.md does not record.
 std::vector<std::pair<std::string, int32_t>> SpecialTokens() {
   std::vector<std::pair<std::string, int32_t>> s = {
       {"<|endoftext|>", kTokenControl},       {"<|im_start|>", kTokenControl},

@@ -1,6 +1,6 @@
 // A real byte-level BPE vocabulary for synthetic models: the 256 byte tokens, merges learned
 // from a small built-in corpus (then systematic filler merges up to the size asked for), and
-// the Qwen special tokens at the same offsets after the regular tokens as in FORMAT.md §9.
+// the Qwen special tokens at the same offsets after the regular tokens as in docs/format.md §9.
 #ifndef WALSH_TOOLS_MKMODEL_SYNTHETIC_VOCAB_H_
 #define WALSH_TOOLS_MKMODEL_SYNTHETIC_VOCAB_H_
 

@@ -14,7 +14,7 @@
 
 namespace walsh {
 
-// A ternary matmul weight and the transform its input must get (FORMAT.md §7.2).
+// A ternary matmul weight and the transform its input must get (docs/format.md §7.2).
 struct Projection {
   std::string name;
   TernaryWeights w;

@@ -5,7 +5,7 @@
 namespace walsh {
 namespace {
 
-// Sizes from ggml's type traits (ggml/src/ggml.c) plus the two Prism types (FORMAT.md §1).
+// Sizes from ggml's type traits (ggml/src/ggml.c) plus the two Prism types (docs/format.md §1).
 constexpr GgmlTypeInfo kTypes[] = {
     {0, "F32", 1, 4},       {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},
     {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},     {7, "Q5_1", 32, 24},

@@ -1,4 +1,4 @@
-// The ggml tensor types walsh can size, with their block geometry (FORMAT.md §1).
+// The ggml tensor types walsh can size, with their block geometry (docs/format.md §1).
 #ifndef WALSH_WORKER_MODEL_GGML_TYPES_H_
 #define WALSH_WORKER_MODEL_GGML_TYPES_H_
 

@@ -1,4 +1,4 @@
-// A parsed GGUF v3 file (FORMAT.md §1): metadata, tensor table and bounds-checked views of
+// A parsed GGUF v3 file (docs/format.md §1): metadata, tensor table and bounds-checked views of
 // the tensor data. Parsing never reads outside the buffer; a truncated or lying file is an
 // error that says what was being read and where.
 #ifndef WALSH_WORKER_MODEL_GGUF_FILE_H_

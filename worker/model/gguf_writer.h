@@ -1,4 +1,4 @@
-// Writes GGUF v3 files (FORMAT.md §1) that our reader and llama.cpp's accept. Tensor data is
+// Writes GGUF v3 files (docs/format.md §1) that our reader and llama.cpp's accept. Tensor data is
 // streamed: the caller produces each tensor's bytes in order, so multi-gigabyte models are
 // written with little memory.
 #ifndef WALSH_WORKER_MODEL_GGUF_WRITER_H_

@@ -18,7 +18,7 @@ absl::Status Refuse(absl::string_view key, absl::string_view why) {
 
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-// FORMAT.md §6 "foldable-name rule".
+// docs/format.md §6 "foldable-name rule".
 bool IsFoldableName(const std::string& name) {
   static const std::regex kRule(
       "output\\.weight|blk\\.[0-9]+\\.(attn_q|attn_k|attn_v|attn_qkv|attn_gate|attn_output|"

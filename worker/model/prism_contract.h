@@ -1,4 +1,4 @@
-// The prism.hadamard.* activation-transform contract (FORMAT.md §6, §12): parsed, validated
+// The prism.hadamard.* activation-transform contract (docs/format.md §6, §12): parsed, validated
 // against the tensor table, and turned into what the engine needs per weight.
 #ifndef WALSH_WORKER_MODEL_PRISM_CONTRACT_H_
 #define WALSH_WORKER_MODEL_PRISM_CONTRACT_H_

@@ -1,4 +1,4 @@
-// The qwen35 hyper-parameters (FORMAT.md §5) and the tensor inventory they imply (§4).
+// The qwen35 hyper-parameters (docs/format.md §5) and the tensor inventory they imply (§4).
 #ifndef WALSH_WORKER_MODEL_QWEN35_CONFIG_H_
 #define WALSH_WORKER_MODEL_QWEN35_CONFIG_H_
 
@@ -66,7 +66,8 @@ std::vector<ExpectedTensor> Qwen35Inventory(const Qwen35Config& config, bool wit
 absl::Status CheckQwen35Inventory(const GgufFile& file, const Qwen35Config& config,
                                   bool with_output);
 
-// Writes the config's keys (qwen35.* and general.architecture) in the layout FORMAT.md §5 gives.
+// Writes the config's keys (qwen35.* and general.architecture) in the layout docs/format.md §5
+// gives.
 class GgufWriter;
 void WriteQwen35Config(const Qwen35Config& config, GgufWriter& writer);
 

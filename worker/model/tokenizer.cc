@@ -14,7 +14,7 @@
 namespace walsh {
 namespace {
 
-// FORMAT.md §9, with \s spelled as Unicode White_Space (the Hugging Face tokenizers' meaning).
+// docs/format.md §9, with \s spelled as Unicode White_Space (the Hugging Face tokenizers' meaning).
 constexpr char kQwen2Split[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\p{White_Space}\\p{L}\\p{N}]+[\\r\\n]*|\\p{White_Space}*[\\r\\n]+|"

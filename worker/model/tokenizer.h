@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer from a GGUF's tokenizer.ggml.* arrays (FORMAT.md §9): the GPT-2
+// Byte-level BPE tokenizer from a GGUF's tokenizer.ggml.* arrays (docs/format.md §9): the GPT-2
 // byte <-> unicode mapping, merges ranked by index, special and user-defined tokens matched
 // as whole strings before BPE, NFC normalization (as the Hugging Face tokenizer of these
 // models does) and the qwen2 / qwen35 pre-tokenizer split, with ICU for Unicode classes.
