@@ -109,6 +109,8 @@ int Run(int argc, char** argv) {
       "info", "listening",
       {{"grpc_port", port}, {"metrics_port", (*metrics_server)->port()}, {"policy", policy_name}});
 
+  // "liveness": the process answers (Kubernetes livenessProbe), whatever its workers do.
+  server->GetHealthCheckService()->SetServingStatus("liveness", true);
   // SERVING while some worker can take traffic; NOT_SERVING when none can or while draining.
   std::atomic<bool> draining{false}, stop{false};
   std::thread health([&] {

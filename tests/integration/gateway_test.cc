@@ -58,6 +58,9 @@ class GatewayProcess {
     return false;
   }
   std::unique_ptr<v1::Generator::Stub> Stub() const { return v1::Generator::NewStub(channel_); }
+  std::unique_ptr<grpc::health::v1::Health::Stub> Health() const {
+    return grpc::health::v1::Health::NewStub(channel_);
+  }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   int metrics_port() const { return metrics_port_; }
   ChildProcess& process() { return *process_; }
@@ -225,6 +228,23 @@ TEST(Gateway, KillingAWorkerMidStreamLosesNoToken) {
   EXPECT_NE(m.find("walsh_gateway_migrations_total"), std::string::npos);
   EXPECT_EQ(m.find("walsh_gateway_migrations_total 0\n"), std::string::npos)
       << "no migration counted";
+}
+
+TEST(Gateway, LivenessServesWithoutWorkersWhileReadinessDoesNot) {
+  // Nothing listens on the worker's port: the gateway is alive but cannot serve.
+  GatewayProcess gw({"127.0.0.1:" + std::to_string(testing::FreePort())});
+  auto health = gw.Health();
+  auto check = [&](const std::string& service) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status s = health->Check(&ctx, req, &resp);
+    return s.ok() ? static_cast<int>(resp.status()) : -static_cast<int>(s.error_code());
+  };
+  EXPECT_EQ(check("liveness"), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(check(""), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
 }
 
 TEST(Gateway, DiscoveryHealthAndFingerprints) {
