@@ -205,6 +205,11 @@ WALSH_HD void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv,
 // ---------------------------------------------------------------------------------------------
 // Gated DeltaNet (docs/format.md §8.3)
 
+// One GatedDeltaNet layer as one rank computes it: n_k key heads and n_v value heads, the value
+// heads in grouped order (the value heads of a key head side by side), so that local value head
+// h reads local key head (value_head_base + h) / rep - value_head_base / rep. The conv input
+// and state hold the rank's channels: q of its key heads, k of its key heads, v of its value
+// heads; conv_w, ssm_a and dt_bias are gathered to match.
 struct GdnLayerParams {
   int64_t n_k, n_v, hd, conv_kernel;  // key heads, value heads, head width, conv taps
   const float* conv_w;                // [conv_dim][conv_kernel]
@@ -212,6 +217,12 @@ struct GdnLayerParams {
   const float* dt_bias;               // [n_v]
   const float* norm_w;                // [hd]
   float eps;
+  int64_t rep = 1;              // value heads per key head in the model
+  int64_t value_head_base = 0;  // the model's grouped index of local value head 0
+
+  WALSH_HD int64_t key_head_of(int64_t h) const {
+    return (value_head_base + h) / rep - value_head_base / rep;
+  }
 
   WALSH_HD int64_t key_dim() const { return n_k * hd; }
   WALSH_HD int64_t conv_dim() const { return 2 * n_k * hd + n_v * hd; }
@@ -251,7 +262,7 @@ WALSH_HD void GdnHeadGates(const GdnLayerParams& p, const float* alpha_raw, cons
 // output o[j] before its norm. Rows are independent of each other.
 WALSH_HD float GdnHeadRow(const GdnLayerParams& p, const float* u, int64_t h, float beta,
                           float decay, int64_t j, float* S) {
-  const int64_t kh = h % p.n_k;  // tiled value-head order
+  const int64_t kh = p.key_head_of(h);
   const float* qq = u + kh * p.hd;
   const float* kk = u + p.key_dim() + kh * p.hd;
   const float* vv = u + 2 * p.key_dim() + h * p.hd;

@@ -7,37 +7,39 @@
 
 namespace walsh {
 
-void TernaryMatMulQ8(CpuIsa isa, const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens,
-                     float* y, int64_t y_stride, int64_t row_begin, int64_t row_end) {
+void TernaryMatMulQ8(CpuIsa isa, const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
   switch (isa) {
     case CpuIsa::kAvx512Vnni:  // no AVX-512 kernel yet: the AVX2 one is exact there too
     case CpuIsa::kAvx2:
-      TernaryMatMulQ8Avx2(w, x, n_tokens, y, y_stride, row_begin, row_end);
+      TernaryMatMulQ8Avx2(p, row_begin, row_end);
       return;
     case CpuIsa::kScalar:
-      TernaryMatMulQ8Scalar(w, x, n_tokens, y, y_stride, row_begin, row_end);
+      TernaryMatMulQ8Scalar(p, row_begin, row_end);
       return;
   }
 }
 
-void TernaryMatMulF32(const TernaryWeights& w, const float* x, int64_t n_tokens, float* y,
-                      int64_t y_stride, int64_t row_begin, int64_t row_end) {
-  const int64_t nb = w.cols / kTernaryBlockElems;
+void TernaryMatMulF32(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
   uint8_t codes[kTernaryBlockElems];
-  std::vector<float> acc(n_tokens);
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes();
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t b = 0; b < nb; ++b) {
-      const float dw = DecodeTernaryBlock(w.format, row, b, codes);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xb = x + t * w.cols + b * kTernaryBlockElems;
-        float s = 0.0f;
-        for (int j = 0; j < kTernaryBlockElems; ++j) s += static_cast<float>(codes[j] - 1) * xb[j];
-        acc[t] += dw * s;
+  std::vector<float> acc(p.n_tokens);
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
+    const uint8_t* row = p.w.data + r * p.w.row_bytes();
+    for (int s = 0; s < p.n_segments; ++s) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t b = p.segment_begin[s]; b < p.segment_end[s]; ++b) {
+        const float dw = DecodeTernaryBlock(p.w.format, row, b, codes);
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+          const float* xb = p.x_f32 + (t * p.x_stride + (b - p.x_first_block)) * kTernaryBlockElems;
+          float sum = 0.0f;
+          for (int j = 0; j < kTernaryBlockElems; ++j) {
+            sum += static_cast<float>(codes[j] - 1) * xb[j];
+          }
+          acc[t] += dw * sum;
+        }
       }
+      for (int64_t t = 0; t < p.n_tokens; ++t) p.y[s][t * p.y_stride + i] = acc[t];
     }
-    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + r] = acc[t];
   }
 }
 

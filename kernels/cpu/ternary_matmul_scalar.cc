@@ -8,28 +8,29 @@
 
 namespace walsh {
 
-void TernaryMatMulQ8Scalar(const TernaryWeights& w, const Q8Block128* x, int64_t n_tokens, float* y,
-                           int64_t y_stride, int64_t row_begin, int64_t row_end) {
-  const int64_t nb = w.cols / kTernaryBlockElems;
-  const Q8Layout layout = Q8LayoutFor(w.format);
+void TernaryMatMulQ8Scalar(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
+  const Q8Layout layout = Q8LayoutFor(p.w.format);
   uint8_t codes[kTernaryBlockElems];
-  std::vector<float> acc(n_tokens);
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes();
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t b = 0; b < nb; ++b) {
-      const float dw = DecodeTernaryBlock(w.format, row, b, codes);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const Q8Block128& xb = x[t * nb + b];
-        int32_t isum[4] = {0, 0, 0, 0};
-        for (int i = 0; i < kTernaryBlockElems; ++i) {
-          const int e = Q8ElementAt(layout, i);
-          isum[e / kQ8SubBlock] += (codes[e] - 1) * xb.qs[i];
+  std::vector<float> acc(p.n_tokens);
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
+    const uint8_t* row = p.w.data + r * p.w.row_bytes();
+    for (int s = 0; s < p.n_segments; ++s) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t b = p.segment_begin[s]; b < p.segment_end[s]; ++b) {
+        const float dw = DecodeTernaryBlock(p.w.format, row, b, codes);
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+          const Q8Block128& xb = p.x[t * p.x_stride + (b - p.x_first_block)];
+          int32_t isum[4] = {0, 0, 0, 0};
+          for (int k = 0; k < kTernaryBlockElems; ++k) {
+            const int e = Q8ElementAt(layout, k);
+            isum[e / kQ8SubBlock] += (codes[e] - 1) * xb.qs[k];
+          }
+          acc[t] += dw * CombineSubBlocks(isum, xb.d);
         }
-        acc[t] += dw * CombineSubBlocks(isum, xb.d);
       }
+      for (int64_t t = 0; t < p.n_tokens; ++t) p.y[s][t * p.y_stride + i] = acc[t];
     }
-    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + r] = acc[t];
   }
 }
 

@@ -45,7 +45,7 @@ __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, c
   const int64_t n_keys = step.pos_of_token[t] + 1;
   const int32_t seq = step.seq_of_token[t];
   const PagedKv kv{k_layer,     v_layer, step.pages + step.seq_page_offset[seq], s.page_stride,
-                   s.page_size, kv_dim,  (j / (s.n_head / s.n_head_kv)) * hd};  // blocked GQA
+                   s.page_size, kv_dim,                     ((s.q_head_begin + j) / s.group - s.kv_head_begin) * hd};  // blocked GQA
   const float* q = q_gate + t * 2 * s.n_head * hd + j * 2 * hd;
   const float* g = q + hd;
   float* scores = scores_all + (step.score_offset[t] - step.score_offset[t_begin]) + j * n_keys;

@@ -50,13 +50,37 @@ __global__ void GatherKernel(const float* x, int64_t cols, const int32_t* rows, 
   }
 }
 
-__global__ void DenseKernel(DenseFormat format, const void* w, int64_t rows, int64_t cols,
+__global__ void DenseKernel(DenseFormat format, const void* w, int64_t cols,
+                            const int32_t* row_index, int64_t row_first, int64_t rows,
                             const float* x, int64_t n_tokens, float* y, int64_t y_stride,
                             int64_t col_offset) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * n_tokens) return;
-  const int64_t t = i / rows, r = i % rows;
-  y[t * y_stride + col_offset + r] = DenseRowDot(format, w, r, cols, x + t * cols);
+  const int64_t t = i / rows, local = i % rows;
+  const int64_t r = row_index != nullptr ? row_index[local] : row_first + local;
+  y[t * y_stride + col_offset + local] = DenseRowDot(format, w, r, cols, x + t * cols);
+}
+
+__global__ void TreeSumKernel(Leaves leaves, int n_leaves, int64_t count, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float level[8];
+  for (int l = 0; l < n_leaves; ++l) level[l] = leaves.leaf[l][i];
+  for (int width = n_leaves; width > 1; width /= 2) {
+    for (int l = 0; l < width / 2; ++l) level[l] = level[2 * l] + level[2 * l + 1];
+  }
+  out[i] = level[0];
+}
+
+__global__ void UngroupKernel(const float* x, int64_t n_k, int64_t rep, int64_t hd, float* out) {
+  const int64_t width = n_k * rep * hd;
+  const float* in = x + static_cast<int64_t>(blockIdx.y) * width;
+  float* o = out + static_cast<int64_t>(blockIdx.y) * width;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < width;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = e % hd, r = (e / hd) % rep, k = e / (hd * rep);  // grouped (k·rep + r)
+    o[(r * n_k + k) * hd + d] = in[e];
+  }
 }
 
 }  // namespace
@@ -99,12 +123,30 @@ int GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t n, flo
   return LastLaunchError();
 }
 
-int DenseProject(DenseFormat format, const void* w, int64_t rows, int64_t cols, const float* x,
-                 int64_t n_tokens, float* y, int64_t y_stride, int64_t col_offset,
-                 cudaStream_t stream) {
+int DenseProject(DenseFormat format, const void* w, int64_t cols, const int32_t* row_index,
+                 int64_t row_first, int64_t rows, const float* x, int64_t n_tokens, float* y,
+                 int64_t y_stride, int64_t col_offset, cudaStream_t stream) {
   if (rows * n_tokens == 0) return 0;
-  DenseKernel<<<GridFor(rows * n_tokens, 128), 128, 0, stream>>>(format, w, rows, cols, x, n_tokens,
-                                                                 y, y_stride, col_offset);
+  DenseKernel<<<GridFor(rows * n_tokens, 128), 128, 0, stream>>>(
+      format, w, cols, row_index, row_first, rows, x, n_tokens, y, y_stride, col_offset);
+  return LastLaunchError();
+}
+
+int TreeSum(Leaves leaves, int n_leaves, int64_t count, float* out, cudaStream_t stream) {
+  if (n_leaves < 1 || n_leaves > 8 || (n_leaves & (n_leaves - 1)) != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  if (count == 0) return 0;
+  TreeSumKernel<<<GridFor(count, 256), 256, 0, stream>>>(leaves, n_leaves, count, out);
+  return LastLaunchError();
+}
+
+int Ungroup(const float* x, int64_t rows, int64_t n_k, int64_t rep, int64_t hd, float* out,
+            cudaStream_t stream) {
+  if (rows == 0) return 0;
+  const int64_t width = n_k * rep * hd;
+  const dim3 grid(GridFor(width, 256) < 16 ? GridFor(width, 256) : 16, static_cast<unsigned>(rows));
+  UngroupKernel<<<grid, 256, 0, stream>>>(x, n_k, rep, hd, out);
   return LastLaunchError();
 }
 

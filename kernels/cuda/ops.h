@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/q8_activation.h"
+#include "kernels/ternary_product.h"
 #include "kernels/token_ops.h"
 #include "kernels/weight_format.h"
 
@@ -39,15 +40,23 @@ int QuantizeRowsQ8(const float* x, int64_t rows, int64_t width, Q8Layout layout,
 // ---------------------------------------------------------------------------------------------
 // Products
 
-// y[t · y_stride + r] = Σ_b dw_b · CombineSubBlocks(...) over the blocks of row r, in block
-// order, for every row and token: packed weights, int8 activations.
-int TernaryMatMulQ8(TernaryFormat format, const uint8_t* weights, int64_t rows, int64_t cols,
-                    const Q8Block128* x, int64_t n_tokens, float* y, int64_t y_stride,
-                    cudaStream_t stream);
-// y[t · y_stride + col_offset + r] = DenseRowDot(w, r, x[t]).
-int DenseProject(DenseFormat format, const void* w, int64_t rows, int64_t cols, const float* x,
-                 int64_t n_tokens, float* y, int64_t y_stride, int64_t col_offset,
-                 cudaStream_t stream);
+// The product p (kernels/ternary_product.h) for local rows [0, rows): device pointers in p; its
+// segments must tile one window in order, of at most 384 blocks (49,152 inputs).
+int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream);
+// y[t · y_stride + col_offset + i] = DenseRowDot(w, row i, x[t]) for local rows i < rows, row
+// i being row_index[i] or row_first + i.
+int DenseProject(DenseFormat format, const void* w, int64_t cols, const int32_t* row_index,
+                 int64_t row_first, int64_t rows, const float* x, int64_t n_tokens, float* y,
+                 int64_t y_stride, int64_t col_offset, cudaStream_t stream);
+// out[i] = the pairwise tree over leaves[0..n_leaves) at i (n_leaves a power of two up to 8).
+struct Leaves {
+  const float* leaf[8];
+};
+int TreeSum(Leaves leaves, int n_leaves, int64_t count, float* out, cudaStream_t stream);
+// GatedDeltaNet outputs from grouped to tiled value-head order, per token (rows of
+// n_k · rep · hd values).
+int Ungroup(const float* x, int64_t rows, int64_t n_k, int64_t rep, int64_t hd, float* out,
+            cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise and per-row
@@ -79,8 +88,11 @@ struct StepView {
   const int64_t* score_offset = nullptr;  // per token: Σ of earlier tokens' (pos + 1) · n_head
 };
 
+// One rank's heads: n_head query heads from q_head_begin, n_head_kv KV heads from
+// kv_head_begin; a query head j reads KV head (q_head_begin + j) / group - kv_head_begin.
 struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  int64_t q_head_begin = 0, kv_head_begin = 0, group = 1;
   float eps = 0.0f, scale = 0.0f;
   int64_t page_size = 0, page_stride = 0;  // positions per page; floats from page to page
 };

@@ -1,8 +1,9 @@
 // Ternary matrix × int8 activations straight on packed PQ2_0 / PTQ1_0 rows (docs/format.md §2,
-// §3). A warp owns a row and up to 8 tokens: lane l decodes blocks l, l + 32, ... once and
-// computes every token's block term dw_b · CombineSubBlocks(isum, d) (integer dot products with
-// dp4a for PQ2_0's code planes, trits decoded in registers for PTQ1_0); the terms meet in
-// shared memory and each token's row sum runs in block order, as on the CPU.
+// §3), as a TernaryProduct (kernels/ternary_product.h). A warp owns a row and up to 8 tokens:
+// lane l decodes blocks l, l + 32, ... of the window once and computes every token's block term
+// dw_b · CombineSubBlocks(isum, d) (integer dot products with dp4a for PQ2_0's code planes,
+// trits decoded in registers for PTQ1_0); the terms meet in shared memory and each token's
+// segment sums run in block order, as on the CPU.
 #include "kernels/block_types.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
@@ -50,73 +51,79 @@ __device__ __forceinline__ void Ptq1Sums(const block_ptq1_0& blk, const Q8Block1
 }
 
 template <TernaryFormat F>
-__global__ void MatMulKernel(const uint8_t* w, int64_t rows, int64_t nb, const Q8Block128* x,
-                             int64_t n_tokens, float* y, int64_t y_stride) {
-  extern __shared__ float terms[];  // [kRowsPerBlock][kTokensPerPass][nb]
+__global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t b_lo, int64_t nbw) {
+  extern __shared__ float terms[];  // [kRowsPerBlock][kTokensPerPass][nbw]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerPass;
-  const int64_t nt = n_tokens - t0 < kTokensPerPass ? n_tokens - t0 : kTokensPerPass;
-  if (row >= rows) return;
-  float* my = terms + static_cast<int64_t>(warp) * kTokensPerPass * nb;
+  const int64_t nt = p.n_tokens - t0 < kTokensPerPass ? p.n_tokens - t0 : kTokensPerPass;
+  if (i >= rows) return;
+  const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
+  float* my = terms + static_cast<int64_t>(warp) * kTokensPerPass * nbw;
   constexpr int kBlockBytes = F == TernaryFormat::kPq2_0 ? 34 : 28;
-  const uint8_t* wrow = w + row * nb * kBlockBytes;
-  for (int64_t b = lane; b < nb; b += 32) {
+  const uint8_t* wrow = p.w.data + r * (p.w.cols / 128) * kBlockBytes;
+  for (int64_t k = lane; k < nbw; k += 32) {
+    const int64_t b = b_lo + k;
     if constexpr (F == TernaryFormat::kPq2_0) {
       const block_pq2_0& blk = reinterpret_cast<const block_pq2_0*>(wrow)[b];
       uint32_t qs[8];
-      for (int i = 0; i < 8; ++i) {
-        qs[i] = static_cast<uint32_t>(blk.qs[4 * i]) |
-                static_cast<uint32_t>(blk.qs[4 * i + 1]) << 8 |
-                static_cast<uint32_t>(blk.qs[4 * i + 2]) << 16 |
-                static_cast<uint32_t>(blk.qs[4 * i + 3]) << 24;
+      for (int q = 0; q < 8; ++q) {
+        qs[q] = static_cast<uint32_t>(blk.qs[4 * q]) |
+                static_cast<uint32_t>(blk.qs[4 * q + 1]) << 8 |
+                static_cast<uint32_t>(blk.qs[4 * q + 2]) << 16 |
+                static_cast<uint32_t>(blk.qs[4 * q + 3]) << 24;
       }
       const float dw = Fp16ToFloat(blk.d);
       for (int64_t t = 0; t < nt; ++t) {
-        const Q8Block128& xb = x[(t0 + t) * nb + b];
+        const Q8Block128& xb = p.x[(t0 + t) * p.x_stride + (b - p.x_first_block)];
         int32_t isum[4];
         Pq2Sums(qs, xb, isum);
-        my[t * nb + b] = dw * CombineSubBlocks(isum, xb.d);
+        my[t * nbw + k] = dw * CombineSubBlocks(isum, xb.d);
       }
     } else {
       const block_ptq1_0& blk = reinterpret_cast<const block_ptq1_0*>(wrow)[b];
       const float dw = Fp16ToFloat(blk.d);
       for (int64_t t = 0; t < nt; ++t) {
-        const Q8Block128& xb = x[(t0 + t) * nb + b];
+        const Q8Block128& xb = p.x[(t0 + t) * p.x_stride + (b - p.x_first_block)];
         int32_t isum[4];
         Ptq1Sums(blk, xb, isum);
-        my[t * nb + b] = dw * CombineSubBlocks(isum, xb.d);
+        my[t * nbw + k] = dw * CombineSubBlocks(isum, xb.d);
       }
     }
   }
   __syncwarp();
   if (lane < nt) {
-    const float* tt = my + lane * nb;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) acc += tt[b];
-    y[(t0 + lane) * y_stride + row] = acc;
+    const float* tt = my + lane * nbw;
+    for (int s = 0; s < p.n_segments; ++s) {
+      float acc = 0.0f;
+      for (int64_t b = p.segment_begin[s]; b < p.segment_end[s]; ++b) acc += tt[b - b_lo];
+      p.y[s][(t0 + lane) * p.y_stride + i] = acc;
+    }
   }
 }
 
 }  // namespace
 
-int TernaryMatMulQ8(TernaryFormat format, const uint8_t* weights, int64_t rows, int64_t cols,
-                    const Q8Block128* x, int64_t n_tokens, float* y, int64_t y_stride,
-                    cudaStream_t stream) {
-  if (cols % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
-  const int64_t nb = cols / 128;
-  const size_t shared = sizeof(float) * kRowsPerBlock * kTokensPerPass * nb;
-  if (shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);  // cols > 49,152
-  if (rows == 0 || n_tokens == 0) return 0;
-  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(n_tokens, kTokensPerPass));
-  switch (format) {
+int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream) {
+  if (p.w.cols % 128 != 0 || p.n_segments < 1 || p.n_segments > kMaxProductSegments) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  for (int s = 1; s < p.n_segments; ++s) {  // segments tile one window, in order
+    if (p.segment_begin[s] != p.segment_end[s - 1]) return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const int64_t b_lo = p.segment_begin[0], nbw = p.segment_end[p.n_segments - 1] - b_lo;
+  const size_t shared = sizeof(float) * kRowsPerBlock * kTokensPerPass * (nbw > 0 ? nbw : 1);
+  if (shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);  // > 384 blocks
+  if (rows == 0 || p.n_tokens == 0) return 0;
+  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(p.n_tokens, kTokensPerPass));
+  switch (p.w.format) {
     case TernaryFormat::kPq2_0:
-      MatMulKernel<TernaryFormat::kPq2_0><<<grid, 32 * kRowsPerBlock, shared, stream>>>(
-          weights, rows, nb, x, n_tokens, y, y_stride);
+      MatMulKernel<TernaryFormat::kPq2_0>
+          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, b_lo, nbw);
       break;
     case TernaryFormat::kPtq1_0:
-      MatMulKernel<TernaryFormat::kPtq1_0><<<grid, 32 * kRowsPerBlock, shared, stream>>>(
-          weights, rows, nb, x, n_tokens, y, y_stride);
+      MatMulKernel<TernaryFormat::kPtq1_0>
+          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, b_lo, nbw);
       break;
   }
   return LastLaunchError();

@@ -193,12 +193,11 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
         Q8Block128* dq = ToDevice(q);
         float* dy = nullptr;
         CUDA_OK(cudaMalloc(&dy, tokens * rows * sizeof(float)));
-        CUDA_OK(static_cast<cudaError_t>(
-            cuda::TernaryMatMulQ8(type, dw, rows, cols, dq, tokens, dy, rows, nullptr)));
+        const TernaryProduct product =
+            TernaryProduct::Whole({type, dw, rows, cols}, dq, tokens, dy, rows);
+        CUDA_OK(static_cast<cudaError_t>(cuda::TernaryMatMulQ8(product, rows, nullptr)));
         const std::vector<float> got = FromDevice(dy, tokens * rows);
-        const float ms = TimeMs(
-            [&] { cuda::TernaryMatMulQ8(type, dw, rows, cols, dq, tokens, dy, rows, nullptr); },
-            50);
+        const float ms = TimeMs([&] { cuda::TernaryMatMulQ8(product, rows, nullptr); }, 50);
         const double gbs = w.size() / (ms * 1e-3) / 1e9;
         char label[96], detail[128];
         std::snprintf(label, sizeof label, "mat-mul %s %lldx%lld, %lld token(s), bit-identical",

@@ -79,7 +79,8 @@ TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
         QuantizeRowQ8(x.data() + t * cols, cols, Q8LayoutFor(type), &q[t * cols / 128]);
       }
       std::vector<float> ref(tokens * rows), got(tokens * rows);
-      TernaryMatMulQ8Scalar(tw, q.data(), tokens, ref.data(), rows, 0, rows);
+      TernaryMatMulQ8Scalar(TernaryProduct::Whole(tw, q.data(), tokens, ref.data(), rows), 0,
+                            rows);
       for (CpuIsa isa : FastIsas()) {
         TernaryMatMulQ8(isa, tw, q.data(), tokens, got.data(), rows, 0, rows);
         ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4)) << CpuIsaName(isa);
@@ -99,6 +100,56 @@ TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
         norm += exact[i] * double(exact[i]);
       }
       EXPECT_LT(std::sqrt(err / norm), 0.02);
+    }
+  }
+}
+
+// Segments (a row-parallel product's slices) and row selections (a column-parallel shard) on
+// every ISA: each segment equals the scalar reference's, and the selected rows are the whole
+// product's rows.
+TEST(TernaryMatMul, SegmentsAndRowSelectionsOnEveryIsa) {
+  std::mt19937 gen(6);
+  for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
+    const int64_t rows = 6, cols = 1024, tokens = 2, nb = cols / 128;
+    const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
+    const TernaryWeights tw{type, w.data(), rows, cols};
+    const std::vector<float> x = RandomActivations(tokens * cols, gen);
+    std::vector<Q8Block128> q(tokens * nb);
+    for (int64_t t = 0; t < tokens; ++t) {
+      QuantizeRowQ8(x.data() + t * cols, cols, Q8LayoutFor(type), &q[t * nb]);
+    }
+    std::vector<float> whole(tokens * rows);
+    TernaryMatMulQ8Scalar(TernaryProduct::Whole(tw, q.data(), tokens, whole.data(), rows), 0, rows);
+    // Rows 4, 1, 3 of the whole product, into a dense 3-column output.
+    const std::vector<int32_t> pick = {4, 1, 3};
+    TernaryProduct sel = TernaryProduct::Whole(tw, q.data(), tokens, nullptr, 3);
+    sel.row_index = pick.data();
+    // Blocks [2, 8) of x only, in three segments [2, 3), [3, 3), [3, 8).
+    TernaryProduct seg = TernaryProduct::Whole(tw, q.data() + 2, tokens, nullptr, rows);
+    seg.x_stride = nb;
+    seg.x_first_block = 2;
+    seg.n_segments = 3;
+    const int64_t bounds[4] = {2, 3, 3, 8};
+    std::vector<float> ref_seg(3 * tokens * rows);
+    for (int s = 0; s < 3; ++s) {
+      seg.segment_begin[s] = bounds[s];
+      seg.segment_end[s] = bounds[s + 1];
+      seg.y[s] = ref_seg.data() + s * tokens * rows;
+    }
+    TernaryMatMulQ8Scalar(seg, 0, rows);
+    for (int64_t i = 0; i < tokens * rows; ++i) EXPECT_EQ(ref_seg[tokens * rows + i], 0.0f);
+    for (CpuIsa isa : FastIsas()) {
+      std::vector<float> got(3 * tokens);
+      sel.y[0] = got.data();
+      TernaryMatMulQ8(isa, sel, 0, 3);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(got[t * 3 + i], whole[t * rows + pick[i]]);
+      }
+      std::vector<float> got_seg(3 * tokens * rows);
+      TernaryProduct mine = seg;
+      for (int s = 0; s < 3; ++s) mine.y[s] = got_seg.data() + s * tokens * rows;
+      TernaryMatMulQ8(isa, mine, 0, rows);
+      EXPECT_EQ(0, std::memcmp(got_seg.data(), ref_seg.data(), ref_seg.size() * 4));
     }
   }
 }

@@ -119,7 +119,7 @@ TEST(TokenOps, GdnStepInPiecesEqualsTheSequentialStep) {
   std::vector<float> ssm_a(n_v);
   for (int64_t h = 0; h < n_v; ++h) ssm_a[h] = -std::exp(a[h]);
   const GdnLayerParams p{n_k,          n_v,       hd,          taps, conv_w.data(),
-                         ssm_a.data(), dt.data(), norm.data(), 1e-6f};
+                         ssm_a.data(), dt.data(), norm.data(), 1e-6f, n_v / n_k, 0};
   std::vector<float> state1 = Random((taps - 1) * conv_dim, gen), state2 = state1;
   std::vector<float> S1 = Random(n_v * hd * hd, gen, 0.1f), S2 = S1;
   for (int step = 0; step < 3; ++step) {

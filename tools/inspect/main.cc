@@ -12,6 +12,7 @@
 #include "kernels/ternary_codec_ref.h"
 #include "tools/inspect/model_summary.h"
 #include "worker/model/model_file.h"
+#include "tools/inspect/shard_plan_json.h"
 #include "worker/parallel/shard_plan.h"
 
 namespace {
@@ -87,7 +88,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (tp > 0) {
-    std::fputs(walsh::ShardPlan::Build(*model, static_cast<int>(tp)).DebugString().c_str(), stdout);
+    absl::StatusOr<walsh::ShardPlan> plan = walsh::ShardPlan::Build(*model, static_cast<int>(tp));
+    if (!plan.ok()) {
+      std::fprintf(stderr, "walsh-inspect: %s\n", std::string(plan.status().message()).c_str());
+      return 1;
+    }
+    std::fputs((json ? walsh::ShardPlanJson(*plan) : plan->DebugString()).c_str(), stdout);
     return 0;
   }
   const std::string out = json ? walsh::ModelSummaryJson(*model) : walsh::ModelSummaryText(*model);

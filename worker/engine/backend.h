@@ -18,7 +18,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/q8_activation.h"
+#include "kernels/token_ops.h"
 #include "worker/engine/model.h"
+#include "worker/parallel/shard_plan.h"
 
 namespace walsh {
 
@@ -62,13 +64,39 @@ enum class Buffer {
   kLogits,         // output projection
   kRotated0,       // fp32 transformed inputs (activation quantization off), per Transform
   kRotated1,
-  kRotated2,
+    kRotated2,
+  kGathered,        // a row-parallel input all-gathered from every rank, rank after rank
+  kFullInput,       // that input reassembled in column order
+  kOwnedInput,      // the columns of it this rank owns
+  kSlicePartials,   // the owned canonical slices' sums, slice after slice
+  kTreeGather,      // every rank's subtree sum, rank after rank
+  kLogitsGathered,  // every rank's vocabulary rows of the logits, rank after rank
   kCount,
 };
 
-// Quantized inputs, one per (Transform, Q8Layout) pair: an input's forms are made once and
-// shared by every projection that reads it (q/k/v, qkv/gate, gate/up).
-inline constexpr int kQuantizedBuffers = 6;
+// Rows of a column-parallel product: weight rows [begin, end), or the listed weight rows (the
+// list must live as long as the model: a device backend uploads it once).
+struct RowSelection {
+  int64_t begin = 0, end = 0;
+  const std::vector<int32_t>* index = nullptr;
+
+  int64_t count() const {
+    return index != nullptr ? static_cast<int64_t>(index->size()) : end - begin;
+  }
+  static RowSelection All(const Projection& p) { return {0, p.w.rows, nullptr}; }
+};
+
+// The query and KV heads of a full-attention layer one rank computes (worker/parallel/
+// shard_plan.h); q_gate, k, v and the attention output hold only these heads.
+struct AttentionShard {
+  int64_t q_head_begin = 0, q_heads = 0, kv_head_begin = 0, kv_heads = 0;
+};
+
+// Quantized inputs, one per (Transform, Q8Layout) pair, then one for a row-parallel input: an
+// input's forms are made once and shared by every projection that reads it (q/k/v, qkv/gate,
+// gate/up).
+inline constexpr int kQuantizedBuffers = 7;
+inline constexpr int kRowParallelQuantized = 6;
 
 // One step, flattened: each sequence's new tokens in order, sequence after sequence.
 struct StepPlan {
@@ -129,30 +157,55 @@ class Backend {
   // int8 quantization in out.layout; or, activation quantization off, into fp32.
   virtual absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) = 0;
   virtual absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) = 0;
-  // y = x Wᵀ on packed ternary weights, from int8 or fp32 activations.
-  virtual absl::Status MatMul(const Projection& p, Q8Tensor x, Tensor y) = 0;
-  virtual absl::Status MatMulF32(const Projection& p, Tensor x, Tensor y) = 0;
-  // y[t][col_offset + r] = W[r] · x[t] for a small dense matrix (ssm_alpha / ssm_beta).
-  virtual absl::Status DenseProject(const DenseWeight& w, Tensor x, Tensor y,
-                                    int64_t col_offset) = 0;
+    // Column-parallel: y[t][i] = W[row i of `rows`] · x[t] over the whole input, on packed
+  // ternary weights, from int8 or fp32 activations.
+  virtual absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+                              Tensor y) = 0;
+  virtual absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
+                                 Tensor y) = 0;
+  // Row-parallel: for each input column window slices[s] (whole 128-blocks, in order, tiling
+  // one range), every row's sum over the window's blocks into partials[s]; x holds the input
+  // columns from x_first_col on.
+  virtual absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+                                    const std::vector<Span>& slices,
+                                    const std::vector<Tensor>& partials) = 0;
+  virtual absl::Status MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
+                                       const std::vector<Span>& slices,
+                                       const std::vector<Tensor>& partials) = 0;
+  // out = the pairwise tree over the leaves (a power of two of them), elementwise:
+  // ((l0 + l1) + (l2 + l3)) + ... out may alias a leaf.
+  virtual absl::Status TreeSum(const std::vector<Tensor>& leaves, Tensor out) = 0;
+  // y[t][col_offset + i] = W[row i of `rows`] · x[t] for a small dense matrix (ssm_alpha /
+  // ssm_beta).
+  virtual absl::Status DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows,
+                                    Tensor y, int64_t col_offset) = 0;
+  // out = x's columns [col_begin, col_begin + out.cols); or x written into out's columns from
+  // col_begin on.
+  virtual absl::Status CopyColumns(Tensor x, int64_t col_begin, Tensor out) = 0;
+  virtual absl::Status PlaceColumns(Tensor x, Tensor out, int64_t col_begin) = 0;
+  // GatedDeltaNet outputs from grouped to tiled value-head order (n_k key heads of rep value
+  // heads of width hd), for ssm_out weights folded without the grouping.
+  virtual absl::Status Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) = 0;
 
   // Full attention (docs/format.md §8.2): QK-norm and RoPE on q and k, K and V into the step's
   // pages; then every (token, head) attends over its sequence's positions and is gated.
-  virtual absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate,
-                                        Tensor k, Tensor v) = 0;
-  virtual absl::Status Attention(int64_t layer, Tensor q_gate, Tensor out) = 0;
+    virtual absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer,
+                                        const AttentionShard& heads, Tensor q_gate, Tensor k,
+                                        Tensor v) = 0;
+  virtual absl::Status Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
+                                 Tensor out) = 0;
 
-  // Gated DeltaNet (docs/format.md §8.3): the causal conv through each sequence's window, then
-  // the delta rule token by token per sequence, value heads in parallel.
-  virtual absl::Status GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) = 0;
-  virtual absl::Status GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
+    // Gated DeltaNet (docs/format.md §8.3) on the rank's heads (`p`; its weight pointers stay
+  // valid for the model's life): the causal conv through each sequence's window, then the
+  // delta rule token by token per sequence, value heads in parallel.
+  virtual absl::Status GdnConv(const GdnLayerParams& p, int64_t layer, Tensor qkv, Tensor u) = 0;
+  virtual absl::Status GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u, Tensor z,
                                      Tensor alpha_beta, Tensor out) = 0;
 
   // Copies a tensor to the host, after every op issued before it has finished.
   virtual absl::Status ReadToHost(Tensor x, float* host) = 0;
 
-  // A tensor-parallel group whose collective failed: every later step fails.
-  virtual bool broken() const { return false; }
+  
 };
 
 }  // namespace walsh

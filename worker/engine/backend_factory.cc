@@ -19,9 +19,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model,
                                                      const EngineOptions& options, CpuIsa isa) {
   switch (options.device) {
     case Device::kCpu:
-      return std::make_unique<CpuBackend>(
-          model, CpuBackendOptions{options.threads, isa, options.tp, options.collective_timeout,
-                                   options.debug_stall_rank});
+            return std::make_unique<CpuBackend>(model, CpuBackendOptions{options.threads, isa});
     case Device::kCuda:
       if (options.tp != 1) {
         return absl::UnimplementedError(

@@ -4,11 +4,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_block_decode.h"
+#include "worker/engine/product_builder.h"
 #include "worker/engine/rope_table.h"
 
 namespace walsh {
@@ -18,14 +20,7 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
       options_(options),
       pool_(options.threads),
       rope_inv_freq_(RopeInverseFrequencies(model.config().rope_dimension_count,
-                                            model.config().rope_freq_base)) {
-  if (options.tp > 1) {
-    comm_ = std::make_unique<CpuCommunicator>(options.tp);
-    shards_ = std::make_unique<ShardPlan>(ShardPlan::Build(model.file(), options.tp));
-    ranks_ = std::make_unique<CpuRankGroup>(options.tp, comm_.get(), options.collective_timeout,
-                                            options.debug_stall_rank);
-  }
-}
+                                            model.config().rope_freq_base)) {}
 
 BackendMemory CpuBackend::Memory() const {
   const int64_t f = sizeof(float);
@@ -35,14 +30,14 @@ BackendMemory CpuBackend::Memory() const {
 
 absl::Status CpuBackend::AllocateCaches(const CacheGeometry& g) {
   geometry_ = g;
-  kv_.reset(static_cast<float*>(
-      std::calloc(static_cast<size_t>(g.pages * g.page_floats()), sizeof(float))));
-  state_.reset(static_cast<float*>(
-      std::calloc(static_cast<size_t>(g.slots * g.slot_floats()), sizeof(float))));
+  const size_t kv = static_cast<size_t>(std::max<int64_t>(1, g.pages * g.page_floats()));
+  const size_t state = static_cast<size_t>(std::max<int64_t>(1, g.slots * g.slot_floats()));
+  kv_.reset(static_cast<float*>(std::calloc(kv, sizeof(float))));
+  state_.reset(static_cast<float*>(std::calloc(state, sizeof(float))));
   if (kv_ == nullptr || state_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", g.pages * g.page_floats() * 4, " bytes of KV cache and ",
-                     g.slots * g.slot_floats() * 4, " bytes of recurrent state"));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", kv * 4,
+                                                     " bytes of KV cache and ", state * 4,
+                                                     " bytes of recurrent state"));
   }
   return absl::OkStatus();
 }
@@ -115,36 +110,32 @@ absl::Status CpuBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
   return absl::OkStatus();
 }
 
-const float* CpuBackend::PermutedRow(const float* row, Transform t, float* scratch) const {
-  if (t != Transform::kPermutedRotated) return row;
-  const GdnPermute& g = model_.contract().gdn;
-  GdnPermuteRef(row, g.n_k, g.rep, g.hd, scratch);
-  return scratch;
-}
-
 absl::Status CpuBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) {
+  if (t == Transform::kPermutedRotated) {
+    return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
+  }
   const int64_t w = x.cols, block = model_.contract().block_size;
-  std::vector<float> permuted(t == Transform::kPermutedRotated ? w : 0);
   for (int64_t i = 0; i < x.rows; ++i) {
-    const float* row = x.data + i * w;
     if (t == Transform::kPlain) {
-      std::memcpy(out.data + i * w, row, w * sizeof(float));
-      continue;
+      std::memcpy(out.data + i * w, x.data + i * w, w * sizeof(float));
+    } else {
+      SignedFwhtForward(options_.isa, x.data + i * w, signs, w, block, out.data + i * w);
     }
-    SignedFwhtForward(options_.isa, PermutedRow(row, t, permuted.data()), signs, w, block,
-                      out.data + i * w);
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) {
+absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs,
+                                        Q8Tensor out) {
+  if (t == Transform::kPermutedRotated) {
+    return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
+  }
   const int64_t w = x.cols, block = model_.contract().block_size, nb = w / kTernaryBlockElems;
-  std::vector<float> permuted(t == Transform::kPermutedRotated ? w : 0), rotated(w);
+  std::vector<float> rotated(w);
   for (int64_t i = 0; i < x.rows; ++i) {
     const float* row = x.data + i * w;
-    if (t != Transform::kPlain) {
-      SignedFwhtForward(options_.isa, PermutedRow(row, t, permuted.data()), signs, w, block,
-                        rotated.data());
+    if (t == Transform::kRotated) {
+      SignedFwhtForward(options_.isa, row, signs, w, block, rotated.data());
       row = rotated.data();
     }
     QuantizeRowQ8(row, w, out.layout, out.data + i * nb);
@@ -152,41 +143,97 @@ absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* sig
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::SplitRows(const Projection& p,
-                                   const std::function<void(int64_t, int64_t)>& rows_fn) {
-  if (ranks_ != nullptr) {
-    const WeightShards* shards = shards_->Find(p.name);
-    if (shards == nullptr) {
-      return absl::InternalError(absl::StrCat("no shard plan for '", p.name, "'"));
-    }
-    return ranks_->Run([&](int rank) {
-      const RowRange r = shards->ranks[rank];
-      if (r.size() != 0) rows_fn(r.begin, r.end);
-    });
-  }
-  const int64_t rows = p.w.rows;
+void CpuBackend::Run(const TernaryProduct& product, int64_t rows, bool f32) {
   const int64_t grain = std::max<int64_t>(8, rows / (pool_.threads() * 8));
-  pool_.ParallelFor(rows, grain, rows_fn);
+  pool_.ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
+    if (f32) {
+      TernaryMatMulF32(product, r0, r1);
+    } else {
+      TernaryMatMulQ8(options_.isa, product, r0, r1);
+    }
+  });
+}
+
+absl::Status CpuBackend::MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+                                Tensor y) {
+  TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
+  product.x = x.data;
+  Run(product, rows.count(), /*f32=*/false);
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::MatMul(const Projection& p, Q8Tensor x, Tensor y) {
-  return SplitRows(p, [&](int64_t r0, int64_t r1) {
-    TernaryMatMulQ8(options_.isa, p.w, x.data, x.rows, y.data, p.w.rows, r0, r1);
-  });
+absl::Status CpuBackend::MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
+                                   Tensor y) {
+  TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
+  product.x_f32 = x.data;
+  Run(product, rows.count(), /*f32=*/true);
+  return absl::OkStatus();
 }
 
-absl::Status CpuBackend::MatMulF32(const Projection& p, Tensor x, Tensor y) {
-  return SplitRows(p, [&](int64_t r0, int64_t r1) {
-    TernaryMatMulF32(p.w, x.data, x.rows, y.data, p.w.rows, r0, r1);
-  });
+absl::Status CpuBackend::MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+                                      const std::vector<Span>& slices,
+                                      const std::vector<Tensor>& partials) {
+  ASSIGN_OR_RETURN(TernaryProduct product,
+                   SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
+  product.x = x.data;
+  Run(product, p.w.rows, /*f32=*/false);
+  return absl::OkStatus();
 }
 
-absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, Tensor y,
-                                      int64_t col_offset) {
+absl::Status CpuBackend::MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
+                                         const std::vector<Span>& slices,
+                                         const std::vector<Tensor>& partials) {
+  ASSIGN_OR_RETURN(TernaryProduct product,
+                   SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
+  product.x_f32 = x.data;
+  Run(product, p.w.rows, /*f32=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out) {
+  const size_t n = leaves.size();
+  if (n == 0 || (n & (n - 1)) != 0) return absl::InternalError("tree over a non-power of two");
+  const int64_t count = out.rows * out.cols;
+  std::vector<float> level(n);
+  for (int64_t i = 0; i < count; ++i) {
+    for (size_t l = 0; l < n; ++l) level[l] = leaves[l].data[i];
+    for (size_t width = n; width > 1; width /= 2) {
+      for (size_t l = 0; l < width / 2; ++l) level[l] = level[2 * l] + level[2 * l + 1];
+    }
+    out.data[i] = level[0];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows,
+                                      Tensor y, int64_t col_offset) {
   for (int64_t t = 0; t < x.rows; ++t) {
-    DenseMatVec(w.format, w.data, w.rows, w.cols, x.data + t * x.cols,
-                y.data + t * y.cols + col_offset);
+    for (int64_t i = 0; i < rows.count(); ++i) {
+      const int64_t r = rows.index != nullptr ? (*rows.index)[i] : rows.begin + i;
+      y.data[t * y.cols + col_offset + i] =
+          DenseRowDot(w.format, w.data, r, w.cols, x.data + t * x.cols);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyColumns(Tensor x, int64_t col_begin, Tensor out) {
+  for (int64_t t = 0; t < x.rows; ++t) {
+    std::memcpy(out.data + t * out.cols, x.data + t * x.cols + col_begin, out.cols * 4);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
+  for (int64_t t = 0; t < x.rows; ++t) {
+    std::memcpy(out.data + t * out.cols + col_begin, x.data + t * x.cols, x.cols * 4);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) {
+  for (int64_t t = 0; t < x.rows; ++t) {
+    GdnUnpermuteRef(x.data + t * x.cols, n_k, rep, hd, out.data + t * out.cols);
   }
   return absl::OkStatus();
 }
@@ -200,23 +247,23 @@ float* CpuBackend::StateLayer(int32_t slot, int64_t layer) const {
          layer * (geometry_.conv_floats + geometry_.recurrent_floats);
 }
 
-absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate,
-                                          Tensor k, Tensor v) {
+absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer,
+                                          const AttentionShard& heads, Tensor q_gate, Tensor k,
+                                          Tensor v) {
   const Qwen35Config& c = model_.config();
-  const int64_t hd = c.key_length, nh = c.head_count, nkv = c.head_count_kv;
-  const int64_t kv_dim = nkv * hd, page = geometry_.page_size;
+  const int64_t hd = c.key_length, kv_dim = heads.kv_heads * hd, page = geometry_.page_size;
   float* k_layer = KvLayer(layer);
-  float* v_layer = k_layer + page * kv_dim;
+  float* v_layer = k_layer + page * geometry_.kv_dim;
   for (int64_t t = 0; t < q_gate.rows; ++t) {
     const int64_t pos = plan_.pos_of_token[t];
     float* qg = q_gate.data + t * q_gate.cols;
-    for (int64_t j = 0; j < nh; ++j) {
+    for (int64_t j = 0; j < heads.q_heads; ++j) {
       float* q = qg + j * 2 * hd;
       ::walsh::RmsNorm(q, w.q_norm, hd, c.rms_epsilon, q);
       RopeNeoxInPlace(q, c.rope_dimension_count, pos, rope_inv_freq_.data());
     }
     float* kt = k.data + t * kv_dim;
-    for (int64_t m = 0; m < nkv; ++m) {
+    for (int64_t m = 0; m < heads.kv_heads; ++m) {
       ::walsh::RmsNorm(kt + m * hd, w.k_norm, hd, c.rms_epsilon, kt + m * hd);
       RopeNeoxInPlace(kt + m * hd, c.rope_dimension_count, pos, rope_inv_freq_.data());
     }
@@ -228,10 +275,11 @@ absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t lay
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
+absl::Status CpuBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
+                                   Tensor out) {
   const Qwen35Config& c = model_.config();
-  const int64_t hd = c.key_length, nh = c.head_count, nkv = c.head_count_kv;
-  const int64_t kv_dim = nkv * hd, group = nh / nkv, page = geometry_.page_size;
+  const int64_t hd = c.key_length, group = c.head_count / c.head_count_kv;
+  const int64_t nh = heads.q_heads, kv_dim = heads.kv_heads * hd, page = geometry_.page_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* k_layer = KvLayer(layer);
   // Every (token, head) pair in parallel: each reduces over its keys in position order on one
@@ -244,13 +292,14 @@ absl::Status CpuBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
       const float* q = q_gate.data + t * q_gate.cols + j * 2 * hd;
       const float* g = q + hd;
       float* u = out.data + t * out.cols + j * hd;
+      const int64_t kv_head = (heads.q_head_begin + j) / group - heads.kv_head_begin;  // GQA
       const PagedKv kv{k_layer,
-                       k_layer + page * kv_dim,
+                       k_layer + page * geometry_.kv_dim,
                        plan_.seq_pages[plan_.seq_of_token[t]].data(),
                        geometry_.page_floats(),
                        page,
                        kv_dim,
-                       (j / group) * hd};  // blocked GQA
+                       kv_head * hd};
       AttendOneHead(q, hd, kv, pos + 1, scale, scores.data(), u);
       for (int64_t i = 0; i < hd; ++i) u[i] *= Sigmoid(g[i]);
     }
@@ -258,42 +307,27 @@ absl::Status CpuBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
   return absl::OkStatus();
 }
 
-GdnLayerParams CpuBackend::GdnParams(const GdnWeights& w) const {
-  const Qwen35Config& c = model_.config();
-  return {c.ssm_group_count,
-          c.ssm_time_step_rank,
-          c.ssm_state_size,
-          c.ssm_conv_kernel,
-          w.conv,
-          w.ssm_a,
-          w.dt_bias,
-          w.norm,
-          c.rms_epsilon};
-}
-
-absl::Status CpuBackend::GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) {
-  const GdnLayerParams params = GdnParams(w);
+absl::Status CpuBackend::GdnConv(const GdnLayerParams& p, int64_t layer, Tensor qkv, Tensor u) {
   for (int64_t t = 0; t < qkv.rows; ++t) {
     const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
-    GdnConvStep(params, qkv.data + t * qkv.cols, StateLayer(slot, layer), u.data + t * u.cols);
+    GdnConvStep(p, qkv.data + t * qkv.cols, StateLayer(slot, layer), u.data + t * u.cols);
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
-                                       Tensor alpha_beta, Tensor out) {
-  const GdnLayerParams params = GdnParams(w);
+absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u,
+                                       Tensor z, Tensor alpha_beta, Tensor out) {
   // The recurrence runs token by token; within a token the value heads are independent.
   for (int64_t t = 0; t < u.rows; ++t) {
     const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
     float* S = StateLayer(slot, layer) + geometry_.conv_floats;
     const float* alpha = alpha_beta.data + t * alpha_beta.cols;
-    const float* beta = alpha + params.n_v;
+    const float* beta = alpha + p.n_v;
     const float* ut = u.data + t * u.cols;
     const float* zt = z.data + t * z.cols;
     float* o = out.data + t * out.cols;
-    pool_.ParallelFor(params.n_v, 1, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) GdnHeadStep(params, ut, zt, alpha, beta, h, S, o);
+    pool_.ParallelFor(p.n_v, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) GdnHeadStep(p, ut, zt, alpha, beta, h, S, o);
     });
   }
   return absl::OkStatus();

@@ -1,30 +1,24 @@
-// The CPU backend: the reference implementation of the backend interface on the host, with
-// the kernels of kernels/cpu (AVX2 or scalar, picked at run time, bit-identical) over a thread
-// pool, and tensor parallelism over in-process CPU ranks (every projection split by output rows
-// per worker/parallel/shard_plan.h, the parts all-gathered).
+// The CPU backend: the reference implementation of the backend interface on the host, with the
+// kernels of kernels/cpu (AVX2 or scalar, picked at run time, bit-identical) over a thread pool.
+// A tensor-parallel group of CPU ranks is one CpuBackend per rank (engine.h).
 #ifndef WALSH_WORKER_ENGINE_CPU_BACKEND_H_
 #define WALSH_WORKER_ENGINE_CPU_BACKEND_H_
 
-#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/ternary_product.h"
 #include "worker/engine/backend.h"
-#include "worker/engine/cpu_rank_group.h"
-#include "worker/parallel/cpu_communicator.h"
-#include "worker/parallel/shard_plan.h"
 
 namespace walsh {
 
 struct CpuBackendOptions {
   int threads = 1;
   CpuIsa isa = CpuIsa::kScalar;
-  int tp = 1;
-  std::chrono::milliseconds collective_timeout{10000};
-  int debug_stall_rank = -1;  // tests: this rank stops answering after 200 collectives
 };
 
 class CpuBackend final : public Backend {
@@ -47,25 +41,36 @@ class CpuBackend final : public Backend {
   absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
   absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
   absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
-  absl::Status MatMul(const Projection& p, Q8Tensor x, Tensor y) override;
-  absl::Status MatMulF32(const Projection& p, Tensor x, Tensor y) override;
-  absl::Status DenseProject(const DenseWeight& w, Tensor x, Tensor y, int64_t col_offset) override;
-  absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate, Tensor k,
+  absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+                      Tensor y) override;
+  absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
+                         Tensor y) override;
+  absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+                            const std::vector<Span>& slices,
+                            const std::vector<Tensor>& partials) override;
+  absl::Status MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
+                               const std::vector<Span>& slices,
+                               const std::vector<Tensor>& partials) override;
+  absl::Status TreeSum(const std::vector<Tensor>& leaves, Tensor out) override;
+  absl::Status DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows, Tensor y,
+                            int64_t col_offset) override;
+  absl::Status CopyColumns(Tensor x, int64_t col_begin, Tensor out) override;
+  absl::Status PlaceColumns(Tensor x, Tensor out, int64_t col_begin) override;
+  absl::Status Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) override;
+  absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer,
+                                const AttentionShard& heads, Tensor q_gate, Tensor k,
                                 Tensor v) override;
-  absl::Status Attention(int64_t layer, Tensor q_gate, Tensor out) override;
-  absl::Status GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) override;
-  absl::Status GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
+  absl::Status Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
+                         Tensor out) override;
+  absl::Status GdnConv(const GdnLayerParams& p, int64_t layer, Tensor qkv, Tensor u) override;
+  absl::Status GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u, Tensor z,
                              Tensor alpha_beta, Tensor out) override;
   absl::Status ReadToHost(Tensor x, float* host) override;
-  bool broken() const override { return comm_ != nullptr && comm_->broken(); }
 
  private:
   using FreeDeleter = void (*)(void*);
-  // Runs rows [0, rows) of a projection on the thread pool, or on the TP ranks' shards.
-  absl::Status SplitRows(const Projection& p, const std::function<void(int64_t, int64_t)>& rows_fn);
-  // x's row, or its GDN-permuted copy in `scratch`, ready for the FWHT.
-  const float* PermutedRow(const float* row, Transform t, float* scratch) const;
-  GdnLayerParams GdnParams(const GdnWeights& w) const;
+  // Runs the product over its local rows on the thread pool.
+  void Run(const TernaryProduct& product, int64_t rows, bool f32);
   float* KvLayer(int64_t layer) const;
   float* StateLayer(int32_t slot, int64_t layer) const;
 
@@ -80,9 +85,6 @@ class CpuBackend final : public Backend {
   std::vector<float> buffers_[static_cast<int>(Buffer::kCount)];
   std::vector<Q8Block128> quantized_[kQuantizedBuffers];
   StepPlan plan_;
-  std::unique_ptr<CpuCommunicator> comm_;
-  std::unique_ptr<ShardPlan> shards_;
-  std::unique_ptr<CpuRankGroup> ranks_;
 };
 
 }  // namespace walsh

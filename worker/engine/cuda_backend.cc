@@ -309,11 +309,10 @@ absl::Status CudaBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Ten
   if (signs != nullptr) {
     ASSIGN_OR_RETURN(s, ResidentAs(signs, x.cols));
   }
-  cuda::Permutation perm;
   if (t == Transform::kPermutedRotated) {
-    const GdnPermute& g = model_.contract().gdn;
-    perm = {g.n_k, g.rep, g.hd};
+    return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
   }
+  const cuda::Permutation perm;
   return Launch(cuda::SignedFwht(x.data, x.rows, x.cols, model_.contract().block_size, s, nullptr,
                                  perm, out.data, stream_),
                 "signed fwht");
@@ -330,32 +329,92 @@ absl::Status CudaBackend::RotateQuantize(Tensor x, Transform t, const int8_t* si
                 "int8 quantization");
 }
 
-absl::Status CudaBackend::MatMul(const Projection& p, Q8Tensor x, Tensor y) {
-  ASSIGN_OR_RETURN(const uint8_t* w, ResidentAs(p.w.data, p.w.bytes()));
-  const int code = cuda::TernaryMatMulQ8(p.w.format, w, p.w.rows, p.w.cols, x.data, x.rows, y.data,
-                                         p.w.rows, stream_);
-  if (code != 0) return Launch(code, absl::StrCat("ternary matmul ", p.name).c_str());
-  return absl::OkStatus();
+absl::Status CudaBackend::RunProduct(TernaryProduct product, const RowSelection* rows,
+                                     int64_t n_rows, const char* op) {
+  ASSIGN_OR_RETURN(product.w.data, ResidentAs(product.w.data, product.w.bytes()));
+  if (rows != nullptr && rows->index != nullptr) {
+    ASSIGN_OR_RETURN(product.row_index,
+                     ResidentAs(rows->index->data(), static_cast<int64_t>(rows->index->size())));
+  }
+  return Launch(cuda::TernaryMatMulQ8(product, n_rows, stream_), op);
 }
 
-absl::Status CudaBackend::MatMulF32(const Projection& p, Tensor, Tensor) {
+absl::Status CudaBackend::MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+                                 Tensor y) {
+  TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
+  product.x = x.data;
+  return RunProduct(product, &rows, rows.count(), "ternary matmul");
+}
+
+absl::Status CudaBackend::MatMulF32(const Projection& p, Tensor, const RowSelection&, Tensor) {
   return absl::UnimplementedError(
       absl::StrCat("cuda: '", p.name, "' with fp32 activations (a CPU debug mode)"));
 }
 
-absl::Status CudaBackend::DenseProject(const DenseWeight& w, Tensor x, Tensor y,
-                                       int64_t col_offset) {
+absl::Status CudaBackend::MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+                                       const std::vector<Span>& slices,
+                                       const std::vector<Tensor>& partials) {
+  ASSIGN_OR_RETURN(TernaryProduct product,
+                   SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
+  product.x = x.data;
+  return RunProduct(product, nullptr, p.w.rows, "ternary matmul slices");
+}
+
+absl::Status CudaBackend::MatMulSlicesF32(const Projection& p, Tensor, int64_t,
+                                          const std::vector<Span>&, const std::vector<Tensor>&) {
+  return absl::UnimplementedError(
+      absl::StrCat("cuda: '", p.name, "' with fp32 activations (a CPU debug mode)"));
+}
+
+absl::Status CudaBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out) {
+  if (leaves.size() > 8) return absl::InternalError("cuda: a tree of more than 8 leaves");
+  cuda::Leaves l{};
+  for (size_t i = 0; i < leaves.size(); ++i) l.leaf[i] = leaves[i].data;
+  return Launch(cuda::TreeSum(l, static_cast<int>(leaves.size()), out.rows * out.cols, out.data,
+                              stream_),
+                "tree sum");
+}
+
+absl::Status CudaBackend::Copy2D(const float* from, int64_t from_stride, float* to,
+                                 int64_t to_stride, int64_t rows, int64_t cols, const char* op) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy2DAsync(to, to_stride * 4, from, from_stride * 4, cols * 4, rows,
+                                      cudaMemcpyDeviceToDevice, stream_),
+                    op);
+}
+
+absl::Status CudaBackend::CopyColumns(Tensor x, int64_t col_begin, Tensor out) {
+  return Copy2D(x.data + col_begin, x.cols, out.data, out.cols, x.rows, out.cols, "copy columns");
+}
+
+absl::Status CudaBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
+  return Copy2D(x.data, x.cols, out.data + col_begin, out.cols, x.rows, x.cols, "place columns");
+}
+
+absl::Status CudaBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) {
+  return Launch(cuda::Ungroup(x.data, x.rows, n_k, rep, hd, out.data, stream_), "ungroup");
+}
+
+absl::Status CudaBackend::DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows,
+                                       Tensor y, int64_t col_offset) {
   ASSIGN_OR_RETURN(const void* dw, Resident(w.data, DenseBytes(w)));
-  return Launch(cuda::DenseProject(w.format, dw, w.rows, w.cols, x.data, x.rows, y.data, y.cols,
-                                   col_offset, stream_),
+  const int32_t* index = nullptr;
+  if (rows.index != nullptr) {
+    ASSIGN_OR_RETURN(index, ResidentAs(rows.index->data(), static_cast<int64_t>(rows.index->size())));
+  }
+  return Launch(cuda::DenseProject(w.format, dw, w.cols, index, rows.begin, rows.count(), x.data,
+                                   x.rows, y.data, y.cols, col_offset, stream_),
                 "dense projection");
 }
 
-cuda::AttentionShape CudaBackend::AttentionShapeOf() const {
+cuda::AttentionShape CudaBackend::AttentionShapeOf(const AttentionShard& heads) const {
   const Qwen35Config& c = model_.config();
   cuda::AttentionShape s;
-  s.n_head = c.head_count;
-  s.n_head_kv = c.head_count_kv;
+  s.n_head = heads.q_heads;
+  s.n_head_kv = heads.kv_heads;
+  s.q_head_begin = heads.q_head_begin;
+  s.kv_head_begin = heads.kv_head_begin;
+  s.group = c.head_count / c.head_count_kv;
   s.head_dim = c.key_length;
   s.n_rot = c.rope_dimension_count;
   s.eps = c.rms_epsilon;
@@ -369,19 +428,21 @@ float* CudaBackend::KvLayer(int64_t layer) const {
   return kv_.as<float>() + layer * 2 * geometry_.page_size * geometry_.kv_dim;
 }
 
-absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate,
-                                           Tensor k, Tensor v) {
+absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer,
+                                           const AttentionShard& heads, Tensor q_gate, Tensor k,
+                                           Tensor v) {
   const int64_t hd = model_.config().key_length;
   ASSIGN_OR_RETURN(const float* q_norm, ResidentAs(w.q_norm, hd));
   ASSIGN_OR_RETURN(const float* k_norm, ResidentAs(w.k_norm, hd));
   float* k_layer = KvLayer(layer);
-  return Launch(cuda::AttentionPrepare(AttentionShapeOf(), step_, q_gate.data, k.data, v.data,
+  return Launch(cuda::AttentionPrepare(AttentionShapeOf(heads), step_, q_gate.data, k.data, v.data,
                                        q_norm, k_norm, rope_inv_freq_.as<double>(), k_layer,
                                        k_layer + geometry_.page_size * geometry_.kv_dim, stream_),
                 "attention prepare");
 }
 
-absl::Status CudaBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
+absl::Status CudaBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
+                                    Tensor out) {
   const float* k_layer = KvLayer(layer);
   const float* v_layer = k_layer + geometry_.page_size * geometry_.kv_dim;
   // Tokens in chunks whose scores fit the scratch; each (token, head) reduces alone, so the
@@ -392,7 +453,7 @@ absl::Status CudaBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
     int64_t end = begin + 1;
     while (end < step_.n_tokens && offset[end + 1] - offset[begin] <= capacity) ++end;
     RETURN_IF_ERROR(
-        Launch(cuda::Attention(AttentionShapeOf(), step_, begin, end, q_gate.data, k_layer, v_layer,
+        Launch(cuda::Attention(AttentionShapeOf(heads), step_, begin, end, q_gate.data, k_layer, v_layer,
                                scores_.as<float>(), out.data, stream_),
                "attention"));
     begin = end;
@@ -400,17 +461,12 @@ absl::Status CudaBackend::Attention(int64_t layer, Tensor q_gate, Tensor out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GdnLayerParams> CudaBackend::GdnParams(const GdnWeights& w) {
-  const Qwen35Config& c = model_.config();
-  GdnLayerParams p{c.ssm_group_count, c.ssm_time_step_rank,
-                   c.ssm_state_size,  c.ssm_conv_kernel,
-                   nullptr,           nullptr,
-                   nullptr,           nullptr,
-                   c.rms_epsilon};
-  ASSIGN_OR_RETURN(p.conv_w, ResidentAs(w.conv, p.conv_dim() * p.conv_kernel));
-  ASSIGN_OR_RETURN(p.ssm_a, ResidentAs(w.ssm_a, p.n_v));
-  ASSIGN_OR_RETURN(p.dt_bias, ResidentAs(w.dt_bias, p.n_v));
-  ASSIGN_OR_RETURN(p.norm_w, ResidentAs(w.norm, p.hd));
+absl::StatusOr<GdnLayerParams> CudaBackend::DeviceParams(const GdnLayerParams& host) {
+  GdnLayerParams p = host;
+  ASSIGN_OR_RETURN(p.conv_w, ResidentAs(host.conv_w, p.conv_dim() * p.conv_kernel));
+  ASSIGN_OR_RETURN(p.ssm_a, ResidentAs(host.ssm_a, p.n_v));
+  ASSIGN_OR_RETURN(p.dt_bias, ResidentAs(host.dt_bias, p.n_v));
+  ASSIGN_OR_RETURN(p.norm_w, ResidentAs(host.norm_w, p.hd));
   return p;
 }
 
@@ -419,14 +475,15 @@ cuda::GdnStateView CudaBackend::StateView(int64_t layer) const {
           layer * (geometry_.conv_floats + geometry_.recurrent_floats), geometry_.conv_floats};
 }
 
-absl::Status CudaBackend::GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) {
-  ASSIGN_OR_RETURN(const GdnLayerParams p, GdnParams(w));
+absl::Status CudaBackend::GdnConv(const GdnLayerParams& host, int64_t layer, Tensor qkv,
+                                  Tensor u) {
+  ASSIGN_OR_RETURN(const GdnLayerParams p, DeviceParams(host));
   return Launch(cuda::GdnConv(p, step_, StateView(layer), qkv.data, u.data, stream_), "gdn conv");
 }
 
-absl::Status CudaBackend::GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
-                                        Tensor alpha_beta, Tensor out) {
-  ASSIGN_OR_RETURN(const GdnLayerParams p, GdnParams(w));
+absl::Status CudaBackend::GdnRecurrence(const GdnLayerParams& host, int64_t layer, Tensor u,
+                                        Tensor z, Tensor alpha_beta, Tensor out) {
+  ASSIGN_OR_RETURN(const GdnLayerParams p, DeviceParams(host));
   return Launch(cuda::GdnRecurrence(p, step_, StateView(layer), u.data, z.data, alpha_beta.data,
                                     out.data, stream_),
                 "gdn recurrence");

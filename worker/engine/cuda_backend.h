@@ -16,6 +16,7 @@
 #include "kernels/cuda/ops.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda_device_buffer.h"
+#include "worker/engine/product_builder.h"
 
 namespace walsh {
 
@@ -44,14 +45,29 @@ class CudaBackend final : public Backend {
   absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
   absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
   absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
-  absl::Status MatMul(const Projection& p, Q8Tensor x, Tensor y) override;
-  absl::Status MatMulF32(const Projection& p, Tensor x, Tensor y) override;
-  absl::Status DenseProject(const DenseWeight& w, Tensor x, Tensor y, int64_t col_offset) override;
-  absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer, Tensor q_gate, Tensor k,
+    absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+                      Tensor y) override;
+  absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
+                         Tensor y) override;
+  absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+                            const std::vector<Span>& slices,
+                            const std::vector<Tensor>& partials) override;
+  absl::Status MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
+                               const std::vector<Span>& slices,
+                               const std::vector<Tensor>& partials) override;
+  absl::Status TreeSum(const std::vector<Tensor>& leaves, Tensor out) override;
+  absl::Status DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows, Tensor y,
+                            int64_t col_offset) override;
+  absl::Status CopyColumns(Tensor x, int64_t col_begin, Tensor out) override;
+  absl::Status PlaceColumns(Tensor x, Tensor out, int64_t col_begin) override;
+  absl::Status Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) override;
+  absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer,
+                                const AttentionShard& heads, Tensor q_gate, Tensor k,
                                 Tensor v) override;
-  absl::Status Attention(int64_t layer, Tensor q_gate, Tensor out) override;
-  absl::Status GdnConv(const GdnWeights& w, int64_t layer, Tensor qkv, Tensor u) override;
-  absl::Status GdnRecurrence(const GdnWeights& w, int64_t layer, Tensor u, Tensor z,
+  absl::Status Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
+                         Tensor out) override;
+  absl::Status GdnConv(const GdnLayerParams& p, int64_t layer, Tensor qkv, Tensor u) override;
+  absl::Status GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u, Tensor z,
                              Tensor alpha_beta, Tensor out) override;
   absl::Status ReadToHost(Tensor x, float* host) override;
 
@@ -71,8 +87,14 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<T*> UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
                                      const char* what);
-  absl::StatusOr<GdnLayerParams> GdnParams(const GdnWeights& w);
-  cuda::AttentionShape AttentionShapeOf() const;
+    // p with device pointers for its weights.
+  absl::StatusOr<GdnLayerParams> DeviceParams(const GdnLayerParams& p);
+  // The product with its weights and row list swapped for their resident copies.
+  absl::Status RunProduct(TernaryProduct product, const RowSelection* rows, int64_t n_rows,
+                          const char* op);
+  absl::Status Copy2D(const float* from, int64_t from_stride, float* to, int64_t to_stride,
+                      int64_t rows, int64_t cols, const char* op);
+  cuda::AttentionShape AttentionShapeOf(const AttentionShard& heads) const;
   float* KvLayer(int64_t layer) const;
   cuda::GdnStateView StateView(int64_t layer) const;
 

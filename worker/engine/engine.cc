@@ -13,69 +13,105 @@ Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> model,
                                                        const EngineOptions& options) {
-  const Qwen35Config& c = model->config();
   if (options.threads < 1 || options.threads > 1024) {
     return absl::InvalidArgumentError("engine threads must be 1..1024");
   }
   if (options.page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
-  if (options.tp < 1 || options.tp > 64) return absl::InvalidArgumentError("tp must be 1..64");
   if (options.isa && !CpuSupports(*options.isa)) {
     return absl::InvalidArgumentError(
         absl::StrCat("this CPU does not support the ", CpuIsaName(*options.isa), " kernels"));
   }
-  const CpuIsa isa = options.isa.value_or(BestCpuIsa());
-  CacheGeometry g;
-  g.page_size = options.page_size;
-  g.attention_layers = std::max<int64_t>(model->attention_layers(), 1);
-  g.kv_dim = c.head_count_kv * c.key_length;
-  g.gdn_layers = std::max<int64_t>(model->gdn_layers(), 1);
-  g.conv_floats = (c.ssm_conv_kernel - 1) * c.gdn_conv_dim();
-  g.recurrent_floats = c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size;
-  const int64_t page_bytes = KvPagePool::PageBytes(g.page_size, g.attention_layers, g.kv_dim);
-  const int64_t slot_bytes =
-      StateSlotPool::SlotBytes(g.gdn_layers, g.conv_floats, g.recurrent_floats);
-  g.pages = options.kv_pages > 0 ? options.kv_pages : options.kv_cache_bytes / page_bytes;
-  g.slots = options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
-
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(*model, options, isa));
-  // A device with less room than the budgets asks for keeps the state slots and cuts the pages.
-  const int64_t room = backend->cache_bytes_available();
-  if (g.slots * slot_bytes + g.pages * page_bytes > room) {
-    g.pages = std::max<int64_t>(0, (room - g.slots * slot_bytes) / page_bytes);
+  if (options.device == Device::kCuda && options.tp != 1) {
+    return absl::UnimplementedError(
+        "--device cuda runs one GPU per engine in this build; --tp > 1 is CPU ranks only");
   }
-  if (g.pages < 1) {
+  ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Build(model->file(), options.tp));
+  const CpuIsa isa = options.isa.value_or(BestCpuIsa());
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), options, isa, 0, 0));
+  engine->plan_ = std::make_unique<ShardPlan>(std::move(plan));
+  const int ranks = options.tp;
+  if (ranks > 1) {
+    engine->comm_ = std::make_unique<CpuCommunicator>(ranks);
+    engine->threads_ = std::make_unique<RankThreads>(ranks, options.collective_timeout * 2,
+                                                     options.debug_stall_rank);
+  }
+  for (int r = 0; r < ranks; ++r) {
+    EngineOptions rank_options = options;
+    if (ranks > 1) rank_options.threads = 1;  // one thread per CPU rank
+    Rank rank;
+    ASSIGN_OR_RETURN(rank.backend, MakeBackend(*engine->model_, rank_options, isa));
+    rank.graph = std::make_unique<Qwen35Graph>(*engine->model_, *rank.backend,
+                                               options.quantize_activations, *engine->plan_, r,
+                                               engine->comm_.get(), options.collective_timeout);
+    engine->ranks_.push_back(std::move(rank));
+  }
+  // Pages and slots from the budgets, counted at TP = 1 sizes (each rank holds its heads' part
+  // of every page and slot); a device with less room keeps the slots and cuts the pages.
+    const Qwen35Config& c = engine->model_->config();
+  const int64_t page_bytes =
+      KvPagePool::PageBytes(options.page_size, std::max<int64_t>(engine->model_->attention_layers(), 1),
+                            c.head_count_kv * c.key_length);
+  const int64_t slot_bytes = StateSlotPool::SlotBytes(
+      std::max<int64_t>(engine->model_->gdn_layers(), 1), (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
+      c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size);
+  int64_t pages = options.kv_pages > 0 ? options.kv_pages : options.kv_cache_bytes / page_bytes;
+  const int64_t slots =
+      options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
+  const int64_t room = engine->ranks_[0].backend->cache_bytes_available();
+  if (slots * slot_bytes + pages * page_bytes > room) {
+    pages = std::max<int64_t>(0, (room - slots * slot_bytes) / page_bytes);
+  }
+  if (pages < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV cache budget of ", options.kv_cache_bytes, " bytes holds no page (a page is ",
         page_bytes, " bytes",
         room < INT64_MAX ? absl::StrCat("; the device has ", room, " bytes for caches") : "", ")"));
   }
-  if (g.slots < 1) {
+  if (slots < 1) {
     return absl::InvalidArgumentError(absl::StrCat("state budget of ", options.state_bytes,
                                                    " bytes holds no slot (a slot is ", slot_bytes,
                                                    " bytes)"));
   }
-  RETURN_IF_ERROR(backend->AllocateCaches(g));
-  return std::unique_ptr<Engine>(new Engine(std::move(model), options, isa, std::move(backend), g));
+  engine->kv_ = KvPagePool(pages, options.page_size);
+  engine->states_ = StateSlotPool(slots);
+  for (Rank& rank : engine->ranks_) {
+    RETURN_IF_ERROR(
+        rank.backend->AllocateCaches(rank.graph->Geometry(pages, options.page_size, slots)));
+  }
+  return engine;
 }
 
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIsa isa,
-               std::unique_ptr<Backend> backend, const CacheGeometry& geometry)
+               int64_t pages, int64_t slots)
     : model_(std::move(model)),
       options_(options),
       isa_(isa),
       max_context_(options.max_context > 0
                        ? std::min(options.max_context, model_->config().context_length)
                        : model_->config().context_length),
-      kv_(geometry.pages, geometry.page_size),
-      states_(geometry.slots),
-      backend_(std::move(backend)),
-      graph_(std::make_unique<Qwen35Graph>(*model_, *backend_, options.quantize_activations)) {}
+      kv_(pages, options.page_size),
+      states_(slots) {}
+
+BackendMemory Engine::Memory() const {
+  BackendMemory total;
+  for (const Rank& r : ranks_) {
+    const BackendMemory m = r.backend->Memory();
+    total.device_used += m.device_used;
+    total.device_total += m.device_total;
+    total.weights += m.weights;
+    total.kv_cache += m.kv_cache;
+    total.state += m.state;
+  }
+  return total;
+}
 
 absl::StatusOr<SequenceId> Engine::AddSequence() {
   ASSIGN_OR_RETURN(int32_t slot, states_.Allocate());
-  if (absl::Status s = backend_->ClearStateSlot(slot); !s.ok()) {
-    states_.Release(slot);
-    return s;
+  for (Rank& rank : ranks_) {
+    if (absl::Status s = rank.backend->ClearStateSlot(slot); !s.ok()) {
+      states_.Release(slot);
+      return s;
+    }
   }
   const SequenceId id = next_id_++;
   sequences_[id].slot = slot;
@@ -163,7 +199,12 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
       plan.tokens.push_back(batch[i].tokens[j]);
     }
   }
-  RETURN_IF_ERROR(graph_->Run(plan, &result.logits));
+  if (threads_ == nullptr) {
+    RETURN_IF_ERROR(ranks_[0].graph->Run(plan, &result.logits));
+  } else {
+    RETURN_IF_ERROR(threads_->Run(
+        [&](int rank) { return ranks_[rank].graph->Run(plan, &result.logits); }));
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     seqs[i]->length += static_cast<int64_t>(batch[i].tokens.size());
   }

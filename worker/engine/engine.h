@@ -25,7 +25,10 @@
 #include "worker/engine/kv_page_pool.h"
 #include "worker/engine/model.h"
 #include "worker/engine/qwen35_graph.h"
+#include "worker/engine/rank_threads.h"
 #include "worker/engine/state_slot_pool.h"
+#include "worker/parallel/cpu_communicator.h"
+#include "worker/parallel/shard_plan.h"
 
 namespace walsh {
 
@@ -60,13 +63,13 @@ class Engine {
 
   const Model& model() const { return *model_; }
   CpuIsa isa() const { return isa_; }
-  const Backend& backend() const { return *backend_; }
+    const Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
   // "cuda", or the CPU kernels' ISA ("avx2", "scalar").
   std::string kernels() const {
     return options_.device == Device::kCuda ? "cuda" : CpuIsaName(isa_);
   }
-  // Device memory of the backend (bytes; the CPU reports its caches only).
-  BackendMemory Memory() const { return backend_->Memory(); }
+    // Device memory of all ranks' backends together (bytes; the CPU reports its caches only).
+  BackendMemory Memory() const;
   int64_t max_context() const { return max_context_; }
   int64_t page_size() const { return kv_.page_size(); }
 
@@ -94,7 +97,9 @@ class Engine {
   int tp() const { return options_.tp; }
   // A collective failed (a rank stalled or died): the group is broken and every later step
   // fails; the server reports NOT_SERVING.
-  bool broken() const { return backend_->broken(); }
+    bool broken() const { return comm_ != nullptr && comm_->broken(); }
+  // The tensor-parallel plan (one rank when tp is 1).
+  const ShardPlan& shard_plan() const { return *plan_; }
 
  private:
   struct Sequence {
@@ -102,8 +107,13 @@ class Engine {
     int32_t slot = -1;
     std::vector<int32_t> pages;
   };
-  Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIsa isa,
-         std::unique_ptr<Backend> backend, const CacheGeometry& geometry);
+    // One rank of the group: its backend (device memory) and its graph.
+  struct Rank {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Qwen35Graph> graph;
+  };
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIsa isa, int64_t pages,
+         int64_t slots);
 
   std::unique_ptr<Model> model_;
   EngineOptions options_;
@@ -111,8 +121,10 @@ class Engine {
   int64_t max_context_;
   KvPagePool kv_;
   StateSlotPool states_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Qwen35Graph> graph_;
+  std::unique_ptr<ShardPlan> plan_;
+  std::unique_ptr<CpuCommunicator> comm_;
+  std::vector<Rank> ranks_;
+  std::unique_ptr<RankThreads> threads_;
   absl::flat_hash_map<SequenceId, Sequence> sequences_;
   SequenceId next_id_ = 1;
 

@@ -5,9 +5,9 @@
 
 namespace walsh {
 
-// One activation that feeds projections, with its transformed and quantized forms made once
-// and shared by every projection that reads it (q/k/v, qkv/gate, gate/up): docs/format.md
-// §7.2 "Sharing". Each form is tagged with the transform that produced it.
+// One activation that feeds column-parallel projections, with its transformed and quantized
+// forms made once and shared by every projection that reads it (q/k/v, qkv/gate, gate/up):
+// docs/format.md §7.2 "Sharing".
 class Qwen35Graph::ProjectionInput {
  public:
   ProjectionInput(Backend& backend, Tensor plain) : backend_(backend), plain_(plain) {}
@@ -39,11 +39,91 @@ class Qwen35Graph::ProjectionInput {
  private:
   Backend& backend_;
   Tensor plain_;
-  Q8Tensor q8_[kQuantizedBuffers];
-  bool have_q8_[kQuantizedBuffers] = {};
+  Q8Tensor q8_[6];
+  bool have_q8_[6] = {};
   Tensor f32_[3];
   bool have_f32_[3] = {};
 };
+
+namespace {
+
+Tensor Rows(Tensor t, int64_t first_row, int64_t rows) {
+  return {t.data + first_row * t.cols, rows, t.cols};
+}
+
+}  // namespace
+
+Qwen35Graph::Qwen35Graph(const Model& model, Backend& backend, bool quantize_activations,
+                         const ShardPlan& plan, int rank, Communicator* comm,
+                         std::chrono::milliseconds collective_timeout)
+    : model_(model),
+      backend_(backend),
+      quantize_(quantize_activations),
+      plan_(plan),
+      shard_(plan.rank(rank)),
+      rank_(rank),
+      comm_(comm),
+      timeout_(collective_timeout) {
+  const Qwen35Config& c = model.config();
+  const int64_t hd = c.key_length, shd = c.ssm_state_size, block = model.contract().block_size;
+  attention_ = {shard_.q_heads.begin, shard_.q_heads.size(), shard_.kv_heads.begin,
+                shard_.kv_heads.size()};
+  q_rows_ = {shard_.q_heads.begin * 2 * hd, shard_.q_heads.end * 2 * hd, nullptr};
+  kv_rows_ = {shard_.kv_heads.begin * hd, shard_.kv_heads.end * hd, nullptr};
+  ffn_rows_ = {shard_.ffn_blocks.begin * block, shard_.ffn_blocks.end * block, nullptr};
+  vocab_rows_ = {shard_.vocab.begin, shard_.vocab.end, nullptr};
+  // GatedDeltaNet channels of this rank: q and k of its key heads, v of its value heads in
+  // grouped order (grouped value head g is tiled head (g % rep) · n_k + g / rep).
+  const int64_t n_k = c.ssm_group_count, rep = c.ssm_time_step_rank / c.ssm_group_count;
+  const int64_t key_dim = n_k * shd;
+  auto tiled = [&](int64_t g) { return (g % rep) * n_k + g / rep; };
+  for (int64_t part = 0; part < 2; ++part) {
+    for (int64_t k = shard_.key_heads.begin; k < shard_.key_heads.end; ++k) {
+      for (int64_t d = 0; d < shd; ++d) {
+        qkv_index_.push_back(static_cast<int32_t>(part * key_dim + k * shd + d));
+      }
+    }
+  }
+  for (int64_t g = shard_.value_heads.begin; g < shard_.value_heads.end; ++g) {
+    alpha_beta_index_.push_back(static_cast<int32_t>(tiled(g)));
+    for (int64_t d = 0; d < shd; ++d) {
+      qkv_index_.push_back(static_cast<int32_t>(2 * key_dim + tiled(g) * shd + d));
+      gate_index_.push_back(static_cast<int32_t>(tiled(g) * shd + d));
+    }
+  }
+  gdn_.resize(model.gdn_layers());
+  for (const LayerWeights& L : model.layers()) {
+    if (L.full_attention) continue;
+    GdnLocal& g = gdn_[L.cache_index];
+    const int64_t taps = c.ssm_conv_kernel;
+    for (int32_t ch : qkv_index_) {
+      g.conv_w.insert(g.conv_w.end(), L.gdn.conv + ch * taps, L.gdn.conv + (ch + 1) * taps);
+    }
+    for (int32_t h : alpha_beta_index_) {
+      g.ssm_a.push_back(L.gdn.ssm_a[h]);
+      g.dt_bias.push_back(L.gdn.dt_bias[h]);
+    }
+    g.params = {shard_.key_heads.size(), shard_.value_heads.size(), shd, taps, g.conv_w.data(),
+                g.ssm_a.data(),          g.dt_bias.data(),         L.gdn.norm, c.rms_epsilon,
+                rep,                     shard_.value_heads.begin};
+  }
+}
+
+CacheGeometry Qwen35Graph::Geometry(int64_t pages, int64_t page_size, int64_t slots) const {
+  const Qwen35Config& c = model_.config();
+  const int64_t shd = c.ssm_state_size;
+  CacheGeometry g;
+  g.pages = pages;
+  g.page_size = page_size;
+  g.attention_layers = std::max<int64_t>(model_.attention_layers(), 1);
+  g.kv_dim = shard_.kv_heads.size() * c.key_length;
+  g.slots = slots;
+  g.gdn_layers = std::max<int64_t>(model_.gdn_layers(), 1);
+  g.conv_floats =
+      (c.ssm_conv_kernel - 1) * (2 * shard_.key_heads.size() + shard_.value_heads.size()) * shd;
+  g.recurrent_floats = shard_.value_heads.size() * shd * shd;
+  return g;
+}
 
 Transform Qwen35Graph::RequiredTransform(const Projection& p) {
   if (!p.folded) return Transform::kPlain;
@@ -60,75 +140,207 @@ absl::Status Qwen35Graph::CheckTransform(const Projection& p, Transform applied)
   return absl::OkStatus();
 }
 
-absl::Status Qwen35Graph::Project(const Projection& p, Site site, ProjectionInput& in, Tensor y) {
+Transform Qwen35Graph::SiteTransform(const Projection& p, Site site) const {
+  if (!p.folded) return Transform::kPlain;
+  const bool permute = site == Site::kGdnOutput && model_.contract().gdn_v_grouped;
+  return permute ? Transform::kPermutedRotated : Transform::kRotated;
+}
+
+absl::Status Qwen35Graph::Project(const Projection& p, Site site, ProjectionInput& in,
+                                  const RowSelection& rows, Tensor y) {
   if (p.w.cols != in.width()) {
     return absl::InternalError(absl::StrCat("'", p.name, "' takes width ", p.w.cols,
                                             ", got an activation of width ", in.width()));
   }
-  // The GDN permutation belongs to ssm_out's site when the contract groups the value heads.
-  const bool permute = site == Site::kGdnOutput && model_.contract().gdn_v_grouped;
-  const Transform applied = !p.folded ? Transform::kPlain
-                            : permute ? Transform::kPermutedRotated
-                                      : Transform::kRotated;
+  const Transform applied = SiteTransform(p, site);
   RETURN_IF_ERROR(CheckTransform(p, applied));
+  if (rows.count() == 0) return absl::OkStatus();
   if (quantize_) {
     ASSIGN_OR_RETURN(Q8Tensor x, in.Quantized(applied, p.signs, Q8LayoutFor(p.w.format)));
-    return backend_.MatMul(p, x, y);
+    return backend_.MatMul(p, x, rows, y);
   }
   ASSIGN_OR_RETURN(Tensor x, in.Rotated(applied, p.signs));
-  return backend_.MatMulF32(p, x, y);
+  return backend_.MatMulF32(p, x, rows, y);
+}
+
+absl::Status Qwen35Graph::AllGather(Tensor buffer, const std::vector<int64_t>& offsets,
+                                    const std::vector<int64_t>& counts) {
+  std::vector<size_t> off(offsets.begin(), offsets.end()), cnt(counts.begin(), counts.end());
+  return comm_->AllGatherInPlace(rank_, buffer.data, off, cnt, timeout_);
+}
+
+absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor held,
+                                      Span held_cols, bool aligned, bool ungroup, Tensor out) {
+  const int64_t n = held.rows, cols = p.w.cols, rows = p.w.rows;
+  const int ranks = plan_.ranks();
+  const Span owned = plan_.OwnedColumns(cols, rank_);
+  const Transform applied = SiteTransform(p, site);
+  RETURN_IF_ERROR(CheckTransform(p, applied));
+  // The GatedDeltaNet kernels write grouped order already: only the rotation remains.
+  const Transform rotation = applied == Transform::kPermutedRotated ? Transform::kRotated : applied;
+
+  Tensor input = held;  // the owned columns, in the order the weights were folded in
+  if (!aligned || ungroup) {
+    Tensor full = held;
+    if (ranks > 1) {
+      // Every rank's columns, rank-major (rank r's columns are [c0, c1) of the input).
+      ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(Buffer::kGathered, n, cols));
+      ASSIGN_OR_RETURN(full, backend_.Activation(Buffer::kFullInput, n, cols));
+      std::vector<int64_t> offsets, counts;
+      std::vector<Span> parts;
+      for (int r = 0; r < ranks; ++r) {
+        const Span c = site == Site::kGdnOutput ? plan_.GdnOutputColumns(r)
+                                                : plan_.AttentionOutputColumns(r);
+        parts.push_back(c);
+        offsets.push_back(n * c.begin);
+        counts.push_back(n * c.size());
+      }
+      if (held_cols.size() > 0) {
+        RETURN_IF_ERROR(backend_.PlaceColumns(
+            held, Tensor{gathered.data + n * held_cols.begin, n, held_cols.size()}, 0));
+      }
+      RETURN_IF_ERROR(AllGather(gathered, offsets, counts));
+      for (const Span& c : parts) {
+        if (c.size() == 0) continue;
+        RETURN_IF_ERROR(
+            backend_.PlaceColumns(Tensor{gathered.data + n * c.begin, n, c.size()}, full, c.begin));
+      }
+    }
+    if (ungroup) {
+      const Qwen35Config& c = model_.config();
+      ASSIGN_OR_RETURN(Tensor tiled, backend_.Activation(Buffer::kGathered, n, cols));
+      RETURN_IF_ERROR(backend_.Ungroup(full, c.ssm_group_count,
+                                       c.ssm_time_step_rank / c.ssm_group_count,
+                                       c.ssm_state_size, tiled));
+      full = tiled;
+    }
+    ASSIGN_OR_RETURN(input, backend_.Activation(Buffer::kOwnedInput, n, owned.size()));
+    RETURN_IF_ERROR(backend_.CopyColumns(full, owned.begin, input));
+  } else if (!(held_cols == owned)) {
+    return absl::InternalError(absl::StrCat("'", p.name, "': rank ", rank_, " holds columns [",
+                                            held_cols.begin, ", ", held_cols.end, "), owns [",
+                                            owned.begin, ", ", owned.end, ")"));
+  }
+
+  const Span slices = plan_.RankSlices(rank_);
+  std::vector<Span> windows;
+  for (int64_t s = slices.begin; s < slices.end; ++s) {
+    windows.push_back(plan_.SliceColumns(cols, static_cast<int>(s)));
+  }
+  ASSIGN_OR_RETURN(Tensor all_partials, backend_.Activation(Buffer::kSlicePartials,
+                                                            windows.size() * n, rows));
+  std::vector<Tensor> partials;
+  for (size_t s = 0; s < windows.size(); ++s) partials.push_back(Rows(all_partials, s * n, n));
+  const int8_t* signs = p.signs != nullptr ? p.signs + owned.begin : nullptr;
+  if (quantize_) {
+    ASSIGN_OR_RETURN(Q8Tensor x, backend_.Quantized(kRowParallelQuantized, n, owned.size(),
+                                                    Q8LayoutFor(p.w.format)));
+    RETURN_IF_ERROR(backend_.RotateQuantize(input, rotation, signs, x));
+    RETURN_IF_ERROR(backend_.MatMulSlices(p, x, owned.begin, windows, partials));
+  } else {
+    ASSIGN_OR_RETURN(Tensor x, backend_.Activation(Buffer::kRotated0, n, owned.size()));
+    RETURN_IF_ERROR(backend_.Rotate(input, rotation, signs, x));
+    RETURN_IF_ERROR(backend_.MatMulSlicesF32(p, x, owned.begin, windows, partials));
+  }
+  if (ranks == 1) return backend_.TreeSum(partials, out);
+  // This rank's subtree, then every rank's, and the top of the tree in rank order.
+  ASSIGN_OR_RETURN(Tensor subtrees, backend_.Activation(Buffer::kTreeGather, ranks * n, rows));
+  RETURN_IF_ERROR(backend_.TreeSum(partials, Rows(subtrees, rank_ * n, n)));
+  std::vector<int64_t> offsets, counts;
+  std::vector<Tensor> tops;
+  for (int r = 0; r < ranks; ++r) {
+    offsets.push_back(r * n * rows);
+    counts.push_back(n * rows);
+    tops.push_back(Rows(subtrees, r * n, n));
+  }
+  RETURN_IF_ERROR(AllGather(subtrees, offsets, counts));
+  return backend_.TreeSum(tops, out);
 }
 
 absl::Status Qwen35Graph::AttentionMixer(const LayerWeights& L, Tensor normed, Tensor out) {
-  const Qwen35Config& c = model_.config();
-  const int64_t n = normed.rows, hd = c.key_length, nh = c.head_count;
-  const int64_t kv_dim = c.head_count_kv * hd;
-  ASSIGN_OR_RETURN(Tensor q_gate, backend_.Activation(Buffer::kAttnQueryGate, n, 2 * nh * hd));
-  ASSIGN_OR_RETURN(Tensor k, backend_.Activation(Buffer::kAttnKey, n, kv_dim));
-  ASSIGN_OR_RETURN(Tensor v, backend_.Activation(Buffer::kAttnValue, n, kv_dim));
-  ASSIGN_OR_RETURN(Tensor attn, backend_.Activation(Buffer::kAttnOut, n, nh * hd));
+  const int64_t n = normed.rows, hd = model_.config().key_length;
+  ASSIGN_OR_RETURN(Tensor q_gate,
+                   backend_.Activation(Buffer::kAttnQueryGate, n, 2 * attention_.q_heads * hd));
+  ASSIGN_OR_RETURN(Tensor k, backend_.Activation(Buffer::kAttnKey, n, attention_.kv_heads * hd));
+  ASSIGN_OR_RETURN(Tensor v, backend_.Activation(Buffer::kAttnValue, n, attention_.kv_heads * hd));
+  ASSIGN_OR_RETURN(Tensor attn, backend_.Activation(Buffer::kAttnOut, n, attention_.q_heads * hd));
   ProjectionInput in(backend_, normed);
-  RETURN_IF_ERROR(Project(L.attn.q, Site::kPlainBasis, in, q_gate));
-  RETURN_IF_ERROR(Project(L.attn.k, Site::kPlainBasis, in, k));
-  RETURN_IF_ERROR(Project(L.attn.v, Site::kPlainBasis, in, v));
-  // Every token's K and V go into the cache before any token attends.
-  RETURN_IF_ERROR(backend_.AttentionPrepare(L.attn, L.cache_index, q_gate, k, v));
-  RETURN_IF_ERROR(backend_.Attention(L.cache_index, q_gate, attn));
-  ProjectionInput attn_in(backend_, attn);
-  return Project(L.attn.o, Site::kPlainBasis, attn_in, out);
+  RETURN_IF_ERROR(Project(L.attn.q, Site::kPlainBasis, in, q_rows_, q_gate));
+  RETURN_IF_ERROR(Project(L.attn.k, Site::kPlainBasis, in, kv_rows_, k));
+  RETURN_IF_ERROR(Project(L.attn.v, Site::kPlainBasis, in, kv_rows_, v));
+  if (attention_.q_heads > 0) {
+    // Every token's K and V go into the cache before any token attends.
+    RETURN_IF_ERROR(backend_.AttentionPrepare(L.attn, L.cache_index, attention_, q_gate, k, v));
+    RETURN_IF_ERROR(backend_.Attention(L.cache_index, attention_, q_gate, attn));
+  }
+  return RowParallel(L.attn.o, Site::kPlainBasis, attn, plan_.AttentionOutputColumns(rank_),
+                     plan_.AttentionOutputAligned(), /*ungroup=*/false, out);
 }
 
 absl::Status Qwen35Graph::GdnMixer(const LayerWeights& L, Tensor normed, Tensor out) {
-  const Qwen35Config& c = model_.config();
-  const int64_t n = normed.rows, nv = c.ssm_time_step_rank;
-  ASSIGN_OR_RETURN(Tensor qkv, backend_.Activation(Buffer::kGdnQkv, n, c.gdn_conv_dim()));
-  ASSIGN_OR_RETURN(Tensor u, backend_.Activation(Buffer::kGdnConvOut, n, c.gdn_conv_dim()));
-  ASSIGN_OR_RETURN(Tensor z, backend_.Activation(Buffer::kGdnGate, n, c.ssm_inner_size));
+  const GdnLocal& g = gdn_[L.cache_index];
+  const int64_t n = normed.rows, nv = g.params.n_v, shd = g.params.hd;
+  ASSIGN_OR_RETURN(Tensor qkv, backend_.Activation(Buffer::kGdnQkv, n, g.params.conv_dim()));
+  ASSIGN_OR_RETURN(Tensor u, backend_.Activation(Buffer::kGdnConvOut, n, g.params.conv_dim()));
+  ASSIGN_OR_RETURN(Tensor z, backend_.Activation(Buffer::kGdnGate, n, nv * shd));
   ASSIGN_OR_RETURN(Tensor ab, backend_.Activation(Buffer::kGdnAlphaBeta, n, 2 * nv));
-  ASSIGN_OR_RETURN(Tensor gdn, backend_.Activation(Buffer::kGdnOut, n, c.ssm_inner_size));
+  ASSIGN_OR_RETURN(Tensor gdn, backend_.Activation(Buffer::kGdnOut, n, nv * shd));
   ProjectionInput in(backend_, normed);
-  RETURN_IF_ERROR(Project(L.gdn.qkv, Site::kPlainBasis, in, qkv));
-  RETURN_IF_ERROR(Project(L.gdn.gate, Site::kPlainBasis, in, z));
-  // ssm_alpha / ssm_beta are not folded: they read the plain normed state (docs/format.md §8.3).
-  RETURN_IF_ERROR(backend_.DenseProject(L.gdn.alpha, normed, ab, 0));
-  RETURN_IF_ERROR(backend_.DenseProject(L.gdn.beta, normed, ab, nv));
-  RETURN_IF_ERROR(backend_.GdnConv(L.gdn, L.cache_index, qkv, u));
-  RETURN_IF_ERROR(backend_.GdnRecurrence(L.gdn, L.cache_index, u, z, ab, gdn));
-  ProjectionInput gdn_in(backend_, gdn);
-  return Project(L.gdn.out, Site::kGdnOutput, gdn_in, out);
+  RETURN_IF_ERROR(Project(L.gdn.qkv, Site::kPlainBasis, in, {0, 0, &qkv_index_}, qkv));
+  RETURN_IF_ERROR(Project(L.gdn.gate, Site::kPlainBasis, in, {0, 0, &gate_index_}, z));
+  if (nv > 0) {
+    // ssm_alpha / ssm_beta are not folded: they read the plain normed state (docs/format.md
+    // §8.3).
+    RETURN_IF_ERROR(backend_.DenseProject(L.gdn.alpha, normed, {0, 0, &alpha_beta_index_}, ab, 0));
+    RETURN_IF_ERROR(
+        backend_.DenseProject(L.gdn.beta, normed, {0, 0, &alpha_beta_index_}, ab, nv));
+    RETURN_IF_ERROR(backend_.GdnConv(g.params, L.cache_index, qkv, u));
+    RETURN_IF_ERROR(backend_.GdnRecurrence(g.params, L.cache_index, u, z, ab, gdn));
+  }
+  return RowParallel(L.gdn.out, Site::kGdnOutput, gdn, plan_.GdnOutputColumns(rank_),
+                     plan_.GdnOutputAligned(), !model_.contract().gdn_v_grouped, out);
 }
 
 absl::Status Qwen35Graph::Ffn(const LayerWeights& L, Tensor normed, Tensor out) {
-  const int64_t n = normed.rows, F = model_.config().feed_forward_length;
-  ASSIGN_OR_RETURN(Tensor gate, backend_.Activation(Buffer::kFfnGate, n, F));
-  ASSIGN_OR_RETURN(Tensor up, backend_.Activation(Buffer::kFfnUp, n, F));
-  ASSIGN_OR_RETURN(Tensor act, backend_.Activation(Buffer::kFfnAct, n, F));
+  const int64_t n = normed.rows, width = ffn_rows_.count();
+  ASSIGN_OR_RETURN(Tensor gate, backend_.Activation(Buffer::kFfnGate, n, width));
+  ASSIGN_OR_RETURN(Tensor up, backend_.Activation(Buffer::kFfnUp, n, width));
+  ASSIGN_OR_RETURN(Tensor act, backend_.Activation(Buffer::kFfnAct, n, width));
   ProjectionInput in(backend_, normed);
-  RETURN_IF_ERROR(Project(L.ffn_gate, Site::kPlainBasis, in, gate));
-  RETURN_IF_ERROR(Project(L.ffn_up, Site::kPlainBasis, in, up));
-  RETURN_IF_ERROR(backend_.SwiGlu(gate, up, act));
-  ProjectionInput down_in(backend_, act);
-  return Project(L.ffn_down, Site::kPlainBasis, down_in, out);
+  RETURN_IF_ERROR(Project(L.ffn_gate, Site::kPlainBasis, in, ffn_rows_, gate));
+  RETURN_IF_ERROR(Project(L.ffn_up, Site::kPlainBasis, in, ffn_rows_, up));
+  if (width > 0) RETURN_IF_ERROR(backend_.SwiGlu(gate, up, act));
+  return RowParallel(L.ffn_down, Site::kPlainBasis, act, {ffn_rows_.begin, ffn_rows_.end},
+                     /*aligned=*/true, /*ungroup=*/false, out);
+}
+
+absl::Status Qwen35Graph::Logits(Tensor head_in, std::vector<float>* logits) {
+  const int64_t m = head_in.rows, vocab = model_.config().vocab_size;
+  ProjectionInput head(backend_, head_in);
+  ASSIGN_OR_RETURN(Tensor all, backend_.Activation(Buffer::kLogits, m, vocab));
+  if (plan_.ranks() == 1) {
+    RETURN_IF_ERROR(Project(model_.output(), Site::kPlainBasis, head, vocab_rows_, all));
+  } else {
+    // Each rank its vocabulary rows, then every rank's, rank after rank, reassembled.
+    ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(Buffer::kLogitsGathered, m, vocab));
+    const Tensor mine{gathered.data + m * shard_.vocab.begin, m, shard_.vocab.size()};
+    RETURN_IF_ERROR(Project(model_.output(), Site::kPlainBasis, head, vocab_rows_, mine));
+    std::vector<int64_t> offsets, counts;
+    for (int r = 0; r < plan_.ranks(); ++r) {
+      offsets.push_back(m * plan_.rank(r).vocab.begin);
+      counts.push_back(m * plan_.rank(r).vocab.size());
+    }
+    RETURN_IF_ERROR(AllGather(gathered, offsets, counts));
+    if (rank_ != 0) return absl::OkStatus();
+    for (int r = 0; r < plan_.ranks(); ++r) {
+      const Span v = plan_.rank(r).vocab;
+      RETURN_IF_ERROR(
+          backend_.PlaceColumns(Tensor{gathered.data + m * v.begin, m, v.size()}, all, v.begin));
+    }
+  }
+  if (rank_ != 0) return absl::OkStatus();
+  logits->resize(m * vocab);
+  return backend_.ReadToHost(all, logits->data());
 }
 
 absl::Status Qwen35Graph::Run(const StepPlan& plan, std::vector<float>* logits) {
@@ -157,11 +369,7 @@ absl::Status Qwen35Graph::Run(const StepPlan& plan, std::vector<float>* logits) 
   RETURN_IF_ERROR(backend_.GatherLogitRows(h, last));
   ASSIGN_OR_RETURN(Tensor head_in, backend_.Activation(Buffer::kHeadIn, m, H));
   RETURN_IF_ERROR(backend_.RmsNorm(last, model_.output_norm(), c.rms_epsilon, head_in));
-  ASSIGN_OR_RETURN(Tensor out, backend_.Activation(Buffer::kLogits, m, c.vocab_size));
-  ProjectionInput head(backend_, head_in);
-  RETURN_IF_ERROR(Project(model_.output(), Site::kPlainBasis, head, out));
-  logits->resize(m * c.vocab_size);
-  return backend_.ReadToHost(out, logits->data());
+  return Logits(head_in, logits);
 }
 
 }  // namespace walsh

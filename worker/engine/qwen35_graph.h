@@ -1,26 +1,40 @@
-// The qwen35 forward pass (docs/format.md §8), written once against the backend interface:
+// The qwen35 forward pass (docs/format.md §8), written once against the backend interface, as
+// one rank of a tensor-parallel group computes it (a single device is the group of one):
 // embedding, then per layer RMSNorm → mixer (full attention or Gated DeltaNet) → residual →
 // RMSNorm → SwiGLU FFN → residual, then the final norm and the output head for the rows whose
-// logits are asked for. Every projection's input gets the transform its weights were folded
-// with, and the graph checks that tag before each product (the fork's graph check).
+// logits are asked for. The residual stream is whole on every rank; each rank computes its
+// heads, its FFN blocks and its vocabulary rows, and the row-parallel products meet in the
+// canonical slice tree (worker/parallel/shard_plan.h), so the logits do not depend on the rank
+// count. Every projection's input gets the transform its weights were folded with, and the
+// graph checks that tag before each product (the fork's graph check).
 #ifndef WALSH_WORKER_ENGINE_QWEN35_GRAPH_H_
 #define WALSH_WORKER_ENGINE_QWEN35_GRAPH_H_
 
+#include <chrono>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/shard_plan.h"
 
 namespace walsh {
 
 class Qwen35Graph {
  public:
   // quantize_activations off: fp32 activations against the decoded weights (a debug mode).
-  Qwen35Graph(const Model& model, Backend& backend, bool quantize_activations)
-      : model_(model), backend_(backend), quantize_(quantize_activations) {}
+  // `comm` joins the ranks of `plan` (null for a single rank); plan, comm and model outlive
+  // the graph.
+  Qwen35Graph(const Model& model, Backend& backend, bool quantize_activations,
+              const ShardPlan& plan, int rank, Communicator* comm,
+              std::chrono::milliseconds collective_timeout);
 
-  // One step over `plan`; logits of plan.logit_tokens, row after row, into *logits.
+  // The sizes of this rank's KV pages and state slots (its heads only).
+  CacheGeometry Geometry(int64_t pages, int64_t page_size, int64_t slots) const;
+
+  // One step over `plan`; on rank 0, the logits of plan.logit_tokens, row after row, into
+  // *logits (other ranks leave it untouched).
   absl::Status Run(const StepPlan& plan, std::vector<float>* logits);
 
   // The transform a projection's weights require of its input.
@@ -30,19 +44,44 @@ class Qwen35Graph {
 
  private:
   class ProjectionInput;
+  // A GatedDeltaNet layer's parameters for this rank's heads, with the gathered per-channel and
+  // per-head weights they point at.
+  struct GdnLocal {
+    GdnLayerParams params;
+    std::vector<float> conv_w, ssm_a, dt_bias;
+  };
 
   // The transform the graph applies at a projection site: the contract's rotation when the
   // weights are folded, with the GDN permutation only at ssm_out's site and only when the
-  // contract says gdn_v_grouped. The graph check then compares it with the weights' own tag.
+  // contract says gdn_v_grouped (the GDN kernels then already write grouped order). The graph
+  // check compares it with the weights' own tag.
   enum class Site { kPlainBasis, kGdnOutput };
-  absl::Status Project(const Projection& p, Site site, ProjectionInput& in, Tensor y);
+  Transform SiteTransform(const Projection& p, Site site) const;
+  absl::Status Project(const Projection& p, Site site, ProjectionInput& in,
+                       const RowSelection& rows, Tensor y);
+  // A row-parallel product: `held` holds input columns `held_cols` of this rank.
+  absl::Status RowParallel(const Projection& p, Site site, Tensor held, Span held_cols,
+                           bool aligned, bool ungroup, Tensor out);
+  // Every rank's part, rank-major, in each rank's copy of `buffer` (n rows per part).
+  absl::Status AllGather(Tensor buffer, const std::vector<int64_t>& offsets,
+                         const std::vector<int64_t>& counts);
   absl::Status AttentionMixer(const LayerWeights& L, Tensor normed, Tensor out);
   absl::Status GdnMixer(const LayerWeights& L, Tensor normed, Tensor out);
   absl::Status Ffn(const LayerWeights& L, Tensor normed, Tensor out);
+  absl::Status Logits(Tensor head_in, std::vector<float>* logits);
 
   const Model& model_;
   Backend& backend_;
   bool quantize_;
+  const ShardPlan& plan_;
+  const RankShard& shard_;
+  int rank_;
+  Communicator* comm_;
+  std::chrono::milliseconds timeout_;
+  AttentionShard attention_;
+  RowSelection q_rows_, kv_rows_, ffn_rows_, vocab_rows_;
+  std::vector<int32_t> qkv_index_, gate_index_, alpha_beta_index_;  // GDN rows, grouped order
+  std::vector<GdnLocal> gdn_;                                      // per GDN layer
 };
 
 }  // namespace walsh

@@ -21,8 +21,8 @@ class Communicator {
   virtual int size() const = 0;
 
   virtual absl::Status Barrier(int rank, std::chrono::milliseconds timeout) = 0;
-  // Every rank has written its part [offsets[r], offsets[r] + counts[r]) of `buffer`; on
-  // return every rank's buffer holds all parts. (CPU ranks share one buffer.)
+  // Every rank has written its part [offsets[r], offsets[r] + counts[r]) of its own `buffer`;
+  // on return every rank's buffer holds all parts.
   virtual absl::Status AllGatherInPlace(int rank, float* buffer, const std::vector<size_t>& offsets,
                                         const std::vector<size_t>& counts,
                                         std::chrono::milliseconds timeout) = 0;

@@ -37,10 +37,22 @@ absl::Status CpuCommunicator::Barrier(int rank, std::chrono::milliseconds timeou
   return absl::OkStatus();
 }
 
-absl::Status CpuCommunicator::AllGatherInPlace(int rank, float*, const std::vector<size_t>&,
-                                               const std::vector<size_t>&,
+absl::Status CpuCommunicator::AllGatherInPlace(int rank, float* buffer,
+                                               const std::vector<size_t>& offsets,
+                                               const std::vector<size_t>& counts,
                                                std::chrono::milliseconds timeout) {
-  // The ranks share the buffer: once all have written their parts, everyone sees all of them.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    slots_[rank] = buffer;
+  }
+  if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
+  // Every rank copies the others' parts out of their buffers into its own.
+  for (size_t r = 0; r < offsets.size(); ++r) {
+    const float* from = static_cast<const float*>(slots_[r]);
+    if (static_cast<int>(r) != rank && from != buffer && counts[r] > 0) {
+      std::memcpy(buffer + offsets[r], from + offsets[r], counts[r] * sizeof(float));
+    }
+  }
   return Barrier(rank, timeout);
 }
 

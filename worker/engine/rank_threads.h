@@ -1,0 +1,52 @@
+// The threads of a tensor-parallel group in one process: rank 0 is the calling thread, ranks
+// 1..N-1 each a thread of their own, all running one step at once and meeting in the
+// communicator's collectives (which time out, so a lost rank fails the step, never hangs it).
+#ifndef WALSH_WORKER_ENGINE_RANK_THREADS_H_
+#define WALSH_WORKER_ENGINE_RANK_THREADS_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace walsh {
+
+class RankThreads {
+ public:
+  // stall_rank (a test seam): that rank stops taking steps after its first kStallAfterSteps,
+  // sleeping instead, as a hung device would.
+  RankThreads(int ranks, std::chrono::milliseconds stall_sleep, int stall_rank = -1);
+  ~RankThreads();
+
+  // Runs work(rank) on every rank at once; returns when all have finished: OK, or the first
+  // failure in rank order.
+  absl::Status Run(const std::function<absl::Status(int)>& work);
+
+  static constexpr int kStallAfterSteps = 2;
+
+ private:
+  void Loop(int rank);
+  absl::Status RunRank(int rank, const std::function<absl::Status(int)>& work);
+
+  const int ranks_;
+  const std::chrono::milliseconds stall_sleep_;
+  const int stall_rank_;
+  int steps_of_stall_rank_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<absl::Status(int)>* work_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  std::vector<absl::Status> status_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_RANK_THREADS_H_
