@@ -366,6 +366,26 @@ TEST(WorkerService, TensorParallelWorkerServesTheSameTokens) {
     ASSERT_TRUE(a.status.ok() && b.status.ok()) << b.status.error_message();
     EXPECT_EQ(a.ids, b.ids);
   }
+  // Each rank holds its heads' share of the KV cache and state. Tiny has 2 KV heads and 2 GDN
+  // key heads for 4 ranks, so pairs of ranks share each: a rank holds half the KV, and of a
+  // GDN layer's per-sequence state (3 conv taps x 512 channels + 4 heads x 64 x 64) its 1 value
+  // head's recurrent state and 192 conv channels (q and k of its key head, v of its value head):
+  // 3 x 192 + 64 x 64 = 4672 of 17920 floats.
+  auto gauge = [](const std::string& m, const std::string& series) {
+    const size_t at = m.find(series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + series.size() + 1));
+  };
+  const std::string m1 = testing::HttpGet(one.metrics_port(), "/metrics");
+  const std::string m4 = testing::HttpGet(four.metrics_port(), "/metrics");
+  const double kv1 = gauge(m1, "walsh_worker_rank_cache_bytes{rank=\"0\",kind=\"kv_cache\"}");
+  const double st1 = gauge(m1, "walsh_worker_rank_cache_bytes{rank=\"0\",kind=\"state\"}");
+  for (int r = 0; r < 4; ++r) {
+    const std::string rank = "rank=\"" + std::to_string(r) + "\"";
+    EXPECT_EQ(gauge(m4, "walsh_worker_rank_cache_bytes{" + rank + ",kind=\"kv_cache\"}"), kv1 / 2);
+    EXPECT_EQ(gauge(m4, "walsh_worker_rank_cache_bytes{" + rank + ",kind=\"state\"}"),
+              st1 * 4672 / 17920);
+  }
+  EXPECT_GT(kv1, 0);
 }
 
 TEST(WorkerService, AStalledRankTurnsTheWorkerNotServing) {

@@ -38,7 +38,7 @@ int64_t ProjectionBytes(const Model& m) {
 
 int Run(int argc, char** argv) {
   std::string model_path, device = "cpu", batches = "1";
-  int64_t threads = 1, prompt_tokens = 512, decode_tokens = 32, prefill_chunk = 512;
+  int64_t threads = 1, prompt_tokens = 512, decode_tokens = 32, prefill_chunk = 512, tp = 1;
   double gpu_memory_utilization = 0.9;
   FlagSet flags(
       "walsh-bench --model FILE [--device cpu|cuda] [--batch 1,16] [--prompt-tokens N] "
@@ -51,6 +51,7 @@ int Run(int argc, char** argv) {
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("decode-tokens", &decode_tokens, "decode steps per batch size");
   flags.Int("threads", &threads, "CPU threads");
+  flags.Int("tp", &tp, "tensor-parallel CPU ranks (1, 2, 4 or 8)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-bench: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -93,6 +94,7 @@ int Run(int argc, char** argv) {
   opts.device = dev;
   opts.gpu_memory_utilization = gpu_memory_utilization;
   opts.threads = static_cast<int>(threads);
+  opts.tp = static_cast<int>(tp);
   opts.state_slots = max_batch;
   opts.kv_pages =
       (max_batch * (16 + decode_tokens) + prompt_tokens) / opts.page_size + 2 * max_batch + 2;
@@ -112,8 +114,10 @@ int Run(int argc, char** argv) {
     for (int32_t& id : ids) id = static_cast<int32_t>(gen() % vocab);
     return ids;
   };
-  std::printf("model %s, device %s (%s kernels), load %.2f s, %.3f GB of projections per step\n",
-              model_path.c_str(), device.c_str(), e.kernels().c_str(), load_s, step_bytes / 1e9);
+  std::printf(
+      "model %s, device %s (%s kernels), tp %lld, load %.2f s, %.3f GB of projections per step\n",
+      model_path.c_str(), device.c_str(), e.kernels().c_str(), static_cast<long long>(tp), load_s,
+      step_bytes / 1e9);
 
   {  // Time to first token: the whole prompt, in chunks, up to its first logits.
     auto seq = e.AddSequence();

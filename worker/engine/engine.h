@@ -63,13 +63,15 @@ class Engine {
 
   const Model& model() const { return *model_; }
   CpuIsa isa() const { return isa_; }
-    const Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
+  const Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
   // "cuda", or the CPU kernels' ISA ("avx2", "scalar").
   std::string kernels() const {
     return options_.device == Device::kCuda ? "cuda" : CpuIsaName(isa_);
   }
-    // Device memory of all ranks' backends together (bytes; the CPU reports its caches only).
+  // Device memory of all ranks' backends together, or of one rank (bytes; the CPU reports its
+  // caches only).
   BackendMemory Memory() const;
+  BackendMemory RankMemory(int rank) const { return ranks_[rank].backend->Memory(); }
   int64_t max_context() const { return max_context_; }
   int64_t page_size() const { return kv_.page_size(); }
 
@@ -97,7 +99,7 @@ class Engine {
   int tp() const { return options_.tp; }
   // A collective failed (a rank stalled or died): the group is broken and every later step
   // fails; the server reports NOT_SERVING.
-    bool broken() const { return comm_ != nullptr && comm_->broken(); }
+  bool broken() const { return comm_ != nullptr && comm_->broken(); }
   // The tensor-parallel plan (one rank when tp is 1).
   const ShardPlan& shard_plan() const { return *plan_; }
 
@@ -107,7 +109,7 @@ class Engine {
     int32_t slot = -1;
     std::vector<int32_t> pages;
   };
-    // One rank of the group: its backend (device memory) and its graph.
+  // One rank of the group: its backend (device memory) and its graph.
   struct Rank {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Qwen35Graph> graph;

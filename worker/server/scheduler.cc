@@ -232,6 +232,12 @@ void Scheduler::UpdateGauges() {
   metrics_->device_memory.gauge({"weights"}).Set(static_cast<double>(m.weights));
   metrics_->device_memory.gauge({"kv_cache"}).Set(static_cast<double>(m.kv_cache));
   metrics_->device_memory.gauge({"state"}).Set(static_cast<double>(m.state));
+  for (int r = 0; r < engine_->tp(); ++r) {
+    const BackendMemory rm = engine_->RankMemory(r);
+    metrics_->rank_cache.gauge({std::to_string(r), "kv_cache"})
+        .Set(static_cast<double>(rm.kv_cache));
+    metrics_->rank_cache.gauge({std::to_string(r), "state"}).Set(static_cast<double>(rm.state));
+  }
 }
 
 void Scheduler::Step(std::unique_lock<std::mutex>& lock) {

@@ -60,6 +60,10 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
                                "and what the engine holds for weights, kv_cache and state (the "
                                "CPU backend reports its caches only).",
                                {"kind"})),
+      rank_cache(r.AddGauge("walsh_worker_rank_cache_bytes",
+                            "KV cache and GatedDeltaNet state each tensor-parallel rank holds "
+                            "(its heads only), by rank and kind.",
+                            {"rank", "kind"})),
       build_info(r.AddGauge("walsh_build_info", "walsh build; always 1.", {"version", "kernels"})),
       model_info(r.AddGauge("walsh_model_info", "The served model; always 1.",
                             {"architecture", "format", "name", "fingerprint"})) {}

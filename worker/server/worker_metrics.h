@@ -29,6 +29,7 @@ struct WorkerMetrics {
   Gauge& vllm_running;
   Gauge& vllm_kv_usage;
   MetricFamily& device_memory;  // by kind: used, total, weights, kv_cache, state
+  MetricFamily& rank_cache;     // by rank and kind: kv_cache, state
   MetricFamily& build_info;
   MetricFamily& model_info;
 };
