@@ -29,7 +29,9 @@ bool CpuSupports(CpuIsa isa) {
 }
 
 CpuIsa BestCpuIsa() {
-  if (CpuSupports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
+  // The AVX-512 VNNI kernel is exact but measured slower than the AVX2 one on the project's
+  // AMD EPYC VMs (bench/RESULTS.md: 6.6 against 7.2 GB/s of PQ2_0 weights on one core; the
+  // per-block horizontal sums dominate both), so it runs only when asked for.
   if (CpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
   return CpuIsa::kScalar;
 }

@@ -9,7 +9,9 @@ namespace walsh {
 
 void TernaryMatMulQ8(CpuIsa isa, const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
   switch (isa) {
-    case CpuIsa::kAvx512Vnni:  // no AVX-512 kernel yet: the AVX2 one is exact there too
+    case CpuIsa::kAvx512Vnni:
+      TernaryMatMulQ8Avx512Vnni(p, row_begin, row_end);
+      return;
     case CpuIsa::kAvx2:
       TernaryMatMulQ8Avx2(p, row_begin, row_end);
       return;

@@ -55,8 +55,8 @@ for fmt in pq2_0 ptq1_0; do
   "$bundle/bin/walsh-mkmodel" --preset 27b --signs real --format "$fmt" --out "$model" \
     >"$out/mkmodel-$fmt.log" 2>&1 || { say "walsh-mkmodel $fmt failed"; failures=$((failures + 1)); continue; }
   say "made $model in $(( $(date +%s) - start )) s"
-  timeout 200 "$bundle/bin/walsh-bench" --model "$model" --device cuda --batch 1,16 \
-    --prompt-tokens 2048 --decode-tokens 64 2>&1 | tee -a "$log"
+  timeout 200 "$bundle/bin/walsh-bench" decode --model "$model" --device cuda --batch 1,16 \
+    --prompt 2048 --gen 64 --json "$out/bench-$fmt.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failures=$((failures + 1))
   rm -f "$model"
 done

@@ -1,20 +1,24 @@
-// walsh-bench engine: the engine's speed on one machine, in one run — time to first token for a
-// long prompt, and decode tokens per second with 1 and more sequences stepping together — with
-// the weight bytes each decode step reads, so a reader can set tokens/s against the memory
-// bandwidth measured in the same run. Any device (--device cpu|cuda).
+// walsh-bench decode: the engine's speed on one machine, in one run, as llama-bench reports it
+// (pp: prompt tokens/s, tg: generated tokens/s), with the roofline: the weight bytes a decode
+// step reads per second set against the read bandwidth measured in the same run
+// (kernels/cpu/memory_bandwidth.h; on a GPU, the fraction is left to tests/gpu/run.sh's copy
+// bandwidth). Any device, any tensor-parallel size; a table on stdout and, with --json, a file.
 //
-//   walsh-bench --model M.gguf --device cuda --batch 1,16 --prompt-tokens 2048 --decode-tokens 64
+//   walsh-bench decode --model M.gguf [--threads N] [--batch 1,4,16] [--prompt 512] [--gen 32]
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
+#include "kernels/cpu/memory_bandwidth.h"
+#include "nlohmann/json.hpp"
 #include "worker/engine/engine.h"
-#include "worker/model/ggml_types.h"
 
 namespace walsh {
 namespace {
@@ -23,8 +27,8 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Bytes of packed projection weights one decode step reads: every ternary matrix once, and one
-// embedding row per token (negligible, not counted).
+// Bytes of packed projection weights one decode step reads: every ternary matrix once (the
+// embedding lookup, one row per token, is not counted).
 int64_t ProjectionBytes(const Model& m) {
   int64_t total = m.output().w.bytes();
   for (const LayerWeights& L : m.layers()) {
@@ -36,26 +40,32 @@ int64_t ProjectionBytes(const Model& m) {
   return total;
 }
 
-int Run(int argc, char** argv) {
-  std::string model_path, device = "cpu", batches = "1";
-  int64_t threads = 1, prompt_tokens = 512, decode_tokens = 32, prefill_chunk = 512, tp = 1;
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "walsh-bench: %s\n", message.c_str());
+  return code;
+}
+
+int Decode(int argc, char** argv) {
+  std::string model_path, device = "cpu", batches = "1", json_path;
+  int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
   double gpu_memory_utilization = 0.9;
+  bool no_bandwidth = false;
   FlagSet flags(
-      "walsh-bench --model FILE [--device cpu|cuda] [--batch 1,16] [--prompt-tokens N] "
-      "[--decode-tokens N] [--threads N]");
+      "walsh-bench decode --model FILE [--device cpu|cuda] [--threads N] [--tp N] "
+      "[--batch 1,4,16] [--prompt N] [--gen N] [--json FILE]");
   flags.String("model", &model_path, "GGUF model file (required)");
   flags.String("device", &device, "cpu or cuda");
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization, "with --device cuda");
-  flags.String("batch", &batches, "decode batch sizes, comma-separated");
-  flags.Int("prompt-tokens", &prompt_tokens, "prompt length for the time to first token");
-  flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
-  flags.Int("decode-tokens", &decode_tokens, "decode steps per batch size");
-  flags.Int("threads", &threads, "CPU threads");
+  flags.Int("threads", &threads, "CPU threads (per rank: 1 when --tp > 1)");
   flags.Int("tp", &tp, "tensor-parallel CPU ranks (1, 2, 4 or 8)");
+  flags.String("batch", &batches, "decode batch sizes, comma-separated");
+  flags.Int("prompt", &prompt_tokens, "prompt tokens for pp (prefill) and time to first token");
+  flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
+  flags.Int("gen", &gen_tokens, "decode steps per batch size (tg)");
+  flags.String("json", &json_path, "also write the results as JSON to this file");
+  flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth measurement");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "walsh-bench: %s\n%s", std::string(s.message()).c_str(),
-                 flags.Help().c_str());
-    return 2;
+    return Fail(2, std::string(s.message()) + "\n" + flags.Help());
   }
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
@@ -66,28 +76,19 @@ int Run(int argc, char** argv) {
   for (absl::string_view b : absl::StrSplit(batches, ',')) {
     int64_t v;
     if (!absl::SimpleAtoi(b, &v) || v < 1) {
-      std::fprintf(stderr, "walsh-bench: --batch: \"%s\" is not a batch size\n",
-                   std::string(b).c_str());
-      return 2;
+      return Fail(2, "--batch: \"" + std::string(b) + "\" is not a batch size");
     }
     batch_sizes.push_back(v);
   }
-  if (model_path.empty() || !ParseDevice(device, &dev) || prompt_tokens < 1 || decode_tokens < 1 ||
+  if (model_path.empty() || !ParseDevice(device, &dev) || prompt_tokens < 1 || gen_tokens < 1 ||
       prefill_chunk < 1 || threads < 1) {
-    std::fprintf(stderr, "walsh-bench: bad arguments\n%s", flags.Help().c_str());
-    return 2;
+    return Fail(2, "bad arguments\n" + flags.Help());
   }
   auto file = LoadModelFile(model_path);
-  if (!file.ok()) {
-    std::fprintf(stderr, "walsh-bench: refused: %s\n",
-                 std::string(file.status().message()).c_str());
-    return 1;
-  }
+  if (!file.ok()) return Fail(1, "refused: " + std::string(file.status().message()));
+  const int64_t file_bytes = static_cast<int64_t>(file->gguf->file_size());
   auto bound = Model::Bind(std::move(*file));
-  if (!bound.ok()) {
-    std::fprintf(stderr, "walsh-bench: %s\n", std::string(bound.status().message()).c_str());
-    return 1;
-  }
+  if (!bound.ok()) return Fail(1, std::string(bound.status().message()));
   int64_t max_batch = 1;
   for (int64_t b : batch_sizes) max_batch = std::max(max_batch, b);
   EngineOptions opts;
@@ -97,69 +98,102 @@ int Run(int argc, char** argv) {
   opts.tp = static_cast<int>(tp);
   opts.state_slots = max_batch;
   opts.kv_pages =
-      (max_batch * (16 + decode_tokens) + prompt_tokens) / opts.page_size + 2 * max_batch + 2;
-  const auto load = std::chrono::steady_clock::now();
+      (max_batch * (16 + gen_tokens + 1) + prompt_tokens) / opts.page_size + 2 * max_batch + 2;
   auto engine = Engine::Create(std::move(*bound), opts);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "walsh-bench: %s\n", std::string(engine.status().message()).c_str());
-    return 1;
-  }
+  if (!engine.ok()) return Fail(1, std::string(engine.status().message()));
   Engine& e = **engine;
-  const double load_s = Since(load);
   const int64_t vocab = e.model().config().vocab_size;
   const int64_t step_bytes = ProjectionBytes(e.model());
+  // The yardstick, measured now, on the cores the engine uses.
+  const int cores = static_cast<int>(tp > 1 ? tp : threads);
+  const double bandwidth = dev == Device::kCpu && !no_bandwidth ? MeasureReadBandwidth(cores) : 0.0;
   std::mt19937 gen(1);
   auto random_tokens = [&](int64_t n) {
     std::vector<int32_t> ids(n);
     for (int32_t& id : ids) id = static_cast<int32_t>(gen() % vocab);
     return ids;
   };
+  nlohmann::json doc = {{"model", model_path},
+                        {"file_bytes", file_bytes},
+                        {"device", device},
+                        {"kernels", e.kernels()},
+                        {"threads", threads},
+                        {"tp", tp},
+                        {"weight_bytes_per_step", step_bytes},
+                        {"read_bandwidth_bytes_per_s", bandwidth}};
   std::printf(
-      "model %s, device %s (%s kernels), tp %lld, load %.2f s, %.3f GB of projections per step\n",
-      model_path.c_str(), device.c_str(), e.kernels().c_str(), static_cast<long long>(tp), load_s,
-      step_bytes / 1e9);
+      "model %s: %.3f GB of projections per decode step; %s, %s kernels, %lld thread(s), "
+      "tp %lld\n",
+      model_path.c_str(), step_bytes / 1e9, device.c_str(), e.kernels().c_str(),
+      static_cast<long long>(threads), static_cast<long long>(tp));
+  if (bandwidth > 0) {
+    std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each)\n",
+                bandwidth / 1e9, cores);
+  }
+  std::printf("| test        | batch |     t/s | ms/step | weight GB/s | roofline |\n");
+  std::printf("|-------------|-------|---------|---------|-------------|----------|\n");
+  auto row = [&](const std::string& test, int64_t batch, double tokens_per_s, double step_s,
+                 double weight_rate) {
+    const double roofline = bandwidth > 0 ? weight_rate / bandwidth : 0.0;
+    std::printf("| %-11s | %5lld | %7.1f | %7.2f | %11.2f | %s |\n", test.c_str(),
+                static_cast<long long>(batch), tokens_per_s, step_s * 1e3, weight_rate / 1e9,
+                bandwidth > 0 ? absl::StrFormat("%7.1f%%", 100 * roofline).c_str() : "      - ");
+    doc["tests"].push_back({{"test", test},
+                            {"batch", batch},
+                            {"tokens_per_s", tokens_per_s},
+                            {"ms_per_step", step_s * 1e3},
+                            {"weight_bytes_per_s", weight_rate},
+                            {"roofline_fraction", roofline}});
+  };
 
-  {  // Time to first token: the whole prompt, in chunks, up to its first logits.
+  {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).
     auto seq = e.AddSequence();
     const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
     const auto t = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < prompt_tokens; i += prefill_chunk) {
+    int64_t steps = 0;
+    for (int64_t i = 0; i < prompt_tokens; i += prefill_chunk, ++steps) {
       std::vector<int32_t> part(prompt.begin() + i,
                                 prompt.begin() + std::min(prompt_tokens, i + prefill_chunk));
       if (auto out = e.Forward({{*seq, part}}); !out.ok()) {
-        std::fprintf(stderr, "walsh-bench: %s\n", std::string(out.status().message()).c_str());
-        return 3;
+        return Fail(3, std::string(out.status().message()));
       }
     }
     const double s = Since(t);
-    std::printf("prefill   %6lld tokens  ttft %8.3f s  %10.1f tokens/s\n",
-                static_cast<long long>(prompt_tokens), s, prompt_tokens / s);
+    row("pp" + std::to_string(prompt_tokens), 1, prompt_tokens / s, s / steps,
+        steps * static_cast<double>(step_bytes) / s);
     (void)e.RemoveSequence(*seq);
   }
-  for (int64_t b : batch_sizes) {
+  for (int64_t b : batch_sizes) {  // tg: b sequences stepping together
     std::vector<SequenceInput> batch;
     for (int64_t i = 0; i < b; ++i) batch.push_back({*e.AddSequence(), random_tokens(16)});
-    if (auto out = e.Forward(batch); !out.ok()) {
-      std::fprintf(stderr, "walsh-bench: %s\n", std::string(out.status().message()).c_str());
-      return 3;
-    }
+    if (auto out = e.Forward(batch); !out.ok()) return Fail(3, std::string(out.status().message()));
     for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
     (void)e.Forward(batch);  // one warm-up step
     const auto t = std::chrono::steady_clock::now();
-    for (int64_t k = 0; k < decode_tokens; ++k) {
+    for (int64_t k = 0; k < gen_tokens; ++k) {
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
       if (auto out = e.Forward(batch); !out.ok()) {
-        std::fprintf(stderr, "walsh-bench: %s\n", std::string(out.status().message()).c_str());
-        return 3;
+        return Fail(3, std::string(out.status().message()));
       }
     }
     const double s = Since(t);
-    std::printf("decode    batch %3lld  %8.2f steps/s  %10.1f tokens/s  weights read %7.1f GB/s\n",
-                static_cast<long long>(b), decode_tokens / s, decode_tokens * b / s,
-                decode_tokens * static_cast<double>(step_bytes) / s / 1e9);
+    row("tg" + std::to_string(gen_tokens), b, gen_tokens * b / s, s / gen_tokens,
+        gen_tokens * static_cast<double>(step_bytes) / s);
     for (const SequenceInput& in : batch) (void)e.RemoveSequence(in.id);
   }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << doc.dump(2) << "\n";
+    if (!out) return Fail(3, "cannot write " + json_path);
+  }
   return 0;
+}
+
+int Run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "decode") {
+    return Fail(2, "usage: walsh-bench decode --model FILE ... (walsh-bench decode --help)");
+  }
+  return Decode(argc - 1, argv + 1);
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ int Run(int argc, char** argv) {
   if (gpu_memory_utilization <= 0 || gpu_memory_utilization > 1) {
     return Fail(kUsage, "--gpu-memory-utilization must be in (0, 1]");
   }
-  if (tp < 1 || tp > 64) return Fail(kUsage, "--tp must be 1..64");
+  if (tp != 1 && tp != 2 && tp != 4 && tp != 8) return Fail(kUsage, "--tp must be 1, 2, 4 or 8");
   if (max_tokens < 0 || threads < 1 || prefill_chunk < 1) {
     return Fail(kUsage, "--max-tokens must be >= 0, --threads and --prefill-chunk >= 1");
   }

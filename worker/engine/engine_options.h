@@ -38,11 +38,13 @@ struct EngineOptions {
   // a test/debug mode: fp32 activations against the decoded weights.
   bool quantize_activations = true;
   std::optional<CpuIsa> isa;  // default: the best this CPU supports
-  // Tensor parallelism over in-process CPU ranks (one thread each): every projection is split
-  // by output rows per worker/parallel/shard_plan.h, and the parts are all-gathered. CPU only.
+                              // Tensor parallelism over in-process CPU ranks (1, 2, 4 or 8; one
+                              // thread each), split by
+  // heads per worker/parallel/shard_plan.h. CPU only.
   int tp = 1;
   std::chrono::milliseconds collective_timeout{10000};
-  int debug_stall_rank = -1;  // tests: this rank stops answering after 200 collectives
+  // A test seam: this rank stops taking steps after its first two (rank_threads.h).
+  int debug_stall_rank = -1;
 };
 
 }  // namespace walsh

@@ -16,16 +16,78 @@ uint64_t Mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// log-softmax of the raw logits, in double.
-std::vector<double> LogSoftmax(const float* x, int64_t n) {
-  double mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(n);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] - lse;
-  return out;
+// Draws from softmax(l / T) after top-k, top-p and min-p, with u uniform in [0, 1).
+// Without truncation the draw walks the tokens in id order: any fixed order samples the same
+// distribution, and no sort is needed. With truncation it walks them by probability (ties:
+// lower id first), sorting only as long a prefix as the truncation reaches: the best 64, then
+// 256, 1,024, ... (nth_element, then sort of the prefix: the same order a full sort gives).
+int32_t Draw(const std::vector<float>& l, const SamplingParams& p, double u) {
+  const int64_t vocab = static_cast<int64_t>(l.size());
+  const double mx = *std::max_element(l.begin(), l.end());
+  auto weight = [&](int32_t id) { return std::exp((l[id] - mx) / p.temperature); };
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  if (!top_k && p.top_p >= 1.0f && p.min_p <= 0.0f) {
+    double total = 0;
+    for (int64_t i = 0; i < vocab; ++i) total += weight(static_cast<int32_t>(i));
+    const double target = u * total;
+    double cum = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      cum += weight(static_cast<int32_t>(i));
+      if (target < cum) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(vocab - 1);
+  }
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  const int64_t limit = top_k ? p.top_k : vocab;
+  double all = 0;  // the mass of the candidates, for top-p
+  if (p.top_p < 1.0f) {
+    if (top_k) {
+      std::nth_element(order.begin(), order.begin() + limit - 1, order.end(), by_logit);
+    }
+    for (int64_t i = 0; i < limit; ++i) all += weight(order[i]);
+  }
+  // Grow the sorted prefix until the truncation ends inside it.
+  int64_t sorted = 0, keep = limit;
+  std::vector<double> w;
+  for (int64_t want = 64;; want *= 4) {
+    const int64_t k = std::min(want, limit);
+    if (k < vocab)
+      std::nth_element(order.begin() + sorted, order.begin() + k - 1, order.end(), by_logit);
+    std::sort(order.begin() + sorted, order.begin() + k, by_logit);
+    for (int64_t i = sorted; i < k; ++i) w.push_back(weight(order[i]));
+    sorted = k;
+    keep = k;
+    bool done = k == limit;
+    if (p.top_p < 1.0f) {
+      double cum = 0;
+      int64_t n = 0;
+      while (n < k && cum < p.top_p * all) cum += w[n++];
+      if (cum >= p.top_p * all) {
+        keep = std::max<int64_t>(n, 1);
+        done = true;
+      }
+    }
+    if (p.min_p > 0.0f) {
+      int64_t n = 1;
+      while (n < keep && w[n] >= p.min_p * w[0]) ++n;
+      if (n < keep) {
+        keep = n;
+        done = true;
+      }
+    }
+    if (done) break;
+  }
+  double total = 0;
+  for (int64_t i = 0; i < keep; ++i) total += w[i];
+  const double target = u * total;
+  double cum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += w[i];
+    if (target < cum) return order[i];
+  }
+  return order[keep - 1];
 }
 
 }  // namespace
@@ -67,58 +129,27 @@ SampledToken Sample(const float* logits, int64_t vocab, const SamplingParams& p,
     }
     out.id = static_cast<int32_t>(best);
   } else {
-    // Candidates by probability (ties: lower id first), then top-k, top-p, min-p.
-    std::vector<int32_t> order(vocab);
-    std::iota(order.begin(), order.end(), 0);
-    auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-    int64_t keep = vocab;
-    if (p.top_k > 0 && p.top_k < vocab) {
-      keep = p.top_k;
-      std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
-    } else {
-      std::sort(order.begin(), order.end(), by_logit);
-    }
-    std::vector<double> prob(keep);
-    const double mx = l[order[0]];
-    double sum = 0;
-    for (int64_t i = 0; i < keep; ++i)
-      sum += prob[i] = std::exp((l[order[i]] - mx) / p.temperature);
-    for (double& x : prob) x /= sum;
-    if (p.top_p < 1.0f) {
-      double cum = 0;
-      int64_t k = 0;
-      while (k < keep && cum < p.top_p) cum += prob[k++];
-      keep = std::max<int64_t>(k, 1);
-    }
-    if (p.min_p > 0.0f) {
-      int64_t k = 1;
-      while (k < keep && prob[k] >= p.min_p * prob[0]) ++k;
-      keep = k;
-    }
-    double total = 0;
-    for (int64_t i = 0; i < keep; ++i) total += prob[i];
-    const double u = CounterUniform(p.seed, output_index) * total;
-    double cum = 0;
-    out.id = order[keep - 1];
-    for (int64_t i = 0; i < keep; ++i) {
-      cum += prob[i];
-      if (u < cum) {
-        out.id = order[i];
-        break;
-      }
-    }
+    out.id = Draw(l, p, CounterUniform(p.seed, output_index));
   }
 
-  const std::vector<double> lp = LogSoftmax(logits, vocab);
-  out.logprob = static_cast<float>(lp[out.id]);
+  // Logprobs under the model's own distribution: one pass for the normalizer, a partial
+  // selection for the top N.
+  double mx = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] - mx);
+  const double lse = mx + std::log(sum);
+  out.logprob = static_cast<float>(logits[out.id] - lse);
   if (p.logprobs > 0) {
+    const int64_t n = std::min<int64_t>(p.logprobs, vocab);
     std::vector<int32_t> idx(vocab);
     std::iota(idx.begin(), idx.end(), 0);
-    const int64_t n = std::min<int64_t>(p.logprobs, vocab);
     std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-      return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
     });
-    for (int64_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], static_cast<float>(lp[idx[i]]));
+    for (int64_t i = 0; i < n; ++i) {
+      out.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - lse));
+    }
   }
   return out;
 }

@@ -2,7 +2,8 @@
 // (CPU ranks from their own threads); a collective that does not complete within its timeout
 // fails with DEADLINE_EXCEEDED, so a stalled rank fails the step instead of hanging the worker.
 // Two implementations: in-process CPU ranks (cpu_communicator.h) and NCCL over the local GPUs
-// of one process (nccl_communicator.h). Nothing above worker/parallel/ knows which is in use.
+// of one process (nccl_communicator.h). The graph sees only this interface; the engine picks
+// the implementation for its device.
 #ifndef WALSH_WORKER_PARALLEL_COMMUNICATOR_H_
 #define WALSH_WORKER_PARALLEL_COMMUNICATOR_H_
 

@@ -92,11 +92,11 @@ int Run(int argc, char** argv) {
   }
 
   Device device;
-  if (!ParseDevice(f.device, &device) || f.tp < 1 || f.tp > 64 ||
+  if (!ParseDevice(f.device, &device) || (f.tp != 1 && f.tp != 2 && f.tp != 4 && f.tp != 8) ||
       (device == Device::kCuda && f.tp != 1) || f.gpu_memory_utilization <= 0 ||
       f.gpu_memory_utilization > 1) {
     std::fprintf(stderr,
-                 "walsh-worker: --device must be cpu or cuda, --tp 1..64 (CPU ranks; 1 with "
+                 "walsh-worker: --device must be cpu or cuda, --tp 1, 2, 4 or 8 (CPU ranks; 1 with "
                  "cuda), --gpu-memory-utilization in (0, 1]; got --device %s --tp %lld\n",
                  f.device.c_str(), static_cast<long long>(f.tp));
     return 2;

@@ -1,6 +1,7 @@
 #include "worker/server/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
@@ -271,6 +272,18 @@ void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   const auto step_start = Clock::now();
   absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
+  const double step_seconds = Since(step_start);
+  // Sampling, logprobs, detokenizing and stop rules run outside the lock too: only this thread
+  // touches a running request's generation (other threads only flag a cancellation).
+  std::vector<std::optional<GeneratedToken>> sampled(members.size());
+  if (out.ok()) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      ActiveRequest& r = *members[i];
+      if (r.fed + batch[i].tokens.size() == r.tokens.size()) {
+        sampled[i] = r.generation->Advance(out->RowLogits(i), out->vocab);
+      }
+    }
+  }
   lock.lock();
   if (!out.ok()) {
     if (out.status().code() == absl::StatusCode::kResourceExhausted && Preempt()) {
@@ -285,7 +298,7 @@ void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
     std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
     return;
   }
-  metrics_->step_duration.Observe(Since(step_start));
+  metrics_->step_duration.Observe(step_seconds);
   int64_t step_tokens = 0;
   for (const auto& b : batch) step_tokens += static_cast<int64_t>(b.tokens.size());
   metrics_->batch_size.Observe(static_cast<double>(step_tokens));
@@ -312,7 +325,7 @@ void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
       r.sink->Push(std::move(started));
       r.started_sent = true;
     }
-    const GeneratedToken t = r.generation->Advance(out->RowLogits(i), out->vocab);
+    const GeneratedToken& t = *sampled[i];
     r.tokens.push_back(t.id);
     ++generated;
     const auto now = Clock::now();

@@ -1,0 +1,48 @@
+#include "kernels/cpu/memory_bandwidth.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+
+namespace walsh {
+namespace {
+
+float SumScalar(const float* p, int64_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  const int64_t q = n / 4;
+  for (int64_t i = 0; i < q; ++i) {
+    s0 += p[i], s1 += p[q + i], s2 += p[2 * q + i], s3 += p[3 * q + i];
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
+double MeasureReadBandwidth(int threads, int64_t bytes, int passes) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (64 * threads) * (64 * threads);
+  std::vector<float> buffer(n, 1.0f);  // touched: every page is resident before timing
+  const bool avx2 = CpuSupports(CpuIsa::kAvx2);
+  std::vector<float> sums(threads);
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const float* part = buffer.data() + n / threads * t;
+        sums[t] = avx2 ? SumFourStreamsAvx2(part, n / threads) : SumScalar(part, n / threads);
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, static_cast<double>(n) * sizeof(float) / s);
+  }
+  volatile float sink = sums[0];  // the sums must be computed
+  (void)sink;
+  return best;
+}
+
+}  // namespace walsh
