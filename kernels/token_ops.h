@@ -139,29 +139,40 @@ WALSH_HD float DenseRowDot(DenseFormat format, const void* w, int64_t r, int64_t
 // ---------------------------------------------------------------------------------------------
 // Paged causal attention of one query head
 
+// KV cache elements: fp16 (the default: half the memory, as vLLM keeps the model's 16-bit
+// dtype) or fp32 (the fp32-activation debug mode). Stored once, read back the same way by every
+// step, so a token's keys never depend on how its sequence was fed.
+WALSH_HD float KvLoad(float v) { return v; }
+WALSH_HD float KvLoad(uint16_t v) { return Fp16ToFloat(v); }
+WALSH_HD void KvStore(float x, float* dst) { *dst = x; }
+WALSH_HD void KvStore(float x, uint16_t* dst) { *dst = FloatToFp16(x); }
+
 // Position τ's K row is k_base + pages[τ / page_size] · page_stride + (τ % page_size) ·
-// row_stride + offset (V likewise from v_base).
+// row_stride + offset (V likewise from v_base); T is the element type.
+template <typename T>
 struct PagedKv {
-  const float* k_base;
-  const float* v_base;
+  const T* k_base;
+  const T* v_base;
   const int32_t* pages;
-  int64_t page_stride;  // floats from one page to the next
+  int64_t page_stride;  // elements from one page to the next
   int64_t page_size;    // positions per page
-  int64_t row_stride;   // floats per position in a page
-  int64_t offset;       // the head's first float in a position's row
+  int64_t row_stride;   // elements per position in a page
+  int64_t offset;       // the head's first element in a position's row
 };
 
-WALSH_HD const float* PagedRow(const float* base, const PagedKv& kv, int64_t t) {
+template <typename T>
+WALSH_HD const T* PagedRow(const T* base, const PagedKv<T>& kv, int64_t t) {
   return base + kv.pages[t / kv.page_size] * kv.page_stride + (t % kv.page_size) * kv.row_stride +
          kv.offset;
 }
 
 // q · k_τ (in index order) times scale.
-WALSH_HD float AttentionScore(const float* q, int64_t head_dim, const PagedKv& kv, int64_t t,
+template <typename T>
+WALSH_HD float AttentionScore(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t t,
                               float scale) {
-  const float* k = PagedRow(kv.k_base, kv, t);
+  const T* k = PagedRow(kv.k_base, kv, t);
   float dot = 0.0f;
-  for (int64_t i = 0; i < head_dim; ++i) dot += q[i] * k[i];
+  for (int64_t i = 0; i < head_dim; ++i) dot += q[i] * KvLoad(k[i]);
   return dot * scale;
 }
 
@@ -187,15 +198,19 @@ WALSH_HD float SoftmaxNumerators(float* scores, int64_t n) {
 }
 
 // out[i] = Σ_τ (e_τ / sum) · v_τ[i], over τ in position order.
-WALSH_HD float AttentionOutput(const float* numerators, float sum, const PagedKv& kv,
+template <typename T>
+WALSH_HD float AttentionOutput(const float* numerators, float sum, const PagedKv<T>& kv,
                                int64_t n_keys, int64_t i) {
   float acc = 0.0f;
-  for (int64_t t = 0; t < n_keys; ++t) acc += (numerators[t] / sum) * PagedRow(kv.v_base, kv, t)[i];
+  for (int64_t t = 0; t < n_keys; ++t) {
+    acc += (numerators[t] / sum) * KvLoad(PagedRow(kv.v_base, kv, t)[i]);
+  }
   return acc;
 }
 
 // The whole head: scores (n_keys floats of scratch) → softmax → weighted values.
-WALSH_HD void AttendOneHead(const float* q, int64_t head_dim, const PagedKv& kv, int64_t n_keys,
+template <typename T>
+WALSH_HD void AttendOneHead(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_keys,
                             float scale, float* scores, float* out) {
   for (int64_t t = 0; t < n_keys; ++t) scores[t] = AttentionScore(q, head_dim, kv, t, scale);
   const float sum = SoftmaxNumerators(scores, n_keys);

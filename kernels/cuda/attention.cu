@@ -11,7 +11,7 @@ namespace {
 // One thread per (token, head) of q (n_head) and k (n_head_kv); then the K and V rows.
 __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, float* k,
                               const float* v, const float* q_norm, const float* k_norm,
-                              const double* inv_freq, float* k_layer, float* v_layer) {
+                              const double* inv_freq, uint16_t* k_layer, uint16_t* v_layer) {
   const int64_t t = blockIdx.x;
   const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
   const int64_t pos = step.pos_of_token[t];
@@ -31,21 +31,27 @@ __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, fl
   const int32_t page = step.pages[step.seq_page_offset[seq] + pos / s.page_size];
   const int64_t at = page * s.page_stride + (pos % s.page_size) * kv_dim;
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    k_layer[at + i] = k[t * kv_dim + i];
-    v_layer[at + i] = v[t * kv_dim + i];
+    KvStore(k[t * kv_dim + i], k_layer + at + i);
+    KvStore(v[t * kv_dim + i], v_layer + at + i);
   }
 }
 
 __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, const float* q_gate,
-                             const float* k_layer, const float* v_layer, float* scores_all,
+                             const uint16_t* k_layer, const uint16_t* v_layer, float* scores_all,
                              float* out) {
   __shared__ float max_score, sum;
   const int64_t t = t_begin + blockIdx.x / s.n_head, j = blockIdx.x % s.n_head;
   const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
   const int64_t n_keys = step.pos_of_token[t] + 1;
   const int32_t seq = step.seq_of_token[t];
-  const PagedKv kv{k_layer,     v_layer, step.pages + step.seq_page_offset[seq], s.page_stride,
-                   s.page_size, kv_dim,                     ((s.q_head_begin + j) / s.group - s.kv_head_begin) * hd};  // blocked GQA
+  const PagedKv<uint16_t> kv{
+      k_layer,
+      v_layer,
+      step.pages + step.seq_page_offset[seq],
+      s.page_stride,
+      s.page_size,
+      kv_dim,
+      ((s.q_head_begin + j) / s.group - s.kv_head_begin) * hd};  // blocked GQA
   const float* q = q_gate + t * 2 * s.n_head * hd + j * 2 * hd;
   const float* g = q + hd;
   float* scores = scores_all + (step.score_offset[t] - step.score_offset[t_begin]) + j * n_keys;
@@ -72,7 +78,8 @@ __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, c
 
 int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
                      const float* v, const float* q_norm, const float* k_norm,
-                     const double* inv_freq, float* k_layer, float* v_layer, cudaStream_t stream) {
+                     const double* inv_freq, uint16_t* k_layer, uint16_t* v_layer,
+                     cudaStream_t stream) {
   if (step.n_tokens == 0) return 0;
   PrepareKernel<<<static_cast<unsigned>(step.n_tokens), 64, 0, stream>>>(
       shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, k_layer, v_layer);
@@ -80,7 +87,7 @@ int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q
 }
 
 int Attention(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
-              const float* q_gate, const float* k_layer, const float* v_layer, float* scores,
+              const float* q_gate, const uint16_t* k_layer, const uint16_t* v_layer, float* scores,
               float* out, cudaStream_t stream) {
   if (t_end <= t_begin) return 0;
   AttendKernel<<<static_cast<unsigned>((t_end - t_begin) * shape.n_head), 256, 0, stream>>>(

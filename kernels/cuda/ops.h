@@ -98,14 +98,15 @@ struct AttentionShape {
 };
 
 // QK-norm and RoPE on every query and key head, then K and V rows into the step's pages of one
-// layer (k_layer / v_layer: that layer's K and V rows of page 0).
+// layer as fp16 (k_layer / v_layer: that layer's K and V rows of page 0).
 int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
                      const float* v, const float* q_norm, const float* k_norm,
-                     const double* inv_freq, float* k_layer, float* v_layer, cudaStream_t stream);
+                     const double* inv_freq, uint16_t* k_layer, uint16_t* v_layer,
+                     cudaStream_t stream);
 // Every (token, head) of tokens [t_begin, t_end) over its sequence's positions 0..pos, gated by
 // σ(gate); `scores` holds score_offset[t_end] - score_offset[t_begin] floats.
 int Attention(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
-              const float* q_gate, const float* k_layer, const float* v_layer, float* scores,
+              const float* q_gate, const uint16_t* k_layer, const uint16_t* v_layer, float* scores,
               float* out, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------

@@ -328,14 +328,14 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
 }
 
 TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
-  // 1 MB of KV cache is 64 pages of 16 positions for the tiny model: eight 200-token streams
-  // need about twice that, so some are preempted mid-flight and recomputed.
+  // 1 MB of KV cache is 128 pages of 16 fp16 positions for the tiny model: eight 400-token
+  // streams need about 1.6 times that, so some are preempted mid-flight and recomputed.
   WorkerProcess w({"--kv-cache-mb", "1", "--max-running", "8", "--max-batch-tokens", "256"});
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < 8; ++i) {
-    reqs.push_back(Request("preempt " + std::to_string(i), 200, i % 2 ? 0.0f : 0.8f, 500 + i));
+    reqs.push_back(Request("preempt " + std::to_string(i), 400, i % 2 ? 0.0f : 0.8f, 500 + i));
   }
   std::vector<StreamResult> together(reqs.size());
   std::vector<std::thread> threads;

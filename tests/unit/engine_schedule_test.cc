@@ -136,7 +136,7 @@ TEST(ScheduleInvariance, Small) { CheckScheduleInvariance("small", 24); }
 TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
   EngineFixture f("tiny");
   // Room for 4 pages of 16 positions.
-  const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64);
+  const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64, 2);  // fp16 K and V
   auto e = f.Make({.kv_cache_bytes = 4 * page_bytes, .state_bytes = 2 * 1024 * 1024});
   auto a = e->AddSequence();
   ASSERT_TRUE(a.ok());

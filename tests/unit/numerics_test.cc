@@ -98,7 +98,7 @@ TEST(TokenOps, AttentionInPiecesEqualsTheWholeHead) {
   const int64_t hd = 64, page = 16, n_keys = 45, pages = 3, row = 2 * hd;
   std::vector<float> k = Random(pages * page * row, gen), v = Random(pages * page * row, gen);
   const std::vector<int32_t> table = {2, 0, 1};
-  const PagedKv kv{k.data(), v.data(), table.data(), page * row, page, row, hd};
+  const PagedKv<float> kv{k.data(), v.data(), table.data(), page * row, page, row, hd};
   const std::vector<float> q = Random(hd, gen);
   std::vector<float> scratch(n_keys), whole(hd);
   AttendOneHead(q.data(), hd, kv, n_keys, 0.125f, scratch.data(), whole.data());
@@ -111,6 +111,31 @@ TEST(TokenOps, AttentionInPiecesEqualsTheWholeHead) {
   EXPECT_TRUE(SameBits(whole, pieces));
 }
 
+TEST(TokenOps, Fp16KvAttentionInPiecesEqualsTheWholeHeadAndTracksFp32) {
+  std::mt19937 gen(7);
+  const int64_t hd = 64, page = 16, n_keys = 40, pages = 3, row = hd;
+  const std::vector<float> k = Random(pages * page * row, gen), v = Random(pages * page * row, gen);
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) KvStore(k[i], &k16[i]), KvStore(v[i], &v16[i]);
+  const std::vector<int32_t> table = {1, 2, 0};
+  const PagedKv<uint16_t> kv16{k16.data(), v16.data(), table.data(), page * row, page, row, 0};
+  const PagedKv<float> kv32{k.data(), v.data(), table.data(), page * row, page, row, 0};
+  const std::vector<float> q = Random(hd, gen);
+  std::vector<float> scratch(n_keys), whole(hd), exact(hd);
+  AttendOneHead(q.data(), hd, kv16, n_keys, 0.125f, scratch.data(), whole.data());
+  AttendOneHead(q.data(), hd, kv32, n_keys, 0.125f, scratch.data(), exact.data());
+  std::vector<float> scores(n_keys), pieces(hd);
+  for (int64_t t = n_keys - 1; t >= 0; --t) {
+    scores[t] = AttentionScore(q.data(), hd, kv16, t, 0.125f);
+  }
+  const float sum = SoftmaxNumerators(scores.data(), n_keys);
+  for (int64_t i = hd - 1; i >= 0; --i) {
+    pieces[i] = AttentionOutput(scores.data(), sum, kv16, n_keys, i);
+  }
+  EXPECT_TRUE(SameBits(whole, pieces));
+  for (int64_t i = 0; i < hd; ++i) EXPECT_NEAR(whole[i], exact[i], 2e-3) << i;
+}
+
 TEST(TokenOps, GdnStepInPiecesEqualsTheSequentialStep) {
   std::mt19937 gen(4);
   const int64_t n_k = 2, n_v = 4, hd = 32, taps = 4, conv_dim = 2 * n_k * hd + n_v * hd;
@@ -118,8 +143,8 @@ TEST(TokenOps, GdnStepInPiecesEqualsTheSequentialStep) {
   const std::vector<float> a = Random(n_v, gen), dt = Random(n_v, gen), norm = Random(hd, gen);
   std::vector<float> ssm_a(n_v);
   for (int64_t h = 0; h < n_v; ++h) ssm_a[h] = -std::exp(a[h]);
-  const GdnLayerParams p{n_k,          n_v,       hd,          taps, conv_w.data(),
-                         ssm_a.data(), dt.data(), norm.data(), 1e-6f, n_v / n_k, 0};
+  const GdnLayerParams p{
+      n_k, n_v, hd, taps, conv_w.data(), ssm_a.data(), dt.data(), norm.data(), 1e-6f, n_v / n_k, 0};
   std::vector<float> state1 = Random((taps - 1) * conv_dim, gen), state2 = state1;
   std::vector<float> S1 = Random(n_v * hd * hd, gen, 0.1f), S2 = S1;
   for (int step = 0; step < 3; ++step) {

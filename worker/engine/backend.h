@@ -64,7 +64,7 @@ enum class Buffer {
   kLogits,         // output projection
   kRotated0,       // fp32 transformed inputs (activation quantization off), per Transform
   kRotated1,
-    kRotated2,
+  kRotated2,
   kGathered,        // a row-parallel input all-gathered from every rank, rank after rank
   kFullInput,       // that input reassembled in column order
   kOwnedInput,      // the columns of it this rank owns
@@ -111,9 +111,12 @@ struct StepPlan {
 // The sizes of the KV pages and state slots a backend holds (counts from the engine's budget).
 struct CacheGeometry {
   int64_t pages = 0, page_size = 0, attention_layers = 0, kv_dim = 0;
+  int64_t kv_value_bytes = 2;  // fp16 K and V (4: fp32, the fp32-activation debug mode)
   int64_t slots = 0, gdn_layers = 0, conv_floats = 0, recurrent_floats = 0;
 
+  // Elements of K and V in one page (every attention layer), and their bytes.
   int64_t page_floats() const { return attention_layers * 2 * page_size * kv_dim; }
+  int64_t page_bytes() const { return page_floats() * kv_value_bytes; }
   int64_t slot_floats() const { return gdn_layers * (conv_floats + recurrent_floats); }
 };
 
@@ -157,7 +160,7 @@ class Backend {
   // int8 quantization in out.layout; or, activation quantization off, into fp32.
   virtual absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) = 0;
   virtual absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) = 0;
-    // Column-parallel: y[t][i] = W[row i of `rows`] · x[t] over the whole input, on packed
+  // Column-parallel: y[t][i] = W[row i of `rows`] · x[t] over the whole input, on packed
   // ternary weights, from int8 or fp32 activations.
   virtual absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
                               Tensor y) = 0;
@@ -189,13 +192,13 @@ class Backend {
 
   // Full attention (docs/format.md §8.2): QK-norm and RoPE on q and k, K and V into the step's
   // pages; then every (token, head) attends over its sequence's positions and is gated.
-    virtual absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer,
+  virtual absl::Status AttentionPrepare(const AttentionWeights& w, int64_t layer,
                                         const AttentionShard& heads, Tensor q_gate, Tensor k,
                                         Tensor v) = 0;
   virtual absl::Status Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
                                  Tensor out) = 0;
 
-    // Gated DeltaNet (docs/format.md §8.3) on the rank's heads (`p`; its weight pointers stay
+  // Gated DeltaNet (docs/format.md §8.3) on the rank's heads (`p`; its weight pointers stay
   // valid for the model's life): the causal conv through each sequence's window, then the
   // delta rule token by token per sequence, value heads in parallel.
   virtual absl::Status GdnConv(const GdnLayerParams& p, int64_t layer, Tensor qkv, Tensor u) = 0;
@@ -204,8 +207,6 @@ class Backend {
 
   // Copies a tensor to the host, after every op issued before it has finished.
   virtual absl::Status ReadToHost(Tensor x, float* host) = 0;
-
-  
 };
 
 }  // namespace walsh

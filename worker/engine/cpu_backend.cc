@@ -24,20 +24,19 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
 
 BackendMemory CpuBackend::Memory() const {
   const int64_t f = sizeof(float);
-  return {0, 0, 0, geometry_.pages * geometry_.page_floats() * f,
+  return {0, 0, 0, geometry_.pages * geometry_.page_bytes(),
           geometry_.slots * geometry_.slot_floats() * f};
 }
 
 absl::Status CpuBackend::AllocateCaches(const CacheGeometry& g) {
   geometry_ = g;
-  const size_t kv = static_cast<size_t>(std::max<int64_t>(1, g.pages * g.page_floats()));
+  const size_t kv = static_cast<size_t>(std::max<int64_t>(1, g.pages * g.page_bytes()));
   const size_t state = static_cast<size_t>(std::max<int64_t>(1, g.slots * g.slot_floats()));
-  kv_.reset(static_cast<float*>(std::calloc(kv, sizeof(float))));
+  kv_.reset(static_cast<uint8_t*>(std::calloc(kv, 1)));
   state_.reset(static_cast<float*>(std::calloc(state, sizeof(float))));
   if (kv_ == nullptr || state_ == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", kv * 4,
-                                                     " bytes of KV cache and ", state * 4,
-                                                     " bytes of recurrent state"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", kv, " bytes of KV cache and ", state * 4, " bytes of recurrent state"));
   }
   return absl::OkStatus();
 }
@@ -125,8 +124,7 @@ absl::Status CpuBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tens
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs,
-                                        Q8Tensor out) {
+absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) {
   if (t == Transform::kPermutedRotated) {
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
   }
@@ -238,8 +236,9 @@ absl::Status CpuBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd,
   return absl::OkStatus();
 }
 
-float* CpuBackend::KvLayer(int64_t layer) const {
-  return kv_.get() + layer * 2 * geometry_.page_size * geometry_.kv_dim;
+template <typename T>
+T* CpuBackend::KvLayer(int64_t layer) const {
+  return reinterpret_cast<T*>(kv_.get()) + layer * 2 * geometry_.page_size * geometry_.kv_dim;
 }
 
 float* CpuBackend::StateLayer(int32_t slot, int64_t layer) const {
@@ -250,10 +249,17 @@ float* CpuBackend::StateLayer(int32_t slot, int64_t layer) const {
 absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer,
                                           const AttentionShard& heads, Tensor q_gate, Tensor k,
                                           Tensor v) {
+  if (geometry_.kv_value_bytes == 2) return Prepare<uint16_t>(w, layer, heads, q_gate, k, v);
+  return Prepare<float>(w, layer, heads, q_gate, k, v);
+}
+
+template <typename T>
+absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
+                                 const AttentionShard& heads, Tensor q_gate, Tensor k, Tensor v) {
   const Qwen35Config& c = model_.config();
   const int64_t hd = c.key_length, kv_dim = heads.kv_heads * hd, page = geometry_.page_size;
-  float* k_layer = KvLayer(layer);
-  float* v_layer = k_layer + page * geometry_.kv_dim;
+  T* k_layer = KvLayer<T>(layer);
+  T* v_layer = k_layer + page * geometry_.kv_dim;
   for (int64_t t = 0; t < q_gate.rows; ++t) {
     const int64_t pos = plan_.pos_of_token[t];
     float* qg = q_gate.data + t * q_gate.cols;
@@ -269,19 +275,29 @@ absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t lay
     }
     const int32_t pg = plan_.seq_pages[plan_.seq_of_token[t]][pos / page];
     const int64_t at = pg * geometry_.page_floats() + (pos % page) * kv_dim;
-    std::memcpy(k_layer + at, kt, kv_dim * sizeof(float));
-    std::memcpy(v_layer + at, v.data + t * kv_dim, kv_dim * sizeof(float));
+    const float* vt = v.data + t * kv_dim;
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      KvStore(kt[i], k_layer + at + i);
+      KvStore(vt[i], v_layer + at + i);
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
                                    Tensor out) {
+  if (geometry_.kv_value_bytes == 2) return Attend<uint16_t>(layer, heads, q_gate, out);
+  return Attend<float>(layer, heads, q_gate, out);
+}
+
+template <typename T>
+absl::Status CpuBackend::Attend(int64_t layer, const AttentionShard& heads, Tensor q_gate,
+                                Tensor out) {
   const Qwen35Config& c = model_.config();
   const int64_t hd = c.key_length, group = c.head_count / c.head_count_kv;
   const int64_t nh = heads.q_heads, kv_dim = heads.kv_heads * hd, page = geometry_.page_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* k_layer = KvLayer(layer);
+  const T* k_layer = KvLayer<T>(layer);
   // Every (token, head) pair in parallel: each reduces over its keys in position order on one
   // thread, so the thread count never changes a bit.
   pool_.ParallelFor(q_gate.rows * nh, 1, [&](int64_t begin, int64_t end) {
@@ -293,13 +309,13 @@ absl::Status CpuBackend::Attention(int64_t layer, const AttentionShard& heads, T
       const float* g = q + hd;
       float* u = out.data + t * out.cols + j * hd;
       const int64_t kv_head = (heads.q_head_begin + j) / group - heads.kv_head_begin;  // GQA
-      const PagedKv kv{k_layer,
-                       k_layer + page * geometry_.kv_dim,
-                       plan_.seq_pages[plan_.seq_of_token[t]].data(),
-                       geometry_.page_floats(),
-                       page,
-                       kv_dim,
-                       kv_head * hd};
+      const PagedKv<T> kv{k_layer,
+                          k_layer + page * geometry_.kv_dim,
+                          plan_.seq_pages[plan_.seq_of_token[t]].data(),
+                          geometry_.page_floats(),
+                          page,
+                          kv_dim,
+                          kv_head * hd};
       AttendOneHead(q, hd, kv, pos + 1, scale, scores.data(), u);
       for (int64_t i = 0; i < hd; ++i) u[i] *= Sigmoid(g[i]);
     }
@@ -315,8 +331,8 @@ absl::Status CpuBackend::GdnConv(const GdnLayerParams& p, int64_t layer, Tensor 
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u,
-                                       Tensor z, Tensor alpha_beta, Tensor out) {
+absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u, Tensor z,
+                                       Tensor alpha_beta, Tensor out) {
   // The recurrence runs token by token; within a token the value heads are independent.
   for (int64_t t = 0; t < u.rows; ++t) {
     const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];

@@ -41,8 +41,7 @@ class CpuBackend final : public Backend {
   absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
   absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
   absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
-  absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
-                      Tensor y) override;
+  absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows, Tensor y) override;
   absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
                          Tensor y) override;
   absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
@@ -71,7 +70,13 @@ class CpuBackend final : public Backend {
   using FreeDeleter = void (*)(void*);
   // Runs the product over its local rows on the thread pool.
   void Run(const TernaryProduct& product, int64_t rows, bool f32);
-  float* KvLayer(int64_t layer) const;
+  template <typename T>
+  T* KvLayer(int64_t layer) const;
+  template <typename T>
+  absl::Status Prepare(const AttentionWeights& w, int64_t layer, const AttentionShard& heads,
+                       Tensor q_gate, Tensor k, Tensor v);
+  template <typename T>
+  absl::Status Attend(int64_t layer, const AttentionShard& heads, Tensor q_gate, Tensor out);
   float* StateLayer(int32_t slot, int64_t layer) const;
 
   const Model& model_;
@@ -80,7 +85,7 @@ class CpuBackend final : public Backend {
   std::vector<double> rope_inv_freq_;
   CacheGeometry geometry_;
   // calloc: the kernel hands out zeroed pages lazily, so an unused budget costs nothing.
-  std::unique_ptr<float, FreeDeleter> kv_{nullptr, &std::free};
+  std::unique_ptr<uint8_t, FreeDeleter> kv_{nullptr, &std::free};  // fp16 or fp32 elements
   std::unique_ptr<float, FreeDeleter> state_{nullptr, &std::free};
   std::vector<float> buffers_[static_cast<int>(Buffer::kCount)];
   std::vector<Q8Block128> quantized_[kQuantizedBuffers];

@@ -149,7 +149,10 @@ BackendMemory CudaBackend::Memory() const {
 absl::Status CudaBackend::AllocateCaches(const CacheGeometry& g) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
   geometry_ = g;
-  const int64_t kv_bytes = g.pages * g.page_floats() * 4;
+  if (g.kv_value_bytes != 2) {
+    return absl::UnimplementedError("cuda: the KV cache is fp16 (fp32 is a CPU debug mode)");
+  }
+  const int64_t kv_bytes = g.pages * g.page_bytes();
   const int64_t state_bytes = g.slots * g.slot_floats() * 4;
   RETURN_IF_ERROR(kv_.Allocate(kv_bytes, "the KV cache"));
   RETURN_IF_ERROR(state_.Allocate(state_bytes, "the recurrent state"));
@@ -370,9 +373,9 @@ absl::Status CudaBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out)
   if (leaves.size() > 8) return absl::InternalError("cuda: a tree of more than 8 leaves");
   cuda::Leaves l{};
   for (size_t i = 0; i < leaves.size(); ++i) l.leaf[i] = leaves[i].data;
-  return Launch(cuda::TreeSum(l, static_cast<int>(leaves.size()), out.rows * out.cols, out.data,
-                              stream_),
-                "tree sum");
+  return Launch(
+      cuda::TreeSum(l, static_cast<int>(leaves.size()), out.rows * out.cols, out.data, stream_),
+      "tree sum");
 }
 
 absl::Status CudaBackend::Copy2D(const float* from, int64_t from_stride, float* to,
@@ -400,7 +403,8 @@ absl::Status CudaBackend::DenseProject(const DenseWeight& w, Tensor x, const Row
   ASSIGN_OR_RETURN(const void* dw, Resident(w.data, DenseBytes(w)));
   const int32_t* index = nullptr;
   if (rows.index != nullptr) {
-    ASSIGN_OR_RETURN(index, ResidentAs(rows.index->data(), static_cast<int64_t>(rows.index->size())));
+    ASSIGN_OR_RETURN(index,
+                     ResidentAs(rows.index->data(), static_cast<int64_t>(rows.index->size())));
   }
   return Launch(cuda::DenseProject(w.format, dw, w.cols, index, rows.begin, rows.count(), x.data,
                                    x.rows, y.data, y.cols, col_offset, stream_),
@@ -424,8 +428,8 @@ cuda::AttentionShape CudaBackend::AttentionShapeOf(const AttentionShard& heads) 
   return s;
 }
 
-float* CudaBackend::KvLayer(int64_t layer) const {
-  return kv_.as<float>() + layer * 2 * geometry_.page_size * geometry_.kv_dim;
+uint16_t* CudaBackend::KvLayer(int64_t layer) const {
+  return kv_.as<uint16_t>() + layer * 2 * geometry_.page_size * geometry_.kv_dim;
 }
 
 absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer,
@@ -434,7 +438,7 @@ absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t la
   const int64_t hd = model_.config().key_length;
   ASSIGN_OR_RETURN(const float* q_norm, ResidentAs(w.q_norm, hd));
   ASSIGN_OR_RETURN(const float* k_norm, ResidentAs(w.k_norm, hd));
-  float* k_layer = KvLayer(layer);
+  uint16_t* k_layer = KvLayer(layer);
   return Launch(cuda::AttentionPrepare(AttentionShapeOf(heads), step_, q_gate.data, k.data, v.data,
                                        q_norm, k_norm, rope_inv_freq_.as<double>(), k_layer,
                                        k_layer + geometry_.page_size * geometry_.kv_dim, stream_),
@@ -443,8 +447,8 @@ absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t la
 
 absl::Status CudaBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
                                     Tensor out) {
-  const float* k_layer = KvLayer(layer);
-  const float* v_layer = k_layer + geometry_.page_size * geometry_.kv_dim;
+  const uint16_t* k_layer = KvLayer(layer);
+  const uint16_t* v_layer = k_layer + geometry_.page_size * geometry_.kv_dim;
   // Tokens in chunks whose scores fit the scratch; each (token, head) reduces alone, so the
   // chunking changes no bit.
   const std::vector<int64_t>& offset = host_step_.score_offset;
@@ -453,8 +457,8 @@ absl::Status CudaBackend::Attention(int64_t layer, const AttentionShard& heads, 
     int64_t end = begin + 1;
     while (end < step_.n_tokens && offset[end + 1] - offset[begin] <= capacity) ++end;
     RETURN_IF_ERROR(
-        Launch(cuda::Attention(AttentionShapeOf(heads), step_, begin, end, q_gate.data, k_layer, v_layer,
-                               scores_.as<float>(), out.data, stream_),
+        Launch(cuda::Attention(AttentionShapeOf(heads), step_, begin, end, q_gate.data, k_layer,
+                               v_layer, scores_.as<float>(), out.data, stream_),
                "attention"));
     begin = end;
   }
@@ -475,8 +479,7 @@ cuda::GdnStateView CudaBackend::StateView(int64_t layer) const {
           layer * (geometry_.conv_floats + geometry_.recurrent_floats), geometry_.conv_floats};
 }
 
-absl::Status CudaBackend::GdnConv(const GdnLayerParams& host, int64_t layer, Tensor qkv,
-                                  Tensor u) {
+absl::Status CudaBackend::GdnConv(const GdnLayerParams& host, int64_t layer, Tensor qkv, Tensor u) {
   ASSIGN_OR_RETURN(const GdnLayerParams p, DeviceParams(host));
   return Launch(cuda::GdnConv(p, step_, StateView(layer), qkv.data, u.data, stream_), "gdn conv");
 }

@@ -45,8 +45,7 @@ class CudaBackend final : public Backend {
   absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
   absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
   absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
-    absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
-                      Tensor y) override;
+  absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows, Tensor y) override;
   absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
                          Tensor y) override;
   absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
@@ -87,7 +86,7 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<T*> UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
                                      const char* what);
-    // p with device pointers for its weights.
+  // p with device pointers for its weights.
   absl::StatusOr<GdnLayerParams> DeviceParams(const GdnLayerParams& p);
   // The product with its weights and row list swapped for their resident copies.
   absl::Status RunProduct(TernaryProduct product, const RowSelection* rows, int64_t n_rows,
@@ -95,7 +94,7 @@ class CudaBackend final : public Backend {
   absl::Status Copy2D(const float* from, int64_t from_stride, float* to, int64_t to_stride,
                       int64_t rows, int64_t cols, const char* op);
   cuda::AttentionShape AttentionShapeOf(const AttentionShard& heads) const;
-  float* KvLayer(int64_t layer) const;
+  uint16_t* KvLayer(int64_t layer) const;  // fp16 K rows of page 0
   cuda::GdnStateView StateView(int64_t layer) const;
 
   const Model& model_;

@@ -47,13 +47,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   }
   // Pages and slots from the budgets, counted at TP = 1 sizes (each rank holds its heads' part
   // of every page and slot); a device with less room keeps the slots and cuts the pages.
-    const Qwen35Config& c = engine->model_->config();
-  const int64_t page_bytes =
-      KvPagePool::PageBytes(options.page_size, std::max<int64_t>(engine->model_->attention_layers(), 1),
-                            c.head_count_kv * c.key_length);
-  const int64_t slot_bytes = StateSlotPool::SlotBytes(
-      std::max<int64_t>(engine->model_->gdn_layers(), 1), (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
-      c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size);
+  const Qwen35Config& c = engine->model_->config();
+  const int64_t kv_value_bytes = options.quantize_activations ? 2 : 4;
+  const int64_t page_bytes = KvPagePool::PageBytes(
+      options.page_size, std::max<int64_t>(engine->model_->attention_layers(), 1),
+      c.head_count_kv * c.key_length, kv_value_bytes);
+  const int64_t slot_bytes =
+      StateSlotPool::SlotBytes(std::max<int64_t>(engine->model_->gdn_layers(), 1),
+                               (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
+                               c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size);
   int64_t pages = options.kv_pages > 0 ? options.kv_pages : options.kv_cache_bytes / page_bytes;
   const int64_t slots =
       options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
@@ -75,8 +77,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   engine->kv_ = KvPagePool(pages, options.page_size);
   engine->states_ = StateSlotPool(slots);
   for (Rank& rank : engine->ranks_) {
-    RETURN_IF_ERROR(
-        rank.backend->AllocateCaches(rank.graph->Geometry(pages, options.page_size, slots)));
+    CacheGeometry g = rank.graph->Geometry(pages, options.page_size, slots);
+    g.kv_value_bytes = kv_value_bytes;
+    RETURN_IF_ERROR(rank.backend->AllocateCaches(g));
   }
   return engine;
 }
@@ -202,8 +205,8 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
   if (threads_ == nullptr) {
     RETURN_IF_ERROR(ranks_[0].graph->Run(plan, &result.logits));
   } else {
-    RETURN_IF_ERROR(threads_->Run(
-        [&](int rank) { return ranks_[rank].graph->Run(plan, &result.logits); }));
+    RETURN_IF_ERROR(
+        threads_->Run([&](int rank) { return ranks_[rank].graph->Run(plan, &result.logits); }));
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     seqs[i]->length += static_cast<int64_t>(batch[i].tokens.size());

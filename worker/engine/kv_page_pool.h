@@ -16,9 +16,9 @@ class KvPagePool {
  public:
   KvPagePool(int64_t pages, int64_t page_size);
 
-  // kv_dim: floats of K (and of V) per position and layer.
-  static int64_t PageBytes(int64_t page_size, int64_t layers, int64_t kv_dim) {
-    return page_size * layers * 2 * kv_dim * static_cast<int64_t>(sizeof(float));
+  // kv_dim: values of K (and of V) per position and layer, each value_bytes long.
+  static int64_t PageBytes(int64_t page_size, int64_t layers, int64_t kv_dim, int64_t value_bytes) {
+    return page_size * layers * 2 * kv_dim * value_bytes;
   }
 
   int64_t page_size() const { return page_size_; }

@@ -28,9 +28,11 @@ absl::StatusOr<ShardPlan> ShardPlan::Build(const ModelFile& model, int ranks) {
   plan.gdn_grouped_ = model.contract.gdn_v_grouped;
   if (c.feed_forward_length % plan.block_ != 0 || c.head_count % c.head_count_kv != 0 ||
       c.ssm_time_step_rank % c.ssm_group_count != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor parallelism: the FFN width ", c.feed_forward_length, " is not whole rotation "
-        "blocks of ", plan.block_, ", or the heads do not group evenly"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor parallelism: the FFN width ", c.feed_forward_length,
+                     " is not whole rotation "
+                     "blocks of ",
+                     plan.block_, ", or the heads do not group evenly"));
   }
   const int64_t group = c.head_count / c.head_count_kv;
   const int64_t rep = c.ssm_time_step_rank / c.ssm_group_count;
@@ -115,8 +117,7 @@ int64_t ShardPlan::CommBytesPerTokenPerLayer() const {
     }
     worst = std::max(worst, bytes);
   };
-  layer(AttentionOutputAligned(), c.head_count * c.key_length,
-        &ShardPlan::AttentionOutputColumns);
+  layer(AttentionOutputAligned(), c.head_count * c.key_length, &ShardPlan::AttentionOutputColumns);
   layer(GdnOutputAligned(), c.ssm_inner_size, &ShardPlan::GdnOutputColumns);
   return worst;
 }
@@ -155,7 +156,7 @@ RankCost ShardPlan::Cost(int r) const {
   int64_t attention_layers = 0;
   for (int64_t i = 0; i < c.block_count; ++i) attention_layers += c.IsFullAttention(i);
   const int64_t gdn_layers = c.block_count - attention_layers;
-  cost.kv_bytes_per_token = attention_layers * 2 * s.kv_heads.size() * hd * 4;
+  cost.kv_bytes_per_token = attention_layers * 2 * s.kv_heads.size() * hd * 2;  // fp16
   const int64_t conv_channels = (2 * s.key_heads.size() + s.value_heads.size()) * shd;
   cost.state_bytes_per_sequence =
       gdn_layers * ((c.ssm_conv_kernel - 1) * conv_channels + s.value_heads.size() * shd * shd) * 4;
@@ -180,9 +181,9 @@ std::string ShardPlan::DebugString() const {
     const RankShard& s = shards_[r];
     const RankCost c = Cost(r);
     absl::StrAppendFormat(&out, "%-4d %-9s %-9s %-11s %-9s %-10s %-16s %14d %14d %15d\n", r,
-                          span(s.q_heads), span(s.kv_heads), span(s.value_heads),
-                          span(s.key_heads), span(s.ffn_blocks), span(s.vocab), c.weight_bytes,
-                          c.kv_bytes_per_token, c.state_bytes_per_sequence);
+                          span(s.q_heads), span(s.kv_heads), span(s.value_heads), span(s.key_heads),
+                          span(s.ffn_blocks), span(s.vocab), c.weight_bytes, c.kv_bytes_per_token,
+                          c.state_bytes_per_sequence);
   }
   return out;
 }
