@@ -1,7 +1,7 @@
-// walsh-bench decode: the engine's speed on one machine, in one run, as llama-bench reports it
-// (pp: prompt tokens/s, tg: generated tokens/s), with the roofline: the weight bytes a decode
-// step reads per second set against the read bandwidth measured in the same run
-// (kernels/cpu/memory_bandwidth.h; on a GPU, the fraction is left to tests/gpu/run.sh's copy
+// walsh-bench decode (and serve: serve.h): the engine's speed on one machine, in one run, as
+// llama-bench reports it (pp: prompt tokens/s, tg: generated tokens/s), with the roofline: the
+// weight bytes a decode step reads per second set against the read bandwidth measured in the same
+// run (kernels/cpu/memory_bandwidth.h; on a GPU, the fraction is left to tests/gpu/run.sh's copy
 // bandwidth). Any device, any tensor-parallel size; a table on stdout and, with --json, a file.
 //
 //   walsh-bench decode --model M.gguf [--threads N] [--batch 1,4,16] [--prompt 512] [--gen 32]
@@ -18,6 +18,7 @@
 #include "common/cli_flags.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/serve.h"
 #include "worker/engine/engine.h"
 
 namespace walsh {
@@ -190,10 +191,11 @@ int Decode(int argc, char** argv) {
 }
 
 int Run(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) != "decode") {
-    return Fail(2, "usage: walsh-bench decode --model FILE ... (walsh-bench decode --help)");
-  }
-  return Decode(argc - 1, argv + 1);
+  const std::string command = argc >= 2 ? argv[1] : "";
+  if (command == "decode") return Decode(argc - 1, argv + 1);
+  if (command == "serve") return ServeBenchMain(argc - 1, argv + 1);
+  return Fail(2,
+              "usage: walsh-bench decode --model FILE ... | walsh-bench serve --target ADDR ...");
 }
 
 }  // namespace
