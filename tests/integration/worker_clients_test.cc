@@ -152,3 +152,32 @@ TEST(WorkerClients, NodeClient) {
 
 }  // namespace
 }  // namespace walsh
+
+namespace walsh {
+namespace {
+
+// walsh-bench serve against a real worker: every stream under load identical to its reference,
+// the JSON report and the sweep's PNG written.
+TEST(WorkerClients, ServeBenchStreamsExactlyAndReports) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  testing::TempDir dir;
+  const auto r =
+      RunProcess({WALSH_BENCH_BIN, "serve", "--target", w.target(), "--workload", "shared-prefix",
+                  "--concurrency", "1,3", "--requests", "6", "--max-tokens", "8", "--json",
+                  dir.File("serve.json"), "--plot", dir.File("serve.png")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(testing::ReadFileOrDie(dir.File("serve.json")));
+  ASSERT_EQ(doc["results"].size(), 2u);
+  for (const auto& level : doc["results"]) {
+    EXPECT_EQ(level["failed"], 0);
+    EXPECT_EQ(level["exact_fraction"], 1.0);
+    EXPECT_GT(level["output_tokens_per_s"].get<double>(), 0.0);
+  }
+  const std::string png = testing::ReadFileOrDie(dir.File("serve.png"));
+  ASSERT_GT(png.size(), 8u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+}
+
+}  // namespace
+}  // namespace walsh

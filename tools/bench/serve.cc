@@ -6,7 +6,7 @@
 // pass (one stream at a time) gives the exact tokens each request must produce under load: the
 // exactness column is the share of streams identical to it.
 //
-//   walsh-bench serve --target 127.0.0.1:8080 --workload shared-prefix --concurrency 1,8,32 \
+//   walsh-bench serve --target 127.0.0.1:8080 --workload shared-prefix --concurrency 1,8,32
 //       --requests 64 --max-tokens 32 --slo-ttft-ms 500 --json serve.json
 #include "tools/bench/serve.h"
 
@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -147,11 +148,38 @@ void PrintRow(const Summary& s) {
       s.goodput);
 }
 
+// Output tokens/s and the p99 time to first token against the sweep's level, as a PNG drawn
+// by gnuplot from a data file beside it.
+int Plot(const nlohmann::json& doc, bool open_loop, const std::string& png) {
+  const std::string data = png + ".dat", script = png + ".gp";
+  {
+    std::ofstream d(data);
+    for (const auto& r : doc["results"]) {
+      d << r["level"].get<double>() << " " << r["output_tokens_per_s"].get<double>() << " "
+        << r["ttft"]["p99_ms"].get<double>() << "\n";
+    }
+    std::ofstream g(script);
+    g << "set terminal png size 900,500\nset output '" << png << "'\n"
+      << "set title 'walsh-bench serve: " << doc["workload"].get<std::string>() << " on "
+      << doc["target"].get<std::string>() << "'\n"
+      << "set xlabel '" << (open_loop ? "requests/s (Poisson)" : "concurrent clients") << "'\n"
+      << "set ylabel 'output tokens/s'\nset y2label 'TTFT p99 (ms)'\nset y2tics\nset grid\n"
+      << "plot '" << data << "' using 1:2 with linespoints title 'output tokens/s', '" << data
+      << "' using 1:3 axes x1y2 with linespoints title 'TTFT p99 (ms)'\n";
+  }
+  const std::string command = "gnuplot '" + script + "'";
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "walsh-bench serve: gnuplot failed (apt-get install gnuplot-nox)\n");
+    return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int ServeBenchMain(int argc, char** argv) {
   std::string target = "127.0.0.1:8080", workload = "random", concurrency = "1,4,16", rates,
-              json_path, api_key;
+              json_path, plot_path, api_key;
   int64_t requests = 32, max_tokens = 32;
   double slo_ttft_ms = 1000, slo_itl_ms = 200, timeout_s = 120;
   FlagSet flags(
@@ -168,6 +196,7 @@ int ServeBenchMain(int argc, char** argv) {
   flags.Double("timeout", &timeout_s, "deadline per request, seconds");
   flags.String("api-key", &api_key, "sent as authorization: Bearer KEY");
   flags.String("json", &json_path, "also write the results as JSON to this file");
+  flags.String("plot", &plot_path, "also plot the sweep into this PNG (gnuplot)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-bench serve: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -274,6 +303,7 @@ int ServeBenchMain(int argc, char** argv) {
       return 3;
     }
   }
+  if (!plot_path.empty()) return Plot(doc, open_loop, plot_path);
   return 0;
 }
 
