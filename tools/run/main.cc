@@ -87,7 +87,7 @@ int Run(int argc, char** argv) {
   flags.Bool("thinking", &thinking, "with --messages: leave thinking on (no empty <think> block)");
   flags.Int("logprobs", &logprobs, "with --output json: top-N log-probabilities per token");
   flags.Int("threads", &threads, "CPU threads");
-  flags.Int("tp", &tp, "tensor-parallel ranks (in-process CPU ranks)");
+  flags.Int("tp", &tp, "tensor-parallel ranks: 1, 2, 4 or 8 in-process CPU ranks");
   flags.String("device", &device, "cpu or cuda (the first visible GPU)");
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");

@@ -33,8 +33,7 @@ using Clock = std::chrono::steady_clock;
 struct ActiveRequest {
   std::string request_id;
   int32_t priority = 0;
-  uint64_t arrival = 0;    // FCFS order among equal priorities
-  uint64_t admission = 0;  // order of the latest admission; the latest is preempted first
+  uint64_t arrival = 0;  // FCFS order among equal priorities; the latest is preempted first
   Clock::time_point arrived_at;
   std::optional<std::chrono::system_clock::time_point> deadline;
   std::vector<int32_t> prompt;

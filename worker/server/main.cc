@@ -71,9 +71,10 @@ int Run(int argc, char** argv) {
   flags.String("device", &f.device, "cpu or cuda (the first visible GPU)");
   flags.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
-  flags.Int("tp", &f.tp, "tensor-parallel ranks (in-process CPU ranks; --device cpu only)");
-  flags.Int("collective-timeout-ms", &f.collective_timeout_ms,
-            "a tensor-parallel collective slower than this fails the step and the worker");
+  flags.Int("tp", &f.tp, "tensor-parallel ranks: 1, 2, 4 or 8 in-process CPU ranks (--device cpu)");
+  flags.Int(
+      "collective-timeout-ms", &f.collective_timeout_ms,
+      "a tensor-parallel collective slower than this fails the step; the worker turns NOT_SERVING");
   flags.Int("debug-stall-rank", &f.debug_stall_rank, "tests only: this rank stops answering");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-worker: %s\n%s", std::string(s.message()).c_str(),
@@ -141,8 +142,6 @@ int Run(int argc, char** argv) {
     LogJson("warning", "no_tokenizer", {{"error", std::string(t.status().message())}});
   }
   const std::string fingerprint = ContractFingerprint(*file->gguf);
-  const ModelFile* file_view = &*file;
-  (void)file_view;
   const int64_t vocab = file->config.vocab_size;
   const int64_t context = f.max_context > 0 ? std::min(f.max_context, file->config.context_length)
                                             : file->config.context_length;

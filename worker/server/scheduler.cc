@@ -187,7 +187,6 @@ void Scheduler::Admit() {
     if (!seq.ok()) break;
     r.sequence = *seq;
     r.fed = 0;
-    r.admission = admissions_++;
     if (r.admitted_at == Clock::time_point{}) {
       r.admitted_at = Clock::now();
       metrics_->queue_time.Observe(Since(r.arrived_at));
@@ -199,7 +198,7 @@ void Scheduler::Admit() {
 
 bool Scheduler::Preempt() {
   if (running_.size() <= 1) return false;
-  // The most recently admitted request gives way; it keeps its outputs and recomputes.
+  // The request that arrived last gives way; it keeps its outputs and recomputes.
   auto victim =
       std::max_element(running_.begin(), running_.end(),
                        [](const auto& a, const auto& b) { return a->arrival < b->arrival; });

@@ -2,9 +2,10 @@
 // cancelled and expired requests, admit waiting ones (priority, then arrival) while a state
 // slot and KV pages for their input can be had, fill a per-step token budget with decode
 // tokens first and prefill chunks after, run the forward pass, sample, stream. When pages run
-// out mid-flight the most recently admitted request is preempted by recompute: its sequence is
-// freed and it re-queues with prompt + outputs, which, the engine being schedule-invariant,
-// continues exactly where it was.
+// out mid-flight the request that arrived last is preempted by recompute (vLLM's rule: the
+// youngest gives way, and stays the first to give way when it comes back): its sequence is freed
+// and it re-queues with prompt + outputs, which, the engine being schedule-invariant, continues
+// exactly where it was.
 #ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
 #define WALSH_WORKER_SERVER_SCHEDULER_H_
 
@@ -71,7 +72,6 @@ class Scheduler {
   EngineStats engine_stats_{};
   std::deque<std::pair<Clock::time_point, int64_t>> token_times_;  // for tokens/s
   uint64_t arrivals_ = 0;
-  uint64_t admissions_ = 0;
   bool preempted_this_step_ = false;
   bool admitting_ = true;
   bool cancel_all_ = false;
