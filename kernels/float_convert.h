@@ -4,25 +4,22 @@
 #define WALSH_KERNELS_FLOAT_CONVERT_H_
 
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/host_device.h"
 
 namespace walsh {
 
 WALSH_HD uint32_t FloatBits(float f) {
-  union {
-    float f;
-    uint32_t u;
-  } v{f};
-  return v.u;
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);  // memcpy is defined for host and device code alike
+  return u;
 }
 
 WALSH_HD float BitsFloat(uint32_t u) {
-  union {
-    uint32_t u;
-    float f;
-  } v{u};
-  return v.f;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 // IEEE binary16 -> fp32, exact for every input including subnormals, inf and NaN.

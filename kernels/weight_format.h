@@ -1,7 +1,8 @@
-// The one device-neutral table of packed weight formats: what each ternary ggml type is (block
-// size and bytes, bits per weight, the activation layout its kernels read). Every backend and
-// tool asks here; nothing else tests type ids. A type missing from the table is refused by
-// whoever met it, never decoded as another format (docs/format.md §2, §3).
+// The one device-neutral table of the packed ternary weight formats: what each ternary ggml type
+// is (block size and bytes, bits per weight, the activation layout its kernels read). Every
+// backend, kernel launcher and tool asks here about a ternary type (the GGUF reader's own table,
+// worker/model/ggml_types.h, only sizes tensors of every type). A type missing from the table is
+// refused by whoever met it, never decoded as another format (docs/format.md §2, §3).
 #ifndef WALSH_KERNELS_WEIGHT_FORMAT_H_
 #define WALSH_KERNELS_WEIGHT_FORMAT_H_
 

@@ -6,11 +6,6 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }
 
-void DenseMatVec(DenseFormat format, const void* w, int64_t rows, int64_t cols, const float* x,
-                 float* y) {
-  for (int64_t r = 0; r < rows; ++r) y[r] = DenseRowDot(format, w, r, cols, x);
-}
-
 int64_t Argmax(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {

@@ -12,10 +12,6 @@ namespace walsh {
 // out[i] = silu(gate[i]) * up[i].
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
-// y[r] = DenseRowDot(format, w, r, cols, x) for every row.
-void DenseMatVec(DenseFormat format, const void* w, int64_t rows, int64_t cols, const float* x,
-                 float* y);
-
 int64_t Argmax(const float* x, int64_t n);  // lowest index on ties
 
 }  // namespace walsh

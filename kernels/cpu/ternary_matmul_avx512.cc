@@ -21,7 +21,7 @@ using simd::PairSums;
 using simd::Ptq1Codes;
 
 inline __m512i Join(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
 }
 
 void MatMulPq2(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {

@@ -89,7 +89,7 @@ int EmbedRows(TernaryFormat format, const uint8_t* table, int64_t cols, const in
               int64_t n_tokens, float* out, cudaStream_t stream) {
   if (cols % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (n_tokens == 0) return 0;
-  const int64_t row_bytes = cols / 128 * (format == TernaryFormat::kPq2_0 ? 34 : 28);
+  const int64_t row_bytes = cols / 128 * FormatTraits(format).block_bytes;
   const dim3 grid(GridFor(cols, 256) < 16 ? GridFor(cols, 256) : 16,
                   static_cast<unsigned>(n_tokens));
   EmbedKernel<<<grid, 256, 0, stream>>>(format, table, row_bytes, cols, tokens, out);

@@ -51,7 +51,8 @@ __device__ __forceinline__ void Ptq1Sums(const block_ptq1_0& blk, const Q8Block1
 }
 
 template <TernaryFormat F>
-__global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t b_lo, int64_t nbw) {
+__global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t row_bytes, int64_t b_lo,
+                             int64_t nbw) {
   extern __shared__ float terms[];  // [kRowsPerBlock][kTokensPerPass][nbw]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
@@ -60,8 +61,7 @@ __global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t b_lo, int64
   if (i >= rows) return;
   const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
   float* my = terms + static_cast<int64_t>(warp) * kTokensPerPass * nbw;
-  constexpr int kBlockBytes = F == TernaryFormat::kPq2_0 ? 34 : 28;
-  const uint8_t* wrow = p.w.data + r * (p.w.cols / 128) * kBlockBytes;
+  const uint8_t* wrow = p.w.data + r * row_bytes;
   for (int64_t k = lane; k < nbw; k += 32) {
     const int64_t b = b_lo + k;
     if constexpr (F == TernaryFormat::kPq2_0) {
@@ -116,14 +116,15 @@ int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream) 
   if (shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);  // > 384 blocks
   if (rows == 0 || p.n_tokens == 0) return 0;
   const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(p.n_tokens, kTokensPerPass));
+  const int64_t row_bytes = p.w.row_bytes();  // the format table's geometry, on the host
   switch (p.w.format) {
     case TernaryFormat::kPq2_0:
       MatMulKernel<TernaryFormat::kPq2_0>
-          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, b_lo, nbw);
+          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, row_bytes, b_lo, nbw);
       break;
     case TernaryFormat::kPtq1_0:
       MatMulKernel<TernaryFormat::kPtq1_0>
-          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, b_lo, nbw);
+          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, row_bytes, b_lo, nbw);
       break;
   }
   return LastLaunchError();

@@ -150,12 +150,6 @@ TEST(WorkerClients, NodeClient) {
   EXPECT_NE(std::find(services.begin(), services.end(), "walsh.v1.Worker"), services.end());
 }
 
-}  // namespace
-}  // namespace walsh
-
-namespace walsh {
-namespace {
-
 // walsh-bench serve against a real worker: every stream under load identical to its reference,
 // the JSON report and the sweep's PNG written.
 TEST(WorkerClients, ServeBenchStreamsExactlyAndReports) {

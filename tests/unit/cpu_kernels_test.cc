@@ -79,8 +79,7 @@ TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
         QuantizeRowQ8(x.data() + t * cols, cols, Q8LayoutFor(type), &q[t * cols / 128]);
       }
       std::vector<float> ref(tokens * rows), got(tokens * rows);
-      TernaryMatMulQ8Scalar(TernaryProduct::Whole(tw, q.data(), tokens, ref.data(), rows), 0,
-                            rows);
+      TernaryMatMulQ8Scalar(TernaryProduct::Whole(tw, q.data(), tokens, ref.data(), rows), 0, rows);
       for (CpuIsa isa : FastIsas()) {
         TernaryMatMulQ8(isa, tw, q.data(), tokens, got.data(), rows, 0, rows);
         ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4)) << CpuIsaName(isa);

@@ -1,7 +1,7 @@
 // The host-and-device numerics (kernels/numerics.h, kernels/token_ops.h): accuracy against the
-// C library over their ranges, and the decompositions the CUDA kernels use (keys' scores in any
-// order, a head's rows in any order, channels in any order) equal the sequential CPU op bit for
-// bit, so a GPU that runs the same functions in those pieces must too.
+// C library over their ranges; the shared ops against their canonical order written out as
+// plain loops; and the splits the CUDA kernels make (keys' scores in any order, a head's rows in
+// any order, channels in any order, a warp's lane sums) giving those same bits.
 #include "kernels/numerics.h"
 
 #include <algorithm>
@@ -93,22 +93,73 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-TEST(TokenOps, AttentionInPiecesEqualsTheWholeHead) {
+// The canonical order of one head's attention, written out as plain loops over flat K and V
+// rows: the shared ops, and the pieces the CUDA kernel runs in parallel, must give these bits.
+std::vector<float> AttendWrittenOut(const std::vector<float>& q, const std::vector<const float*>& k,
+                                    const std::vector<const float*>& v, float scale) {
+  const size_t n = k.size(), hd = q.size();
+  std::vector<float> s(n), out(hd, 0.0f);
+  for (size_t t = 0; t < n; ++t) {
+    float dot = 0.0f;
+    for (size_t i = 0; i < hd; ++i) dot += q[i] * k[t][i];
+    s[t] = dot * scale;
+  }
+  float mx = -INFINITY;
+  for (size_t t = 0; t < n; ++t) mx = std::max(mx, s[t]);
+  float sum = 0.0f;
+  for (size_t t = 0; t < n; ++t) sum += s[t] = ExpF(s[t] - mx);
+  for (size_t i = 0; i < hd; ++i) {
+    for (size_t t = 0; t < n; ++t) out[i] += (s[t] / sum) * v[t][i];
+  }
+  return out;
+}
+
+TEST(TokenOps, AttentionFollowsTheCanonicalOrderWholeAndInPieces) {
   std::mt19937 gen(3);
   const int64_t hd = 64, page = 16, n_keys = 45, pages = 3, row = 2 * hd;
   std::vector<float> k = Random(pages * page * row, gen), v = Random(pages * page * row, gen);
   const std::vector<int32_t> table = {2, 0, 1};
   const PagedKv<float> kv{k.data(), v.data(), table.data(), page * row, page, row, hd};
   const std::vector<float> q = Random(hd, gen);
+  std::vector<const float*> krows, vrows;
+  for (int64_t t = 0; t < n_keys; ++t) {
+    const int64_t at = table[t / page] * page * row + (t % page) * row + hd;
+    krows.push_back(k.data() + at);
+    vrows.push_back(v.data() + at);
+  }
+  const std::vector<float> reference = AttendWrittenOut(q, krows, vrows, 0.125f);
   std::vector<float> scratch(n_keys), whole(hd);
   AttendOneHead(q.data(), hd, kv, n_keys, 0.125f, scratch.data(), whole.data());
+  EXPECT_TRUE(SameBits(whole, reference));
   // As the CUDA kernel: scores by key in reverse order, one softmax, outputs by dim in reverse.
   std::vector<float> scores(n_keys), pieces(hd);
   for (int64_t t = n_keys - 1; t >= 0; --t) scores[t] = AttentionScore(q.data(), hd, kv, t, 0.125f);
   const float sum = SoftmaxNumerators(scores.data(), n_keys);
-  for (int64_t i = hd - 1; i >= 0; --i)
+  for (int64_t i = hd - 1; i >= 0; --i) {
     pieces[i] = AttentionOutput(scores.data(), sum, kv, n_keys, i);
-  EXPECT_TRUE(SameBits(whole, pieces));
+  }
+  EXPECT_TRUE(SameBits(pieces, reference));
+}
+
+TEST(TokenOps, RmsNormSumsInThirtyTwoLanesAsAWarpDoes) {
+  std::mt19937 gen(9);
+  for (int64_t n : {5, 64, 1000, 5120}) {
+    const std::vector<float> x = Random(n, gen, 3.0f);
+    // A warp: lane l sums its strided elements, then each round lane l adds lane l + s.
+    double lane[32];
+    for (int l = 0; l < 32; ++l) {
+      lane[l] = 0.0;
+      for (int64_t i = l; i < n; i += 32) lane[l] += static_cast<double>(x[i]) * x[i];
+    }
+    for (int s = 16; s > 0; s /= 2) {
+      for (int l = 0; l < s; ++l) lane[l] = lane[l] + lane[l + s];
+    }
+    const float expected = 1.0f / std::sqrt(static_cast<float>(lane[0] / n) + 1e-6f);
+    EXPECT_EQ(RmsNormScale(x.data(), n, 1e-6f), expected) << n;
+    double plain = 0;
+    for (float v : x) plain += static_cast<double>(v) * v;
+    EXPECT_NEAR(RmsNormScale(x.data(), n, 1e-6f), 1.0 / std::sqrt(plain / n + 1e-6), 1e-6) << n;
+  }
 }
 
 TEST(TokenOps, Fp16KvAttentionInPiecesEqualsTheWholeHeadAndTracksFp32) {

@@ -15,14 +15,17 @@
 namespace walsh {
 namespace {
 
+// The engine, or null after a test failure naming why.
 std::unique_ptr<Engine> MakeEngine(const std::string& path, EngineOptions opts) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return nullptr;
   auto bound = Model::Bind(std::move(*file));
-  EXPECT_TRUE(bound.ok());
+  EXPECT_TRUE(bound.ok()) << bound.status();
+  if (!bound.ok()) return nullptr;
   auto e = Engine::Create(std::move(*bound), opts);
   EXPECT_TRUE(e.ok()) << e.status();
-  return std::move(*e);
+  return e.ok() ? std::move(*e) : nullptr;
 }
 
 // Prefill `prompt` (all positions), then 3 greedy decode steps; every logit row, in order.
@@ -74,7 +77,8 @@ std::vector<std::vector<float>> RunMixed(Engine& e, const std::vector<int32_t>& 
     size_t row = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       for (size_t k = 0; k < batch[i].tokens.size(); ++k, ++row) {
-        got[who[i]].insert(got[who[i]].end(), out->RowLogits(row), out->RowLogits(row) + out->vocab);
+        got[who[i]].insert(got[who[i]].end(), out->RowLogits(row),
+                           out->RowLogits(row) + out->vocab);
       }
     }
   }
@@ -84,10 +88,13 @@ std::vector<std::vector<float>> RunMixed(Engine& e, const std::vector<int32_t>& 
 
 void CheckBitIdentical(const std::string& path, const std::vector<int32_t>& prompt,
                        const std::string& what) {
-  const std::vector<float> reference = Run(*MakeEngine(path, {}), prompt);
-  const std::vector<std::vector<float>> mixed_reference = RunMixed(*MakeEngine(path, {}), prompt);
+  auto one = MakeEngine(path, {});
+  ASSERT_NE(one, nullptr);
+  const std::vector<float> reference = Run(*one, prompt);
+  const std::vector<std::vector<float>> mixed_reference = RunMixed(*one, prompt);
   for (int tp : {2, 4, 8}) {
     auto engine = MakeEngine(path, {.tp = tp});
+    ASSERT_NE(engine, nullptr);
     const std::vector<float> got = Run(*engine, prompt);
     ASSERT_EQ(got.size(), reference.size());
     EXPECT_EQ(0, std::memcmp(got.data(), reference.data(), got.size() * sizeof(float)))
@@ -217,6 +224,7 @@ TEST(TensorParallel, AStalledRankFailsTheStepWithinTheTimeout) {
   auto e = MakeEngine(
       dir.File("m.gguf"),
       {.tp = 2, .collective_timeout = std::chrono::milliseconds(300), .debug_stall_rank = 1});
+  ASSERT_NE(e, nullptr);
   auto seq = e->AddSequence();
   const auto start = std::chrono::steady_clock::now();
   absl::Status failure = absl::OkStatus();

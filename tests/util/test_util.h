@@ -7,7 +7,8 @@
 
 namespace walsh::testing {
 
-// tests/data/<relative> in the source tree (conformance fixtures, each folder with a README on its provenance).
+// tests/data/<relative> in the source tree (conformance fixtures, each folder with a README on its
+// provenance).
 std::string TestDataPath(const std::string& relative);
 
 std::string ReadFileOrDie(const std::string& path);

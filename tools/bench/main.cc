@@ -149,6 +149,7 @@ int Decode(int argc, char** argv) {
 
   {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).
     auto seq = e.AddSequence();
+    if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
     const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
     const auto t = std::chrono::steady_clock::now();
     int64_t steps = 0;
@@ -166,10 +167,17 @@ int Decode(int argc, char** argv) {
   }
   for (int64_t b : batch_sizes) {  // tg: b sequences stepping together
     std::vector<SequenceInput> batch;
-    for (int64_t i = 0; i < b; ++i) batch.push_back({*e.AddSequence(), random_tokens(16)});
-    if (auto out = e.Forward(batch); !out.ok()) return Fail(3, std::string(out.status().message()));
-    for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
-    (void)e.Forward(batch);  // one warm-up step
+    for (int64_t i = 0; i < b; ++i) {
+      auto seq = e.AddSequence();
+      if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
+      batch.push_back({*seq, random_tokens(16)});
+    }
+    for (int warm = 0; warm < 2; ++warm) {  // the prompts, then one warm-up decode step
+      if (auto out = e.Forward(batch); !out.ok()) {
+        return Fail(3, std::string(out.status().message()));
+      }
+      for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
+    }
     const auto t = std::chrono::steady_clock::now();
     for (int64_t k = 0; k < gen_tokens; ++k) {
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};

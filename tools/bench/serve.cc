@@ -215,7 +215,7 @@ int ServeBenchMain(int argc, char** argv) {
   const bool open_loop = !rates.empty();
   for (absl::string_view p : absl::StrSplit(open_loop ? rates : concurrency, ',')) {
     double v;
-    if (!absl::SimpleAtod(p, &v) || v <= 0) {
+    if (!absl::SimpleAtod(p, &v) || v <= 0 || (!open_loop && v != static_cast<int>(v))) {
       std::fprintf(stderr, "walsh-bench serve: \"%s\" is not a level\n", std::string(p).c_str());
       return 2;
     }
@@ -303,7 +303,13 @@ int ServeBenchMain(int argc, char** argv) {
       return 3;
     }
   }
-  if (!plot_path.empty()) return Plot(doc, open_loop, plot_path);
+  if (!plot_path.empty()) {
+    if (plot_path.find_first_of("'\\\"") != std::string::npos) {
+      std::fprintf(stderr, "walsh-bench serve: --plot: the path may not hold quotes\n");
+      return 2;
+    }
+    return Plot(doc, open_loop, plot_path);
+  }
   return 0;
 }
 

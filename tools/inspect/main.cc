@@ -11,8 +11,8 @@
 #include "kernels/block_types.h"
 #include "kernels/ternary_codec_ref.h"
 #include "tools/inspect/model_summary.h"
-#include "worker/model/model_file.h"
 #include "tools/inspect/shard_plan_json.h"
+#include "worker/model/model_file.h"
 #include "worker/parallel/shard_plan.h"
 
 namespace {

@@ -38,7 +38,9 @@ struct Q8Tensor {
 };
 
 // The activation transform a projection's input gets (docs/format.md §7.2): none, T(s ⊙ x), or
-// T(s ⊙ P(x)) with P the GatedDeltaNet value-head permutation.
+// T(s ⊙ P(x)) with P the GatedDeltaNet value-head permutation. The graph tags inputs with it;
+// P is applied by the GatedDeltaNet kernels themselves (they write grouped order), so backends
+// are asked only for kPlain or kRotated and refuse kPermutedRotated.
 enum class Transform { kPlain, kRotated, kPermutedRotated };
 
 // Named activation buffers of one step; each is resized by Activation() and reused by every
@@ -156,8 +158,8 @@ class Backend {
   virtual absl::Status AddInPlace(Tensor acc, Tensor x) = 0;
   virtual absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) = 0;
 
-  // The signed blocked FWHT (after the GDN permutation for kPermutedRotated), fused with the
-  // int8 quantization in out.layout; or, activation quantization off, into fp32.
+  // The signed blocked FWHT (kRotated; kPlain: none), fused with the int8 quantization in
+  // out.layout; or, activation quantization off, into fp32.
   virtual absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) = 0;
   virtual absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) = 0;
   // Column-parallel: y[t][i] = W[row i of `rows`] · x[t] over the whole input, on packed

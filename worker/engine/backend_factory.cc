@@ -7,24 +7,12 @@
 
 namespace walsh {
 
-bool BuiltWithCuda() {
-#ifdef WALSH_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model,
                                                      const EngineOptions& options, CpuIsa isa) {
   switch (options.device) {
     case Device::kCpu:
-            return std::make_unique<CpuBackend>(model, CpuBackendOptions{options.threads, isa});
+      return std::make_unique<CpuBackend>(model, CpuBackendOptions{options.threads, isa});
     case Device::kCuda:
-      if (options.tp != 1) {
-        return absl::UnimplementedError(
-            "--device cuda runs one GPU per engine in this build; --tp > 1 is CPU ranks only");
-      }
       if (!options.quantize_activations) {
         return absl::UnimplementedError(
             "--device cuda needs int8 activations; --no-activation-quant is a CPU debug mode");

@@ -16,9 +16,6 @@ namespace walsh {
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model,
                                                      const EngineOptions& options, CpuIsa isa);
 
-// Whether this build contains the CUDA backend.
-bool BuiltWithCuda();
-
 }  // namespace walsh
 
 #endif  // WALSH_WORKER_ENGINE_BACKEND_FACTORY_H_

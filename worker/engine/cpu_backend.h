@@ -1,5 +1,6 @@
 // The CPU backend: the reference implementation of the backend interface on the host, with the
-// kernels of kernels/cpu (AVX2 or scalar, picked at run time, bit-identical) over a thread pool.
+// kernels of kernels/cpu (the ISA of kernels/cpu/isa.h, picked at run time; all bit-identical)
+// over a thread pool.
 // A tensor-parallel group of CPU ranks is one CpuBackend per rank (engine.h).
 #ifndef WALSH_WORKER_ENGINE_CPU_BACKEND_H_
 #define WALSH_WORKER_ENGINE_CPU_BACKEND_H_

@@ -60,6 +60,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   const int64_t slots =
       options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
   const int64_t room = engine->ranks_[0].backend->cache_bytes_available();
+  if (slots * slot_bytes > room) {
+    return absl::ResourceExhaustedError(absl::StrCat("the state budget's ", slots, " slots need ",
+                                                     slots * slot_bytes, " bytes; the device has ",
+                                                     room, " bytes for caches"));
+  }
   if (slots * slot_bytes + pages * page_bytes > room) {
     pages = std::max<int64_t>(0, (room - slots * slot_bytes) / page_bytes);
   }
@@ -202,11 +207,16 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
       plan.tokens.push_back(batch[i].tokens[j]);
     }
   }
-  if (threads_ == nullptr) {
-    RETURN_IF_ERROR(ranks_[0].graph->Run(plan, &result.logits));
-  } else {
-    RETURN_IF_ERROR(
-        threads_->Run([&](int rank) { return ranks_[rank].graph->Run(plan, &result.logits); }));
+  const absl::Status run =
+      threads_ == nullptr
+          ? ranks_[0].graph->Run(plan, &result.logits)
+          : threads_->Run([&](int rank) { return ranks_[rank].graph->Run(plan, &result.logits); });
+  if (!run.ok()) {
+    // Layers before the failure have advanced their state, so this is never a "nothing
+    // changed" RESOURCE_EXHAUSTED (only the page allocation above says that), whatever the
+    // cause; a lost tensor-parallel rank keeps its DEADLINE_EXCEEDED.
+    if (run.code() == absl::StatusCode::kDeadlineExceeded) return run;
+    return absl::InternalError(absl::StrCat("forward step failed: ", run.message()));
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     seqs[i]->length += static_cast<int64_t>(batch[i].tokens.size());

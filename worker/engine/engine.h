@@ -60,11 +60,12 @@ class Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model,
                                                         const EngineOptions& options);
+  ~Engine();
 
   const Model& model() const { return *model_; }
   CpuIsa isa() const { return isa_; }
   const Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
-  // "cuda", or the CPU kernels' ISA ("avx2", "scalar").
+  // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni").
   std::string kernels() const {
     return options_.device == Device::kCuda ? "cuda" : CpuIsaName(isa_);
   }
@@ -129,9 +130,6 @@ class Engine {
   std::unique_ptr<RankThreads> threads_;
   absl::flat_hash_map<SequenceId, Sequence> sequences_;
   SequenceId next_id_ = 1;
-
- public:
-  ~Engine();
 };
 
 }  // namespace walsh

@@ -1,6 +1,7 @@
 #include "worker/engine/product_builder.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/block_types.h"
 
 namespace walsh {
 
@@ -24,26 +25,28 @@ absl::StatusOr<TernaryProduct> SliceProduct(const Projection& p, int64_t n_token
                                             const std::vector<Span>& slices,
                                             const std::vector<Tensor>& partials) {
   if (slices.empty() || slices.size() > kMaxProductSegments || slices.size() != partials.size() ||
-      x_first_col % 128 != 0 || x_cols % 128 != 0) {
-    return absl::InternalError(absl::StrCat("'", p.name, "': bad slices for a row-parallel product"));
+      x_first_col % kTernaryBlockElems != 0 || x_cols % kTernaryBlockElems != 0) {
+    return absl::InternalError(
+        absl::StrCat("'", p.name, "': bad slices for a row-parallel product"));
   }
   TernaryProduct product;
   product.w = p.w;
-  product.x_stride = x_cols / 128;
-  product.x_first_block = x_first_col / 128;
+  product.x_stride = x_cols / kTernaryBlockElems;
+  product.x_first_block = x_first_col / kTernaryBlockElems;
   product.n_tokens = n_tokens;
   product.n_segments = static_cast<int>(slices.size());
   product.y_stride = p.w.rows;
   for (size_t s = 0; s < slices.size(); ++s) {
     const Span& w = slices[s];
-    if (w.begin % 128 != 0 || w.end % 128 != 0 || w.begin < x_first_col ||
-        w.end > x_first_col + x_cols || (s > 0 && w.begin != slices[s - 1].end)) {
-      return absl::InternalError(
-          absl::StrCat("'", p.name, "': slice [", w.begin, ", ", w.end, ") is not whole blocks of "
-                       "the held columns"));
+    if (w.begin % kTernaryBlockElems != 0 || w.end % kTernaryBlockElems != 0 ||
+        w.begin < x_first_col || w.end > x_first_col + x_cols ||
+        (s > 0 && w.begin != slices[s - 1].end)) {
+      return absl::InternalError(absl::StrCat("'", p.name, "': slice [", w.begin, ", ", w.end,
+                                              ") is not whole blocks of "
+                                              "the held columns"));
     }
-    product.segment_begin[s] = w.begin / 128;
-    product.segment_end[s] = w.end / 128;
+    product.segment_begin[s] = w.begin / kTernaryBlockElems;
+    product.segment_end[s] = w.end / kTernaryBlockElems;
     product.y[s] = partials[s].data;
   }
   return product;

@@ -13,8 +13,8 @@
 namespace walsh {
 
 // y[t][i] = W[row i of rows] · x[t] over all of p's input; x (int8 or fp32) is set by the caller.
-TernaryProduct ColumnParallelProduct(const Projection& p, const RowSelection& rows, int64_t n_tokens,
-                                     Tensor y);
+TernaryProduct ColumnParallelProduct(const Projection& p, const RowSelection& rows,
+                                     int64_t n_tokens, Tensor y);
 
 // For each window slices[s] of p's input columns, every row's sum over it into partials[s]; x
 // holds x_cols input columns from x_first_col. Refuses windows that are not whole 128-blocks

@@ -16,7 +16,11 @@ class Qwen35Graph::ProjectionInput {
 
   absl::StatusOr<Q8Tensor> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
     const int index = static_cast<int>(t) * 2 + static_cast<int>(layout);
+    if (have_q8_[index] && q8_signs_[index] != signs) {
+      return absl::InternalError("one input rotated with two sign vectors");
+    }
     if (!have_q8_[index]) {
+      q8_signs_[index] = signs;
       ASSIGN_OR_RETURN(q8_[index], backend_.Quantized(index, plain_.rows, plain_.cols, layout));
       RETURN_IF_ERROR(backend_.RotateQuantize(plain_, t, signs, q8_[index]));
       have_q8_[index] = true;
@@ -39,7 +43,8 @@ class Qwen35Graph::ProjectionInput {
  private:
   Backend& backend_;
   Tensor plain_;
-  Q8Tensor q8_[6];
+  Q8Tensor q8_[6];  // per (Transform, Q8Layout)
+  const int8_t* q8_signs_[6] = {};
   bool have_q8_[6] = {};
   Tensor f32_[3];
   bool have_f32_[3] = {};
@@ -103,9 +108,17 @@ Qwen35Graph::Qwen35Graph(const Model& model, Backend& backend, bool quantize_act
       g.ssm_a.push_back(L.gdn.ssm_a[h]);
       g.dt_bias.push_back(L.gdn.dt_bias[h]);
     }
-    g.params = {shard_.key_heads.size(), shard_.value_heads.size(), shd, taps, g.conv_w.data(),
-                g.ssm_a.data(),          g.dt_bias.data(),         L.gdn.norm, c.rms_epsilon,
-                rep,                     shard_.value_heads.begin};
+    g.params = {shard_.key_heads.size(),
+                shard_.value_heads.size(),
+                shd,
+                taps,
+                g.conv_w.data(),
+                g.ssm_a.data(),
+                g.dt_bias.data(),
+                L.gdn.norm,
+                c.rms_epsilon,
+                rep,
+                shard_.value_heads.begin};
   }
 }
 
@@ -169,8 +182,8 @@ absl::Status Qwen35Graph::AllGather(Tensor buffer, const std::vector<int64_t>& o
   return comm_->AllGatherInPlace(rank_, buffer.data, off, cnt, timeout_);
 }
 
-absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor held,
-                                      Span held_cols, bool aligned, bool ungroup, Tensor out) {
+absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor held, Span held_cols,
+                                      bool aligned, bool ungroup, Tensor out) {
   const int64_t n = held.rows, cols = p.w.cols, rows = p.w.rows;
   const int ranks = plan_.ranks();
   const Span owned = plan_.OwnedColumns(cols, rank_);
@@ -189,8 +202,8 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
       std::vector<int64_t> offsets, counts;
       std::vector<Span> parts;
       for (int r = 0; r < ranks; ++r) {
-        const Span c = site == Site::kGdnOutput ? plan_.GdnOutputColumns(r)
-                                                : plan_.AttentionOutputColumns(r);
+        const Span c =
+            site == Site::kGdnOutput ? plan_.GdnOutputColumns(r) : plan_.AttentionOutputColumns(r);
         parts.push_back(c);
         offsets.push_back(n * c.begin);
         counts.push_back(n * c.size());
@@ -210,8 +223,8 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
       const Qwen35Config& c = model_.config();
       ASSIGN_OR_RETURN(Tensor tiled, backend_.Activation(Buffer::kGathered, n, cols));
       RETURN_IF_ERROR(backend_.Ungroup(full, c.ssm_group_count,
-                                       c.ssm_time_step_rank / c.ssm_group_count,
-                                       c.ssm_state_size, tiled));
+                                       c.ssm_time_step_rank / c.ssm_group_count, c.ssm_state_size,
+                                       tiled));
       full = tiled;
     }
     ASSIGN_OR_RETURN(input, backend_.Activation(Buffer::kOwnedInput, n, owned.size()));
@@ -227,8 +240,8 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
   for (int64_t s = slices.begin; s < slices.end; ++s) {
     windows.push_back(plan_.SliceColumns(cols, static_cast<int>(s)));
   }
-  ASSIGN_OR_RETURN(Tensor all_partials, backend_.Activation(Buffer::kSlicePartials,
-                                                            windows.size() * n, rows));
+  ASSIGN_OR_RETURN(Tensor all_partials,
+                   backend_.Activation(Buffer::kSlicePartials, windows.size() * n, rows));
   std::vector<Tensor> partials;
   for (size_t s = 0; s < windows.size(); ++s) partials.push_back(Rows(all_partials, s * n, n));
   const int8_t* signs = p.signs != nullptr ? p.signs + owned.begin : nullptr;
@@ -292,8 +305,7 @@ absl::Status Qwen35Graph::GdnMixer(const LayerWeights& L, Tensor normed, Tensor 
     // ssm_alpha / ssm_beta are not folded: they read the plain normed state (docs/format.md
     // §8.3).
     RETURN_IF_ERROR(backend_.DenseProject(L.gdn.alpha, normed, {0, 0, &alpha_beta_index_}, ab, 0));
-    RETURN_IF_ERROR(
-        backend_.DenseProject(L.gdn.beta, normed, {0, 0, &alpha_beta_index_}, ab, nv));
+    RETURN_IF_ERROR(backend_.DenseProject(L.gdn.beta, normed, {0, 0, &alpha_beta_index_}, ab, nv));
     RETURN_IF_ERROR(backend_.GdnConv(g.params, L.cache_index, qkv, u));
     RETURN_IF_ERROR(backend_.GdnRecurrence(g.params, L.cache_index, u, z, ab, gdn));
   }
@@ -317,7 +329,10 @@ absl::Status Qwen35Graph::Ffn(const LayerWeights& L, Tensor normed, Tensor out) 
 absl::Status Qwen35Graph::Logits(Tensor head_in, std::vector<float>* logits) {
   const int64_t m = head_in.rows, vocab = model_.config().vocab_size;
   ProjectionInput head(backend_, head_in);
-  ASSIGN_OR_RETURN(Tensor all, backend_.Activation(Buffer::kLogits, m, vocab));
+  Tensor all;  // the whole logits: rank 0 only
+  if (rank_ == 0) {
+    ASSIGN_OR_RETURN(all, backend_.Activation(Buffer::kLogits, m, vocab));
+  }
   if (plan_.ranks() == 1) {
     RETURN_IF_ERROR(Project(model_.output(), Site::kPlainBasis, head, vocab_rows_, all));
   } else {

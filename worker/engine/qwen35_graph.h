@@ -81,7 +81,7 @@ class Qwen35Graph {
   AttentionShard attention_;
   RowSelection q_rows_, kv_rows_, ffn_rows_, vocab_rows_;
   std::vector<int32_t> qkv_index_, gate_index_, alpha_beta_index_;  // GDN rows, grouped order
-  std::vector<GdnLocal> gdn_;                                      // per GDN layer
+  std::vector<GdnLocal> gdn_;                                       // per GDN layer
 };
 
 }  // namespace walsh

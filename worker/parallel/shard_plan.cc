@@ -26,13 +26,20 @@ absl::StatusOr<ShardPlan> ShardPlan::Build(const ModelFile& model, int ranks) {
   plan.block_ = model.contract.block_size;
   plan.config_ = c;
   plan.gdn_grouped_ = model.contract.gdn_v_grouped;
-  if (c.feed_forward_length % plan.block_ != 0 || c.head_count % c.head_count_kv != 0 ||
-      c.ssm_time_step_rank % c.ssm_group_count != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor parallelism: the FFN width ", c.feed_forward_length,
-                     " is not whole rotation "
-                     "blocks of ",
-                     plan.block_, ", or the heads do not group evenly"));
+  // The row-parallel products' inputs fall into slices of whole rotation blocks.
+  const std::pair<const char*, int64_t> inputs[] = {
+      {"ffn_down (the FFN width)", c.feed_forward_length},
+      {"attn_output (query heads x head width)", c.head_count * c.key_length},
+      {"ssm_out (value heads x head width)", c.ssm_inner_size}};
+  for (const auto& [what, width] : inputs) {
+    if (width % plan.block_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the input of ", what, " is ", width,
+                                                     " wide, not whole rotation blocks of ",
+                                                     plan.block_));
+    }
+  }
+  if (c.head_count % c.head_count_kv != 0 || c.ssm_time_step_rank % c.ssm_group_count != 0) {
+    return absl::InvalidArgumentError("the query heads or GDN value heads do not group evenly");
   }
   const int64_t group = c.head_count / c.head_count_kv;
   const int64_t rep = c.ssm_time_step_rank / c.ssm_group_count;

@@ -36,10 +36,10 @@ struct Span {
 
 // What one rank holds and computes.
 struct RankShard {
-  Span q_heads, kv_heads;        // attention query heads and the KV heads they read
-  Span value_heads, key_heads;   // GatedDeltaNet value heads (grouped order), their key heads
-  Span ffn_blocks;               // rotation blocks of the FFN width
-  Span vocab;                    // rows of the output head
+  Span q_heads, kv_heads;       // attention query heads and the KV heads they read
+  Span value_heads, key_heads;  // GatedDeltaNet value heads (grouped order), their key heads
+  Span ffn_blocks;              // rotation blocks of the FFN width
+  Span vocab;                   // rows of the output head
 };
 
 // Per-rank costs of a plan: packed weight bytes read per decode step (the embedding lookup
