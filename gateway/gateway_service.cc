@@ -203,12 +203,11 @@ GatewayService::~GatewayService() {
   cv_.wait(l, [&] { return threads_.load() == 0; });
 }
 
-bool GatewayService::Authorized(grpc::CallbackServerContext* context) const {
-  if (options_.api_key.empty()) return true;
-  const auto& md = context->client_metadata();
-  auto it = md.find("authorization");
-  return it != md.end() &&
-         std::string(it->second.data(), it->second.size()) == "Bearer " + options_.api_key;
+grpc::Status GatewayService::Authorize(grpc::CallbackServerContext* context) const {
+  if (options_.api_keys == nullptr) return grpc::Status::OK;
+  grpc::Status s = options_.api_keys->Check(*context);
+  if (!s.ok()) metrics_->requests.counter({"UNAUTHENTICATED"}).Inc();
+  return s;
 }
 
 std::shared_ptr<WorkerEndpoint> GatewayService::PickAny() {
@@ -221,12 +220,7 @@ void GatewayService::CancelAll() { cancel_epoch_++; }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  if (!Authorized(context)) {
-    metrics_->requests.counter({"UNAUTHENTICATED"}).Inc();
-    return new ErrorReactor(
-        grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                     "authorization: a valid \"Bearer <api key>\" is required"));
-  }
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return new ErrorReactor(auth);
   if (draining_) {
     metrics_->requests.counter({"UNAVAILABLE"}).Inc();
     return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining"));
@@ -434,10 +428,14 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
 namespace {
 
 template <typename Req, typename Resp, typename Call>
-grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const grpc::Status& auth,
                                   std::shared_ptr<WorkerEndpoint> w, const Req* request,
                                   Resp* response, Call call) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
+  if (!auth.ok()) {
+    r->Finish(auth);
+    return r;
+  }
   if (!w) {
     r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker available"));
     return r;
@@ -456,7 +454,7 @@ grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* context,
                                                    const v1::TokenizeRequest* request,
                                                    v1::TokenizeResponse* response) {
-  return Forward(context, PickAny(), request, response,
+  return Forward(context, Authorize(context), PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::TokenizeRequest* q,
                     v1::TokenizeResponse* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->Tokenize(c, q, p, std::move(cb));
@@ -466,7 +464,7 @@ grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext* context,
                                                      const v1::DetokenizeRequest* request,
                                                      v1::DetokenizeResponse* response) {
-  return Forward(context, PickAny(), request, response,
+  return Forward(context, Authorize(context), PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::DetokenizeRequest* q,
                     v1::DetokenizeResponse* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->Detokenize(c, q, p, std::move(cb));
@@ -476,7 +474,7 @@ grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* GatewayService::GetModelInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetModelInfoRequest* request,
                                                        v1::ModelInfo* response) {
-  return Forward(context, PickAny(), request, response,
+  return Forward(context, Authorize(context), PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::GetModelInfoRequest* q,
                     v1::ModelInfo* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->GetModelInfo(c, q, p, std::move(cb));

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "gateway/api_keys.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/routing/routing_policy.h"
 #include "gateway/worker_pool.h"
@@ -25,7 +26,7 @@ struct GatewayOptions {
   int max_retries = 3;                    // before the first token
   int max_migrations = 5;                 // after it
   std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff
-  std::string api_key;                    // if set: "authorization: Bearer <key>" is required
+  const ApiKeys* api_keys = nullptr;      // if set and enabled: every call needs a key
 };
 
 class GatewayService final : public v1::Generator::CallbackService {
@@ -56,7 +57,7 @@ class GatewayService final : public v1::Generator::CallbackService {
   friend class ProxyReactor;
   void Proxy(std::shared_ptr<ProxyReactor> reactor, v1::GenerateRequest request,
              std::chrono::system_clock::time_point deadline, std::string session);
-  bool Authorized(grpc::CallbackServerContext* context) const;
+  grpc::Status Authorize(grpc::CallbackServerContext* context) const;
   std::shared_ptr<WorkerEndpoint> PickAny();
 
   WorkerPool* pool_;

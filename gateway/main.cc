@@ -11,6 +11,8 @@
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
 #include "common/termination_signals.h"
+#include "common/tls_credentials.h"
+#include "gateway/api_keys.h"
 #include "gateway/gateway_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -21,7 +23,9 @@ namespace {
 
 int Run(int argc, char** argv) {
   std::string listen = "0.0.0.0:8080", metrics_listen = "0.0.0.0:9091", workers, workers_dns;
-  std::string policy_name = "least-outstanding", api_key, expected_fingerprint;
+  std::string policy_name = "least-outstanding", api_key, api_key_file, expected_fingerprint;
+  ServerTlsFiles tls;
+  ClientTlsFiles worker_tls;
   int64_t max_inflight = 256, max_queue = 256, max_retries = 3, max_migrations = 5;
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
@@ -41,7 +45,16 @@ int Run(int argc, char** argv) {
   flags.Int("max-migrations", &max_migrations,
             "resumes on other workers after a mid-stream failure");
   flags.String("api-key", &api_key,
-               "require 'authorization: Bearer KEY' (default: $WALSH_API_KEY)");
+               "require 'authorization: Bearer KEY' on every call (default: $WALSH_API_KEY)");
+  flags.String("api-key-file", &api_key_file,
+               "accepted keys, one per line ('#' comments), reloaded on SIGHUP");
+  flags.String("tls-cert-file", &tls.cert, "PEM certificate chain: serve clients over TLS");
+  flags.String("tls-key-file", &tls.key, "PEM private key of --tls-cert-file");
+  flags.String("worker-tls-ca-file", &worker_tls.ca,
+               "PEM CA that signed the workers' certificates: reach workers over TLS");
+  flags.String("worker-tls-cert-file", &worker_tls.cert,
+               "PEM client certificate for the workers (mutual TLS)");
+  flags.String("worker-tls-key-file", &worker_tls.key, "PEM private key of --worker-tls-cert-file");
   flags.String("expected-fingerprint", &expected_fingerprint,
                "refuse workers whose contract fingerprint differs (default: the first worker's)");
   flags.Int("drain-grace-seconds", &drain_grace_seconds, "on SIGTERM: time for in-flight streams");
@@ -60,6 +73,19 @@ int Run(int argc, char** argv) {
   }
   if (api_key.empty() && std::getenv("WALSH_API_KEY") != nullptr)
     api_key = std::getenv("WALSH_API_KEY");
+  ApiKeys keys(api_key, api_key_file);
+  if (absl::Status s = keys.Load(); !s.ok()) {
+    std::fprintf(stderr, "walsh-gateway: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  auto server_credentials = MakeServerCredentials(tls);
+  auto worker_credentials = MakeChannelCredentials(worker_tls);
+  for (const absl::Status& s : {server_credentials.status(), worker_credentials.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "walsh-gateway: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   auto policy = MakeRoutingPolicy(policy_name);
   if (!policy.ok()) {
     std::fprintf(stderr, "walsh-gateway: %s\n", std::string(policy.status().message()).c_str());
@@ -76,6 +102,7 @@ int Run(int argc, char** argv) {
   po.expected_fingerprint = expected_fingerprint;
   po.poll_interval = std::chrono::milliseconds(poll_ms);
   po.dns_interval = std::chrono::milliseconds(dns_ms);
+  po.credentials = *worker_credentials;
   WorkerPool pool(po);
 
   MetricsRegistry registry;
@@ -91,26 +118,35 @@ int Run(int argc, char** argv) {
   go.max_queue = max_queue;
   go.max_retries = static_cast<int>(max_retries);
   go.max_migrations = static_cast<int>(max_migrations);
-  go.api_key = api_key;
+  go.api_keys = &keys;
   auto service = std::make_unique<GatewayService>(&pool, policy->get(), &metrics, go);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *server_credentials, &port);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     LogJson("error", "listen_failed", {{"listen", listen}});
     return 1;
   }
-  LogJson(
-      "info", "listening",
-      {{"grpc_port", port}, {"metrics_port", (*metrics_server)->port()}, {"policy", policy_name}});
-
   // "liveness": the process answers (Kubernetes livenessProbe), whatever its workers do.
   server->GetHealthCheckService()->SetServingStatus("liveness", true);
+  LogJson("info", "listening",
+          {{"grpc_port", port},
+           {"metrics_port", (*metrics_server)->port()},
+           {"policy", policy_name},
+           {"tls", !tls.cert.empty()},
+           {"worker_tls", !worker_tls.ca.empty()},
+           {"api_keys", keys.count()}});
+  if (tls.cert.empty() && !IsLoopbackAddress(listen)) {
+    LogJson("warning", "plaintext",
+            {{"listen", listen},
+             {"message", "serving clients without TLS beyond loopback: set --tls-cert-file"}});
+  }
+
   // SERVING while some worker can take traffic; NOT_SERVING when none can or while draining.
   std::atomic<bool> draining{false}, stop{false};
   std::thread health([&] {
@@ -129,7 +165,11 @@ int Run(int argc, char** argv) {
     }
   });
 
-  const int sig = signals.Wait();
+  const int sig = signals.Wait([&] {
+    const absl::Status s = keys.Load();
+    LogJson(s.ok() ? "info" : "error", "api_keys_reloaded",
+            {{"keys", keys.count()}, {"error", std::string(s.message())}});
+  });
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", drain_grace_seconds}});
   draining = true;
   server->GetHealthCheckService()->SetServingStatus("", false);

@@ -10,12 +10,15 @@
 
 namespace walsh {
 
-WorkerEndpoint::WorkerEndpoint(std::string addr) : address(std::move(addr)) {
+WorkerEndpoint::WorkerEndpoint(std::string addr,
+                               std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : address(std::move(addr)) {
   grpc::ChannelArguments args;
   // Fail fast on a dead worker instead of waiting for reconnect backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  channel = grpc::CreateCustomChannel(
+      address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
   generator = v1::Generator::NewStub(channel);
   worker = v1::Worker::NewStub(channel);
 }
@@ -23,7 +26,7 @@ WorkerEndpoint::WorkerEndpoint(std::string addr) : address(std::move(addr)) {
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
   fingerprint_ = options_.expected_fingerprint;
   for (const std::string& a : options_.static_workers) {
-    workers_[a] = std::make_shared<WorkerEndpoint>(a);
+    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -92,7 +95,7 @@ void WorkerPool::Resolve() {
   std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
   for (const std::string& a : found) {
     if (!workers_.count(a)) {
-      workers_[a] = std::make_shared<WorkerEndpoint>(a);
+      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials);
       LogJson("info", "worker_discovered", {{"worker", a}});
     }
   }

@@ -26,7 +26,8 @@
 namespace walsh {
 
 struct WorkerEndpoint {
-  explicit WorkerEndpoint(std::string address);
+  // Plaintext when credentials is null.
+  WorkerEndpoint(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
   const std::string address;
   std::shared_ptr<grpc::Channel> channel;
@@ -48,6 +49,8 @@ struct WorkerPoolOptions {
   std::string expected_fingerprint;         // empty: the first worker's
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds dns_interval{2000};
+  // How to reach workers: plaintext by default (common/tls_credentials.h for TLS).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class WorkerPool {

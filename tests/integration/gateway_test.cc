@@ -459,5 +459,121 @@ TEST(Gateway, PythonAndNodeClientsWorkThroughIt) {
             nj["ids"].get<std::vector<int32_t>>());
 }
 
+std::string ReadFile(const std::string& path) { return testing::ReadFileOrDie(path); }
+
+// TLS toward clients, mutual TLS toward workers: a worker that requires client certificates
+// serves the gateway (which presents one) and refuses a plaintext client and a TLS client
+// without a certificate.
+TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
+  testing::TempDir dir;
+  const auto ca = testing::RunProcess(
+      {std::string(WALSH_SOURCE_DIR) + "/scripts/make-test-ca", dir.File("pki")});
+  ASSERT_EQ(ca.exit_code, 0) << ca.err;
+  const std::string pki = dir.File("pki") + "/";
+  WorkerProcess w({"--tls-cert-file", pki + "server.pem", "--tls-key-file", pki + "server.key",
+                   "--tls-client-ca-file", pki + "ca.pem"});
+  ASSERT_TRUE(w.ok()) << w.process().stderr_text();
+  const std::string target = "127.0.0.1:" + std::to_string(w.grpc_port());
+  v1::GenerateRequest req = Request("secure", 4, 0.0f, 3);
+
+  // Plaintext, and TLS without a client certificate: refused by the worker.
+  auto plain =
+      v1::Generator::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  EXPECT_FALSE(RunGenerate(*plain, req).status.ok());
+  grpc::SslCredentialsOptions no_cert;
+  no_cert.pem_root_certs = ReadFile(pki + "ca.pem");
+  auto anonymous =
+      v1::Generator::NewStub(grpc::CreateChannel(target, grpc::SslCredentials(no_cert)));
+  EXPECT_FALSE(RunGenerate(*anonymous, req).status.ok());
+  // With the client certificate: served.
+  grpc::SslCredentialsOptions mutual = no_cert;
+  mutual.pem_cert_chain = ReadFile(pki + "client.pem");
+  mutual.pem_private_key = ReadFile(pki + "client.key");
+  auto direct = v1::Generator::NewStub(grpc::CreateChannel(target, grpc::SslCredentials(mutual)));
+  const StreamResult want = RunGenerate(*direct, req);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+
+  // The gateway reaches the worker over mutual TLS and serves its own clients over TLS.
+  GatewayProcess gw(
+      {target}, {"--worker-tls-ca-file", pki + "ca.pem", "--worker-tls-cert-file",
+                 pki + "client.pem", "--worker-tls-key-file", pki + "client.key", "--tls-cert-file",
+                 pki + "server.pem", "--tls-key-file", pki + "server.key"});
+  const std::string gw_target = gw.target();
+  auto client =
+      v1::Generator::NewStub(grpc::CreateChannel(gw_target, grpc::SslCredentials(no_cert)));
+  StreamResult got;
+  for (int i = 0; i < 200; ++i) {  // until the gateway has seen the worker healthy
+    got = RunGenerate(*client, req);
+    if (got.status.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.ids, want.ids);
+  auto gw_plain =
+      v1::Generator::NewStub(grpc::CreateChannel(gw_target, grpc::InsecureChannelCredentials()));
+  EXPECT_FALSE(RunGenerate(*gw_plain, req).status.ok());
+}
+
+// Every Generator call needs a key; keys come from a file reloaded on SIGHUP; several
+// authorization headers are refused.
+TEST(GatewaySecurity, ApiKeysOnEveryCallReloadedOnSighup) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  testing::TempDir dir;
+  const std::string keys = dir.File("keys");
+  testing::WriteFileOrDie(keys, "# keys\nfirst-key\n\n");
+  GatewayProcess gw({w.target()}, {"--api-key-file", keys});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  auto stub = gw.Stub();
+  auto tokenize = [&](std::vector<std::string> headers) {
+    grpc::ClientContext ctx;
+    for (const std::string& h : headers) ctx.AddMetadata("authorization", h);
+    v1::TokenizeRequest q;
+    q.set_text("hello");
+    v1::TokenizeResponse r;
+    return stub->Tokenize(&ctx, q, &r).error_code();
+  };
+  auto info = [&](const std::string& header) {
+    grpc::ClientContext ctx;
+    if (!header.empty()) ctx.AddMetadata("authorization", header);
+    v1::ModelInfo r;
+    return stub->GetModelInfo(&ctx, {}, &r).error_code();
+  };
+  EXPECT_EQ(tokenize({}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(tokenize({"Bearer wrong"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(tokenize({"Bearer first-key", "Bearer first-key"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(tokenize({"Bearer first-key"}), grpc::StatusCode::OK);
+  EXPECT_EQ(info(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info("Bearer first-key"), grpc::StatusCode::OK);
+  // Rotate: the new key works after SIGHUP, the old one no longer does.
+  testing::WriteFileOrDie(keys, "second-key\n");
+  gw.process().Signal(SIGHUP);
+  ASSERT_TRUE(gw.process()
+                  .WaitForStderrLine(
+                      [](const std::string& l) {
+                        return l.find("\"event\":\"api_keys_reloaded\"") != std::string::npos;
+                      },
+                      std::chrono::seconds(10))
+                  .has_value());
+  EXPECT_EQ(tokenize({"Bearer second-key"}), grpc::StatusCode::OK);
+  EXPECT_EQ(tokenize({"Bearer first-key"}), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// Resume is as strict as Generate: it must name the prompt it resumes.
+TEST(WorkerSecurity, ResumeWithoutPromptIdsIsRefused) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  grpc::ClientContext ctx;
+  v1::ResumeRequest q;
+  *q.mutable_request() = Request("resume me", 4, 0.0f, 1);
+  auto reader = w.Worker()->Resume(&ctx, q);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("prompt_ids"), std::string::npos) << s.error_message();
+}
+
 }  // namespace
 }  // namespace walsh

@@ -14,6 +14,7 @@
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
 #include "common/termination_signals.h"
+#include "common/tls_credentials.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -35,6 +36,7 @@ struct Flags {
   int64_t tp = 1;
   int64_t collective_timeout_ms = 10000;
   int64_t debug_stall_rank = -1;
+  ServerTlsFiles tls;
 };
 
 void SetHealth(grpc::Server& server, bool serving) {
@@ -76,6 +78,10 @@ int Run(int argc, char** argv) {
       "collective-timeout-ms", &f.collective_timeout_ms,
       "a tensor-parallel collective slower than this fails the step; the worker turns NOT_SERVING");
   flags.Int("debug-stall-rank", &f.debug_stall_rank, "tests only: this rank stops answering");
+  flags.String("tls-cert-file", &f.tls.cert, "PEM certificate chain: serve over TLS");
+  flags.String("tls-key-file", &f.tls.key, "PEM private key of --tls-cert-file");
+  flags.String("tls-client-ca-file", &f.tls.client_ca,
+               "PEM CA: require and verify client certificates signed by it (mutual TLS)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-worker: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -120,7 +126,19 @@ int Run(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &grpc_port);
+  auto credentials = MakeServerCredentials(f.tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "walsh-worker: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  if (f.tls.cert.empty() && !IsLoopbackAddress(f.listen)) {
+    LogJson("warning", "plaintext",
+            {{"listen", f.listen},
+             {"message",
+              "serving without TLS beyond loopback: anyone who reaches this port can "
+              "generate; set --tls-cert-file and --tls-client-ca-file"}});
+  }
+  builder.AddListeningPort(f.listen, *credentials, &grpc_port);
   builder.RegisterService(&generator);
   builder.RegisterService(&worker);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -262,8 +262,10 @@ grpc::ServerUnaryReactor* WorkerService::GetLoad(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Resume(
     grpc::CallbackServerContext* context, const v1::ResumeRequest* request) {
-  if (request->prompt_ids().empty()) {
-    return StartGeneration(ctx_, context, request->request(), nullptr, nullptr);
+  if (request->prompt_ids().empty()) {  // as strict as Generate: a resume names its prompt
+    return new ErrorReactor(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "prompt_ids: Resume needs the prompt's token ids (from Started with return_prompt_ids)"));
   }
   const std::vector<int32_t> prompt(request->prompt_ids().begin(), request->prompt_ids().end());
   const std::vector<int32_t> emitted(request->emitted_ids().begin(), request->emitted_ids().end());

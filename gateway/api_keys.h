@@ -1,0 +1,37 @@
+// The API keys a gateway accepts: from --api-key and from --api-key-file (one per line; blank
+// lines and '#' comments skipped), reloaded from the file on SIGHUP so keys rotate without a
+// restart and never appear in `ps`. A call is authorized by exactly one `authorization: Bearer
+// KEY` header whose key is one of them, compared in constant time.
+#ifndef WALSH_GATEWAY_API_KEYS_H_
+#define WALSH_GATEWAY_API_KEYS_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace walsh {
+
+class ApiKeys {
+ public:
+  ApiKeys(std::string key, std::string file) : key_(std::move(key)), file_(std::move(file)) {}
+
+  // Reads the file again (and at start); on error the keys in force stay.
+  absl::Status Load();
+  bool enabled() const;
+  size_t count() const;
+  // OK, or UNAUTHENTICATED saying what is wrong (missing, repeated or unknown key).
+  grpc::Status Check(const grpc::ServerContextBase& context) const;
+
+ private:
+  const std::string key_, file_;
+  mutable std::mutex mu_;
+  std::vector<std::string> keys_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_API_KEYS_H_
