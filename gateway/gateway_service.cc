@@ -203,6 +203,19 @@ GatewayService::~GatewayService() {
   cv_.wait(l, [&] { return threads_.load() == 0; });
 }
 
+grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
+                                   std::shared_ptr<void>* stream_slot) {
+  grpc::Status s = Authorize(context);
+  if (s.ok() && options_.limiter != nullptr) {
+    const std::string key =
+        KeyLimiter::KeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled());
+    s = stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
+                               : options_.limiter->AdmitCall(key);
+    if (!s.ok()) metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
+  }
+  return s;
+}
+
 grpc::Status GatewayService::Authorize(grpc::CallbackServerContext* context) const {
   if (options_.api_keys == nullptr) return grpc::Status::OK;
   grpc::Status s = options_.api_keys->Check(*context);
@@ -220,7 +233,10 @@ void GatewayService::CancelAll() { cancel_epoch_++; }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  if (grpc::Status auth = Authorize(context); !auth.ok()) return new ErrorReactor(auth);
+  std::shared_ptr<void> client_slot;
+  if (grpc::Status admit = Admit(context, &client_slot); !admit.ok()) {
+    return new ErrorReactor(admit);
+  }
   if (draining_) {
     metrics_->requests.counter({"UNAVAILABLE"}).Inc();
     return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining"));
@@ -240,13 +256,16 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
     session.assign(it->second.data(), it->second.size());
   ++threads_;
   ++queued_;
-  std::thread(&GatewayService::Proxy, this, reactor, *request, context->deadline(), session)
+  std::thread(&GatewayService::Proxy, this, reactor, *request, context->deadline(), session,
+              std::move(client_slot))
       .detach();
   return reactor.get();
 }
 
 void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateRequest request,
-                           std::chrono::system_clock::time_point deadline, std::string session) {
+                           std::chrono::system_clock::time_point deadline, std::string session,
+                           std::shared_ptr<void> client_slot) {
+  (void)client_slot;  // held for the stream's life: its per-client slot
   const auto start = Clock::now();
   const uint64_t epoch = cancel_epoch_.load();
   grpc::Status final_status = grpc::Status::OK;
@@ -454,7 +473,7 @@ grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const gr
 grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* context,
                                                    const v1::TokenizeRequest* request,
                                                    v1::TokenizeResponse* response) {
-  return Forward(context, Authorize(context), PickAny(), request, response,
+  return Forward(context, Admit(context, nullptr), PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::TokenizeRequest* q,
                     v1::TokenizeResponse* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->Tokenize(c, q, p, std::move(cb));
@@ -464,7 +483,7 @@ grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext* context,
                                                      const v1::DetokenizeRequest* request,
                                                      v1::DetokenizeResponse* response) {
-  return Forward(context, Authorize(context), PickAny(), request, response,
+  return Forward(context, Admit(context, nullptr), PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::DetokenizeRequest* q,
                     v1::DetokenizeResponse* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->Detokenize(c, q, p, std::move(cb));
@@ -474,7 +493,7 @@ grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* GatewayService::GetModelInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetModelInfoRequest* request,
                                                        v1::ModelInfo* response) {
-  return Forward(context, Authorize(context), PickAny(), request, response,
+  return Forward(context, Admit(context, nullptr), PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::GetModelInfoRequest* q,
                     v1::ModelInfo* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->GetModelInfo(c, q, p, std::move(cb));

@@ -14,6 +14,7 @@
 
 #include "gateway/api_keys.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/key_limiter.h"
 #include "gateway/routing/routing_policy.h"
 #include "gateway/worker_pool.h"
 #include "walsh/v1/generator.grpc.pb.h"
@@ -27,6 +28,7 @@ struct GatewayOptions {
   int max_migrations = 5;                 // after it
   std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff
   const ApiKeys* api_keys = nullptr;      // if set and enabled: every call needs a key
+  KeyLimiter* limiter = nullptr;          // if set: per-client stream and rate limits
 };
 
 class GatewayService final : public v1::Generator::CallbackService {
@@ -56,7 +58,10 @@ class GatewayService final : public v1::Generator::CallbackService {
   class ProxyReactor;
   friend class ProxyReactor;
   void Proxy(std::shared_ptr<ProxyReactor> reactor, v1::GenerateRequest request,
-             std::chrono::system_clock::time_point deadline, std::string session);
+             std::chrono::system_clock::time_point deadline, std::string session,
+             std::shared_ptr<void> client_slot);
+  // Authorization, then the client's rate limit (a stream also takes one of its slots).
+  grpc::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot);
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
   std::shared_ptr<WorkerEndpoint> PickAny();
 

@@ -14,6 +14,7 @@
 #include "common/tls_credentials.h"
 #include "gateway/api_keys.h"
 #include "gateway/gateway_service.h"
+#include "gateway/key_limiter.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -28,6 +29,8 @@ int Run(int argc, char** argv) {
   ClientTlsFiles worker_tls;
   int64_t max_inflight = 256, max_queue = 256, max_retries = 3, max_migrations = 5;
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000;
+  int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
+  double rate_limit = 0, rate_burst = 0;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
   flags.String("listen", &listen, "gRPC address for clients");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
@@ -48,6 +51,12 @@ int Run(int argc, char** argv) {
                "require 'authorization: Bearer KEY' on every call (default: $WALSH_API_KEY)");
   flags.String("api-key-file", &api_key_file,
                "accepted keys, one per line ('#' comments), reloaded on SIGHUP");
+  flags.Int("max-streams-per-key", &max_streams_per_key,
+            "concurrent streams per client (its API key, else its address); 0: no limit");
+  flags.Double("rate-limit", &rate_limit, "requests per second per client; 0: no limit");
+  flags.Double("rate-burst", &rate_burst, "requests a client may send at once (default: the rate)");
+  flags.Int("max-streams-per-connection", &max_streams_per_connection,
+            "HTTP/2 concurrent streams per client connection; 0: gRPC's default");
   flags.String("tls-cert-file", &tls.cert, "PEM certificate chain: serve clients over TLS");
   flags.String("tls-key-file", &tls.key, "PEM private key of --tls-cert-file");
   flags.String("worker-tls-ca-file", &worker_tls.ca,
@@ -119,6 +128,8 @@ int Run(int argc, char** argv) {
   go.max_retries = static_cast<int>(max_retries);
   go.max_migrations = static_cast<int>(max_migrations);
   go.api_keys = &keys;
+  KeyLimiter limiter(max_streams_per_key, rate_limit, rate_burst > 0 ? rate_burst : rate_limit);
+  if (max_streams_per_key > 0 || rate_limit > 0) go.limiter = &limiter;
   auto service = std::make_unique<GatewayService>(&pool, policy->get(), &metrics, go);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -126,6 +137,10 @@ int Run(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, *server_credentials, &port);
+  if (max_streams_per_connection > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               static_cast<int>(max_streams_per_connection));
+  }
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

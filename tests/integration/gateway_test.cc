@@ -559,6 +559,47 @@ TEST(GatewaySecurity, ApiKeysOnEveryCallReloadedOnSighup) {
   EXPECT_EQ(tokenize({"Bearer first-key"}), grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// Per-client limits: concurrent streams per API key, and a request-rate bucket per key.
+TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.File("keys"), "alpha\nbeta\n");
+  GatewayProcess gw({w.target()}, {"--api-key-file", dir.File("keys"), "--max-streams-per-key", "1",
+                                   "--rate-limit", "0.01", "--rate-burst", "3"});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  auto stub = gw.Stub();
+  auto generate = [&](const std::string& key, uint32_t tokens) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + key);
+    auto reader = stub->Generate(&ctx, Request("limits", tokens, 0.0f, 1));
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  // alpha holds its one stream open; its second is refused, beta's is served meanwhile.
+  std::atomic<bool> long_done{false};
+  std::thread hold([&] {
+    generate("alpha", 1000);
+    long_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const grpc::Status second = generate("alpha", 2);
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(second.error_message().find("--max-streams-per-key"), std::string::npos)
+      << second.error_message();
+  EXPECT_TRUE(generate("beta", 2).ok());
+  hold.join();
+  EXPECT_TRUE(long_done);
+  // alpha spent 1 of its 3 tokens (the refused stream took none; refill 1 per 100 s): two more
+  // calls, then refused.
+  grpc::Status last = grpc::Status::OK;
+  for (int i = 0; i < 3 && last.ok(); ++i) last = generate("alpha", 1);
+  EXPECT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(last.error_message().find("--rate-limit"), std::string::npos) << last.error_message();
+}
+
 // Resume is as strict as Generate: it must name the prompt it resumes.
 TEST(WorkerSecurity, ResumeWithoutPromptIdsIsRefused) {
   WorkerProcess w;

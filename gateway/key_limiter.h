@@ -1,0 +1,49 @@
+// Per-client limits at the gateway, so one client cannot fill it: concurrent streams per key
+// (--max-streams-per-key) and a request-rate token bucket per key (--rate-limit, --rate-burst).
+// The key is the client's API key when keys are required, else its peer address. Over a limit
+// a call gets RESOURCE_EXHAUSTED naming the flag.
+#ifndef WALSH_GATEWAY_KEY_LIMITER_H_
+#define WALSH_GATEWAY_KEY_LIMITER_H_
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "grpcpp/grpcpp.h"
+
+namespace walsh {
+
+class KeyLimiter {
+ public:
+  // 0 turns a limit off. rate: requests per second; burst: the bucket's size (>= 1).
+  KeyLimiter(int64_t max_streams_per_key, double rate, double burst);
+
+  // The key a call counts against.
+  static std::string KeyOf(const grpc::ServerContextBase& context, bool by_api_key);
+
+  // One request of `key` (any Generator call): OK, or RESOURCE_EXHAUSTED when its bucket is
+  // empty.
+  grpc::Status AdmitCall(const std::string& key);
+  // A stream of `key`: a rate token and a stream slot, held until the returned handle is
+  // destroyed; or RESOURCE_EXHAUSTED.
+  grpc::Status AdmitStream(const std::string& key, std::shared_ptr<void>* slot);
+
+ private:
+  struct PerKey {
+    int64_t streams = 0;
+    double tokens = 0;
+    std::chrono::steady_clock::time_point refilled;
+  };
+  grpc::Status TakeTokenLocked(const std::string& key, PerKey& k);
+
+  const int64_t max_streams_;
+  const double rate_, burst_;
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, PerKey> keys_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_KEY_LIMITER_H_
