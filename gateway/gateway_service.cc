@@ -139,13 +139,26 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> l(mu_);
-    CancelLocked();
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      CancelLocked();
+      hook = on_cancel_;
+    }
+    if (hook) hook();  // wakes a proxy thread waiting for a slot: its queue place frees now
   }
 
   void OnDone() override {
+    std::shared_ptr<ProxyReactor> self;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      self = std::move(self_);
+    }
+  }  // the last reference may go here, after this reactor's mutex is released
+
+  void SetOnCancel(std::function<void()> hook) {
     std::lock_guard<std::mutex> l(mu_);
-    self_.reset();
+    on_cancel_ = std::move(hook);
   }
 
   void KeepAlive(std::shared_ptr<ProxyReactor> self) { self_ = std::move(self); }
@@ -178,6 +191,7 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
   grpc::Status status_;
   grpc::ClientContext* upstream_ = nullptr;
   std::shared_ptr<ProxyReactor> self_;
+  std::function<void()> on_cancel_;
 };
 
 namespace {
@@ -250,6 +264,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
   }
   auto reactor = std::make_shared<ProxyReactor>(context);
   reactor->KeepAlive(reactor);
+  reactor->SetOnCancel([this] {
+    std::lock_guard<std::mutex> l(mu_);
+    cv_.notify_all();
+  });
   std::string session;
   const auto& md = context->client_metadata();
   if (auto it = md.find("x-walsh-session"); it != md.end())
@@ -265,12 +283,19 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
 void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateRequest request,
                            std::chrono::system_clock::time_point deadline, std::string session,
                            std::shared_ptr<void> client_slot) {
-  (void)client_slot;  // held for the stream's life: its per-client slot
   const auto start = Clock::now();
   const uint64_t epoch = cancel_epoch_.load();
   grpc::Status final_status = grpc::Status::OK;
   auto done = [&](const grpc::Status& s) {
     final_status = s;
+    // Give back this stream's places before the client sees its end, so its next stream fits.
+    client_slot.reset();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --inflight_;
+      metrics_->inflight.Set(static_cast<double>(inflight_.load()));
+    }
+    cv_.notify_all();
     client->Complete(s);
   };
   // Admission: wait for a slot (bounded queue).
@@ -437,8 +462,6 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
   metrics_->e2e_latency.Observe(Since(start));
   {
     std::lock_guard<std::mutex> l(mu_);
-    --inflight_;
-    metrics_->inflight.Set(static_cast<double>(inflight_.load()));
     --threads_;
   }
   cv_.notify_all();

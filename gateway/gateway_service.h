@@ -38,7 +38,8 @@ class GatewayService final : public v1::Generator::CallbackService {
   ~GatewayService() override;  // waits for the proxy threads
 
   void StartDraining() { draining_ = true; }
-  int64_t inflight() const { return inflight_.load(); }
+  // Streams being served or waiting for a slot (draining waits for both).
+  int64_t inflight() const { return inflight_.load() + queued_.load(); }
   // Cancels every stream still open (end of the drain grace period).
   void CancelAll();
 

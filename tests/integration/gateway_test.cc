@@ -600,6 +600,34 @@ TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
   EXPECT_NE(last.error_message().find("--rate-limit"), std::string::npos) << last.error_message();
 }
 
+// A queued stream whose client goes away frees its queue place at once, not when some stream
+// in flight ends.
+TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  GatewayProcess gw({w.target()}, {"--max-inflight", "1", "--max-queue", "1"});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  auto stub = gw.Stub();
+  std::thread hold([&] { (void)RunGenerate(*stub, Request("hold the slot", 1500, 0.0f, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {  // queued behind it, then cancelled by its deadline
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    auto reader = stub->Generate(&ctx, Request("queued", 4, 0.0f, 2));
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The queue has room again while the first stream still runs.
+  const StreamResult next = RunGenerate(*stub, Request("next", 2, 0.0f, 3));
+  EXPECT_NE(next.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << next.status.error_message();
+  EXPECT_TRUE(next.status.ok()) << next.status.error_message();
+  hold.join();
+}
+
 // Resume is as strict as Generate: it must name the prompt it resumes.
 TEST(WorkerSecurity, ResumeWithoutPromptIdsIsRefused) {
   WorkerProcess w;
