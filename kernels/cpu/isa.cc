@@ -1,6 +1,17 @@
 #include "kernels/cpu/isa.h"
 
+#include <cpuid.h>
+
 namespace walsh {
+namespace {
+
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool HasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
+}  // namespace
 
 const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
@@ -20,7 +31,7 @@ bool CpuSupports(CpuIsa isa) {
     case CpuIsa::kScalar:
       return true;
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && HasF16c();
     case CpuIsa::kAvx512Vnni:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
