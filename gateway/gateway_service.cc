@@ -82,16 +82,29 @@ struct UnaryForward {
 
 }  // namespace
 
-// The client stream: responses queue and go out one write at a time; Finish after the last.
+// The client stream: responses queue and go out one write at a time; Finish after the last. A
+// client that stops reading may leave at most `max_buffered` responses queued: then its stream
+// is cancelled upstream and ends RESOURCE_EXHAUSTED after the write in flight.
 class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  explicit ProxyReactor(grpc::CallbackServerContext* ctx) : ctx_(ctx) {}
+  ProxyReactor(grpc::CallbackServerContext* ctx, int64_t max_buffered)
+      : ctx_(ctx), max_buffered_(static_cast<size_t>(max_buffered)) {}
 
   void Push(v1::GenerateResponse r, const std::string* worker_metadata = nullptr) {
     const v1::GenerateResponse* next = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (finished_) return;
+      if (finished_ || finish_pending_) return;
+      if (queue_.size() >= max_buffered_) {
+        queue_.resize(1);  // the write in flight
+        finish_pending_ = true;
+        status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               absl::StrCat("the client stopped reading: ", max_buffered_,
+                                            " responses were waiting (--max-buffered-responses)"));
+        stalled_ = true;
+        CancelLocked();
+        return;
+      }
       if (worker_metadata != nullptr && !metadata_sent_) {
         ctx_->AddInitialMetadata("x-walsh-worker", *worker_metadata);
       }
@@ -166,6 +179,11 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
     std::lock_guard<std::mutex> l(mu_);
     return cancelled_;
   }
+  // Why the stream ended early: the client went away, or stopped reading.
+  grpc::Status CancelledStatus() {
+    std::lock_guard<std::mutex> l(mu_);
+    return stalled_ ? status_ : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  }
   // The upstream call to cancel when the client goes away (null: none in flight).
   void SetUpstream(grpc::ClientContext* upstream) {
     std::lock_guard<std::mutex> l(mu_);
@@ -184,10 +202,11 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
   }
 
   grpc::CallbackServerContext* ctx_;
+  const size_t max_buffered_;
   std::mutex mu_;
   std::deque<v1::GenerateResponse> queue_;
   bool writing_ = false, finish_pending_ = false, finished_ = false, cancelled_ = false;
-  bool metadata_sent_ = false;
+  bool metadata_sent_ = false, stalled_ = false;
   grpc::Status status_;
   grpc::ClientContext* upstream_ = nullptr;
   std::shared_ptr<ProxyReactor> self_;
@@ -262,7 +281,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
                      absl::StrCat("the gateway is full (", options_.max_inflight, " streams and ",
                                   options_.max_queue, " waiting)")));
   }
-  auto reactor = std::make_shared<ProxyReactor>(context);
+  auto reactor = std::make_shared<ProxyReactor>(context, options_.max_buffered_responses);
   reactor->KeepAlive(reactor);
   reactor->SetOnCancel([this] {
     std::lock_guard<std::mutex> l(mu_);
@@ -324,7 +343,7 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
   while (!finished) {
     if (client->cancelled() || cancel_epoch_.load() != epoch) {
       done(client->cancelled()
-               ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")
+               ? client->CancelledStatus()
                : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"));
       break;
     }

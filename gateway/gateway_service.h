@@ -24,6 +24,7 @@ namespace walsh {
 struct GatewayOptions {
   int64_t max_inflight = 256;             // streams proxied at once
   int64_t max_queue = 256;                // streams waiting for a slot; beyond: RESOURCE_EXHAUSTED
+  int64_t max_buffered_responses = 256;   // per stream, for a client that does not read
   int max_retries = 3;                    // before the first token
   int max_migrations = 5;                 // after it
   std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff

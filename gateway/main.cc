@@ -27,7 +27,8 @@ int Run(int argc, char** argv) {
   std::string policy_name = "least-outstanding", api_key, api_key_file, expected_fingerprint;
   ServerTlsFiles tls;
   ClientTlsFiles worker_tls;
-  int64_t max_inflight = 256, max_queue = 256, max_retries = 3, max_migrations = 5;
+  int64_t max_inflight = 256, max_queue = 256, max_buffered_responses = 256, max_retries = 3,
+          max_migrations = 5;
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000;
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
   double rate_limit = 0, rate_burst = 0;
@@ -44,6 +45,9 @@ int Run(int argc, char** argv) {
   flags.Int("max-inflight", &max_inflight, "client streams served at once");
   flags.Int("max-queue", &max_queue,
             "client streams waiting for a slot; beyond: RESOURCE_EXHAUSTED");
+  flags.Int("max-buffered-responses", &max_buffered_responses,
+            "responses a stream may hold for a client that does not read; beyond, it is cancelled "
+            "upstream and ends RESOURCE_EXHAUSTED");
   flags.Int("max-retries", &max_retries, "retries on other workers before the first token");
   flags.Int("max-migrations", &max_migrations,
             "resumes on other workers after a mid-stream failure");
@@ -78,6 +82,12 @@ int Run(int argc, char** argv) {
   }
   if (workers.empty() && workers_dns.empty()) {
     std::fprintf(stderr, "walsh-gateway: give --workers or --workers-dns\n");
+    return 2;
+  }
+  if (max_inflight < 1 || max_queue < 0 || max_buffered_responses < 1) {
+    std::fprintf(stderr,
+                 "walsh-gateway: --max-inflight and --max-buffered-responses must be at least 1, "
+                 "--max-queue at least 0\n");
     return 2;
   }
   if (api_key.empty() && std::getenv("WALSH_API_KEY") != nullptr)
@@ -125,6 +135,7 @@ int Run(int argc, char** argv) {
   GatewayOptions go;
   go.max_inflight = max_inflight;
   go.max_queue = max_queue;
+  go.max_buffered_responses = max_buffered_responses;
   go.max_retries = static_cast<int>(max_retries);
   go.max_migrations = static_cast<int>(max_migrations);
   go.api_keys = &keys;

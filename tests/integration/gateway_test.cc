@@ -644,5 +644,50 @@ TEST(WorkerSecurity, ResumeWithoutPromptIdsIsRefused) {
   EXPECT_NE(s.error_message().find("prompt_ids"), std::string::npos) << s.error_message();
 }
 
+// A client that never reads through the gateway: once --max-buffered-responses wait at the
+// gateway, the stream is cancelled upstream (the worker frees its slot) and ends
+// RESOURCE_EXHAUSTED naming the flag.
+TEST(GatewayAdmission, AClientThatStopsReadingIsCancelledUpstream) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  GatewayProcess gw({w.target()}, {"--max-buffered-responses", "4"});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  // Without BDP probing the client's HTTP/2 windows stay at their initial 64 KiB, so its transport
+  // stops taking data once those fill, as a real client that does not read makes it.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto stub = v1::Generator::NewStub(
+      grpc::CreateCustomChannel(gw.target(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req = Request("never read", 3000, 0.0f, 1);
+  req.set_logprobs(20);
+  req.mutable_stopping()->set_ignore_eos(true);
+  auto reader = stub->Generate(&ctx, req);
+  bool refused = false;
+  for (int i = 0; i < 600 && !refused; ++i) {
+    refused = testing::HttpGet(gw.metrics_port(), "/metrics")
+                  .find("walsh_gateway_requests_total{code=\"RESOURCE_EXHAUSTED\"} 1") !=
+              std::string::npos;
+    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(refused);
+  auto worker = w.Worker();
+  v1::Load load;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext c;
+    ASSERT_TRUE(worker->GetLoad(&c, {}, &load).ok());
+    if (load.running() == 0 && load.kv_pages_used() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(load.running(), 0u);
+  EXPECT_EQ(load.kv_pages_used(), 0u);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--max-buffered-responses"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace walsh

@@ -453,5 +453,50 @@ TEST(WorkerService, SigtermDrainsAndExitsZero) {
   EXPECT_EQ(w.process().Wait(std::chrono::seconds(15)), 0) << w.process().stderr_text();
 }
 
+// A client that opens a stream and never reads: once --max-buffered-responses are waiting, the
+// worker cancels its request (the slot and pages free while the client still holds the stream)
+// and the stream ends RESOURCE_EXHAUSTED naming the flag when the client reads at last.
+TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
+  WorkerProcess w({"--max-buffered-responses", "4"});
+  ASSERT_TRUE(w.ok());
+  // Without BDP probing the client's HTTP/2 windows stay at their initial 64 KiB, so its transport
+  // stops taking data once those fill, as a real client that does not read makes it.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto stub = v1::Generator::NewStub(
+      grpc::CreateCustomChannel(w.target(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req = Request("never read", 3000, 0.0f, std::nullopt);
+  req.set_logprobs(20);  // large responses: HTTP/2 flow control stops the writes sooner
+  req.mutable_stopping()->set_ignore_eos(true);
+  auto reader = stub->Generate(&ctx, req);
+  ASSERT_TRUE(w.process()
+                  .WaitForStderrLine(
+                      [](const std::string& l) {
+                        return l.find("\"event\":\"client_not_reading\"") != std::string::npos;
+                      },
+                      std::chrono::seconds(60))
+                  .has_value());
+  auto worker = w.Worker();
+  v1::Load load;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext c;
+    ASSERT_TRUE(worker->GetLoad(&c, {}, &load).ok());
+    if (load.running() == 0 && load.kv_pages_used() == 0 && load.state_slots_used() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(load.running(), 0u);
+  EXPECT_EQ(load.kv_pages_used(), 0u);
+  EXPECT_EQ(load.state_slots_used(), 0u);
+  // The client reads at last: what was sent (perhaps only Started), then the refusal.
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  while (reader->Read(&resp)) tokens += resp.has_tokens() ? resp.tokens().tokens_size() : 0;
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--max-buffered-responses"), std::string::npos);
+  EXPECT_LT(tokens, 3000);
+}
+
 }  // namespace
 }  // namespace walsh

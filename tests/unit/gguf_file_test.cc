@@ -215,7 +215,7 @@ TEST(GgufFile, RefusesTheRegressionCorpus) {
   };
   for (const auto& [file, needle] : cases) {
     ExpectRefused(
-        testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) + "/tests/fuzz/corpus/" + file),
+        testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) + "/tests/fuzz/corpus/gguf_reader/" + file),
         needle);
   }
 }

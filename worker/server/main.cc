@@ -31,6 +31,7 @@ struct Flags {
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
   int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
+  int64_t max_buffered_responses = 256;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
   int64_t tp = 1;
@@ -68,6 +69,9 @@ int Run(int argc, char** argv) {
   flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
   flags.Int("max-context", &f.max_context, "prompt + output tokens per request (0: the model's)");
   flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
+  flags.Int("max-buffered-responses", &f.max_buffered_responses,
+            "responses a stream may hold for a client that does not read; beyond, its request is "
+            "cancelled and the stream ends RESOURCE_EXHAUSTED");
   flags.Int("drain-grace-seconds", &f.drain_grace_seconds,
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
   flags.String("device", &f.device, "cpu or cuda (the first visible GPU)");
@@ -92,7 +96,8 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
-      f.max_queue < 0 || f.kv_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1) {
+      f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 || f.state_mb < 1 ||
+      f.max_tokens < 1) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
     return 2;
@@ -192,6 +197,7 @@ int Run(int argc, char** argv) {
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get()};
   ctx.model_info = info;
   ctx.scheduler = &scheduler;
+  ctx.max_buffered_responses = f.max_buffered_responses;
   ctx.ready = true;
   SetHealth(*server, true);
   LogJson("info", "serving",

@@ -14,11 +14,15 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 // A stream's reactor and its sink: responses queue up and go out one write at a time; Finish
-// follows the last write. The scheduler may push after the client left: those are dropped.
+// follows the last write. The scheduler may push after the client left: those are dropped. A
+// client that stops reading may leave at most `max_buffered` responses queued: then its request
+// is cancelled, so its slot frees, and the stream ends RESOURCE_EXHAUSTED after the write in
+// flight (if the client ever reads again).
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
                               public ResponseSink {
  public:
-  GenerateReactor(Scheduler* scheduler) : scheduler_(scheduler) {}
+  GenerateReactor(Scheduler* scheduler, int64_t max_buffered)
+      : scheduler_(scheduler), max_buffered_(static_cast<size_t>(max_buffered)) {}
 
   void Attach(std::shared_ptr<ActiveRequest> request) {
     std::lock_guard<std::mutex> l(mu_);
@@ -30,7 +34,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     const v1::GenerateResponse* next = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (finished_) return;
+      if (finished_ || finish_pending_) return;
+      if (queue_.size() >= max_buffered_) {
+        StopReadingClientLocked();
+        return;
+      }
       queue_.push_back(std::move(response));
       if (writing_) return;
       writing_ = true;
@@ -99,7 +107,22 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void KeepAlive(std::shared_ptr<GenerateReactor> self) { self_ = std::move(self); }
 
  private:
+  // Called with a write in flight (the queue is full): drops what is queued behind it.
+  void StopReadingClientLocked() {
+    queue_.resize(1);
+    finish_pending_ = true;
+    status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat("the client stopped reading: ", max_buffered_,
+                                        " responses were waiting (--max-buffered-responses)"));
+    if (request_) request_->cancelled = true;
+    LogJson("warning", "client_not_reading",
+            {{"request_id", request_ ? request_->request_id : std::string()},
+             {"buffered", static_cast<int64_t>(max_buffered_)}});
+    scheduler_->Wake();
+  }
+
   Scheduler* scheduler_;
+  const size_t max_buffered_;
   std::mutex mu_;
   std::deque<v1::GenerateResponse> queue_;
   bool writing_ = false, finish_pending_ = false, finished_ = false;
@@ -173,7 +196,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
     request->generation->Replay(*emitted_ids);
     request->replayed = emitted;
   }
-  auto reactor = std::make_shared<GenerateReactor>(ctx->scheduler);
+  auto reactor = std::make_shared<GenerateReactor>(ctx->scheduler, ctx->max_buffered_responses);
   reactor->KeepAlive(reactor);
   reactor->Attach(request);
   request->sink = reactor;

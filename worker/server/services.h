@@ -20,6 +20,9 @@ struct ServiceContext {
   ValidationLimits limits;
   v1::ModelInfo model_info;
   std::atomic<uint64_t> next_request{1};
+  // Responses one stream may hold while its client does not read; beyond, the request is
+  // cancelled (its slot freed) and the stream ends RESOURCE_EXHAUSTED.
+  int64_t max_buffered_responses = 256;
 };
 
 class GeneratorService final : public v1::Generator::CallbackService {
