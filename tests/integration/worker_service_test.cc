@@ -2,11 +2,14 @@
 #include <signal.h>
 
 #include <atomic>
+#include <future>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/worker_fixture.h"
 
 namespace walsh {
@@ -496,6 +499,37 @@ TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_NE(s.error_message().find("--max-buffered-responses"), std::string::npos);
   EXPECT_LT(tokens, 3000);
+}
+
+// libprotobuf's own complaints (here: a string field that is not UTF-8) reach the log as JSON
+// lines like every other line, never as "[libprotobuf ERROR ...]".
+TEST(WorkerService, ProtobufComplaintsAreJsonLogLines) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  grpc::GenericStub stub(grpc::CreateChannel(w.target(), grpc::InsecureChannelCredentials()));
+  const std::string bad(
+      "\x0a\x03\xff\xfe"
+      "A",
+      5);  // TokenizeRequest.text: not UTF-8
+  grpc::Slice slice(bad);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/walsh.v1.Generator/Tokenize", {}, &request, &response,
+                 [&](grpc::Status s) { done.set_value(std::move(s)); });
+  EXPECT_FALSE(done.get_future().get().ok());
+  ASSERT_TRUE(w.process()
+                  .WaitForStderrLine(
+                      [](const std::string& l) {
+                        return l.find("\"event\":\"protobuf\"") != std::string::npos &&
+                               l.find("walsh.v1.TokenizeRequest.text") != std::string::npos;
+                      },
+                      std::chrono::seconds(10))
+                  .has_value());
+  for (absl::string_view line :
+       absl::StrSplit(w.process().stderr_text(), '\n', absl::SkipEmpty())) {
+    EXPECT_TRUE(nlohmann::json::accept(line)) << line;
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "common/protobuf_log.h"
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -244,4 +245,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace walsh
 
-int main(int argc, char** argv) { return walsh::Run(argc, argv); }
+int main(int argc, char** argv) {
+  walsh::RouteProtobufLogsToJson();
+  return walsh::Run(argc, argv);
+}
