@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
+#include "common/raw_messages.h"
 
 namespace walsh {
 namespace {
@@ -85,13 +86,13 @@ struct UnaryForward {
 // The client stream: responses queue and go out one write at a time; Finish after the last. A
 // client that stops reading may leave at most `max_buffered` responses queued: then its stream
 // is cancelled upstream and ends RESOURCE_EXHAUSTED after the write in flight.
-class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   ProxyReactor(grpc::CallbackServerContext* ctx, int64_t max_buffered)
       : ctx_(ctx), max_buffered_(static_cast<size_t>(max_buffered)) {}
 
-  void Push(v1::GenerateResponse r, const std::string* worker_metadata = nullptr) {
-    const v1::GenerateResponse* next = nullptr;
+  void Push(const v1::GenerateResponse& r, const std::string* worker_metadata = nullptr) {
+    const grpc::ByteBuffer* next = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (finished_ || finish_pending_) return;
@@ -109,7 +110,7 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
         ctx_->AddInitialMetadata("x-walsh-worker", *worker_metadata);
       }
       metadata_sent_ = true;
-      queue_.push_back(std::move(r));
+      queue_.push_back(SerializeToByteBuffer(r));
       if (writing_) return;
       writing_ = true;
       next = &queue_.front();
@@ -130,7 +131,7 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
   }
 
   void OnWriteDone(bool ok) override {
-    const v1::GenerateResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
     grpc::Status s;
     {
@@ -204,7 +205,7 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
   grpc::CallbackServerContext* ctx_;
   const size_t max_buffered_;
   std::mutex mu_;
-  std::deque<v1::GenerateResponse> queue_;
+  std::deque<grpc::ByteBuffer> queue_;
   bool writing_ = false, finish_pending_ = false, finished_ = false, cancelled_ = false;
   bool metadata_sent_ = false, stalled_ = false;
   grpc::Status status_;
@@ -215,7 +216,7 @@ class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<v1::G
 
 namespace {
 
-class ErrorReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit ErrorReactor(const grpc::Status& s) { Finish(s); }
   void OnDone() override { delete this; }
@@ -264,11 +265,16 @@ std::shared_ptr<WorkerEndpoint> GatewayService::PickAny() {
 
 void GatewayService::CancelAll() { cancel_epoch_++; }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   std::shared_ptr<void> client_slot;
   if (grpc::Status admit = Admit(context, &client_slot); !admit.ok()) {
     return new ErrorReactor(admit);
+  }
+  v1::GenerateRequest request;
+  if (grpc::Status parsed = ParseRequest(*raw, &request); !parsed.ok()) {
+    metrics_->requests.counter({"INVALID_ARGUMENT"}).Inc();
+    return new ErrorReactor(parsed);
   }
   if (draining_) {
     metrics_->requests.counter({"UNAVAILABLE"}).Inc();
@@ -293,8 +299,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GatewayService::Generate(
     session.assign(it->second.data(), it->second.size());
   ++threads_;
   ++queued_;
-  std::thread(&GatewayService::Proxy, this, reactor, *request, context->deadline(), session,
-              std::move(client_slot))
+  std::thread(&GatewayService::Proxy, this, reactor, std::move(request), context->deadline(),
+              session, std::move(client_slot))
       .detach();
   return reactor.get();
 }
@@ -405,7 +411,7 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
         prompt_ids.assign(resp.started().prompt_ids().begin(), resp.started().prompt_ids().end());
         seed = resp.started().seed();
         if (!client_wants_prompt) resp.mutable_started()->clear_prompt_ids();
-        client->Push(std::move(resp), &w->address);
+        client->Push(resp, &w->address);
         continue;
       }
       if (resp.has_tokens()) {
@@ -420,7 +426,7 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
         for (const auto& t : resp.tokens().tokens()) emitted.push_back(t.id());
       }
       if (resp.has_finished()) finished = true;
-      client->Push(std::move(resp));
+      client->Push(resp);
     }
     const grpc::Status s = reader->Finish();
     client->SetUpstream(nullptr);

@@ -32,7 +32,10 @@ struct GatewayOptions {
   KeyLimiter* limiter = nullptr;          // if set: per-client stream and rate limits
 };
 
-class GatewayService final : public v1::Generator::CallbackService {
+// Generate takes raw bytes and parses them with ParseRequest (common/raw_messages.h), so a request
+// that does not parse gets INVALID_ARGUMENT naming the field.
+class GatewayService final
+    : public v1::Generator::WithRawCallbackMethod_Generate<v1::Generator::CallbackService> {
  public:
   GatewayService(WorkerPool* pool, RoutingPolicy* policy, GatewayMetrics* metrics,
                  GatewayOptions options);
@@ -44,8 +47,8 @@ class GatewayService final : public v1::Generator::CallbackService {
   // Cancels every stream still open (end of the drain grace period).
   void CancelAll();
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;

@@ -1,17 +1,29 @@
 // libFuzzer target: bytes as a serialized walsh.v1.GenerateRequest (what a client sends),
-// through the worker's own validation, as a Generate and as a Resume. Anything may be refused
+// through the servers' own parsing (ParseRequest, which names a non-UTF-8 field) and the
+// worker's validation, as a Generate and as a Resume. Anything may be refused
 // (INVALID_ARGUMENT naming a field); what is accepted stays inside the limits.
 #include <cstddef>
 #include <cstdint>
 
+#include "common/raw_messages.h"
+#include "google/protobuf/stubs/logging.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "walsh/v1/generator.pb.h"
 #include "worker/server/request_validation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace walsh;
+  static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);  // UTF-8 complaints
+  (void)quiet;
+  if (size > 16384) return 0;
   v1::GenerateRequest request;
-  if (size > 16384 || !request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  grpc::Slice slice(data, size);
+  const grpc::Status parsed = ParseRequest(grpc::ByteBuffer(&slice, 1), &request);
+  if (!parsed.ok()) {
+    if (parsed.error_code() != grpc::StatusCode::INVALID_ARGUMENT || parsed.error_message().empty())
+      fuzz::Violated("a parse failure is not INVALID_ARGUMENT with a message");
+    return 0;
+  }
   const Tokenizer& tokenizer = fuzz::TinyTokenizer();
   ValidationLimits limits;
   limits.vocab = tokenizer.vocab_size();

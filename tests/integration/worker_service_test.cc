@@ -532,5 +532,37 @@ TEST(WorkerService, ProtobufComplaintsAreJsonLogLines) {
   }
 }
 
+// A string field that is not UTF-8 (the C++ client serializes it anyway) gets INVALID_ARGUMENT
+// naming the field, at any depth, not gRPC's bare UNIMPLEMENTED.
+TEST(WorkerService, NonUtf8StringsAreRefusedNamingTheField) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  auto refusal = [&](const v1::GenerateRequest& req) {
+    grpc::ClientContext ctx;
+    auto reader = stub->Generate(&ctx, req);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  v1::GenerateRequest text;
+  text.set_text("ok \xff\xfe");
+  grpc::Status s = refusal(text);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "text: not valid UTF-8");
+  v1::GenerateRequest chat;
+  auto* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("caf\xc3");
+  s = refusal(chat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "chat.messages.content: not valid UTF-8");
+  // The same requests, well formed, are served.
+  text.set_text("ok");
+  text.mutable_stopping()->set_max_tokens(2);
+  EXPECT_TRUE(refusal(text).ok());
+}
+
 }  // namespace
 }  // namespace walsh

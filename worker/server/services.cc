@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
+#include "common/raw_messages.h"
 
 namespace walsh {
 namespace {
@@ -18,7 +19,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
 // client that stops reading may leave at most `max_buffered` responses queued: then its request
 // is cancelled, so its slot frees, and the stream ends RESOURCE_EXHAUSTED after the write in
 // flight (if the client ever reads again).
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                               public ResponseSink {
  public:
   GenerateReactor(Scheduler* scheduler, int64_t max_buffered)
@@ -31,7 +32,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   // ResponseSink (called by the scheduler thread).
   void Push(v1::GenerateResponse response) override {
-    const v1::GenerateResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (finished_ || finish_pending_) return;
@@ -39,7 +40,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
         StopReadingClientLocked();
         return;
       }
-      queue_.push_back(std::move(response));
+      queue_.push_back(SerializeToByteBuffer(response));
       if (writing_) return;
       writing_ = true;
       next = &queue_.front();
@@ -61,7 +62,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   // Reactions.
   void OnWriteDone(bool ok) override {
-    const v1::GenerateResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
     grpc::Status status;
     {
@@ -124,7 +125,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   Scheduler* scheduler_;
   const size_t max_buffered_;
   std::mutex mu_;
-  std::deque<v1::GenerateResponse> queue_;
+  std::deque<grpc::ByteBuffer> queue_;
   bool writing_ = false, finish_pending_ = false, finished_ = false;
   grpc::Status status_;
   std::shared_ptr<ActiveRequest> request_;
@@ -141,7 +142,7 @@ grpc::Status Unavailable(const ServiceContext& ctx, bool needs_tokenizer) {
 }
 
 // A reactor that fails at once (validation errors, a full queue).
-class ErrorReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit ErrorReactor(const grpc::Status& s) { Finish(s); }
   void OnDone() override { delete this; }
@@ -149,7 +150,7 @@ class ErrorReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
     ServiceContext* ctx, grpc::CallbackServerContext* context, const v1::GenerateRequest& req,
     const std::vector<int32_t>* prompt_ids, const std::vector<int32_t>* emitted_ids) {
   if (!ctx->ready) {
@@ -209,9 +210,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
   return reactor.get();
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GeneratorService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return StartGeneration(ctx_, context, *request, nullptr, nullptr);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  v1::GenerateRequest request;
+  if (grpc::Status s = ParseRequest(*raw, &request); !s.ok()) return new ErrorReactor(s);
+  return StartGeneration(ctx_, context, request, nullptr, nullptr);
 }
 
 grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext* context,
@@ -283,8 +286,11 @@ grpc::ServerUnaryReactor* WorkerService::GetLoad(grpc::CallbackServerContext* co
   return r;
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* WorkerService::Resume(
-    grpc::CallbackServerContext* context, const v1::ResumeRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::Resume(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  v1::ResumeRequest resume;
+  if (grpc::Status s = ParseRequest(*raw, &resume); !s.ok()) return new ErrorReactor(s);
+  const v1::ResumeRequest* request = &resume;
   if (request->prompt_ids().empty()) {  // as strict as Generate: a resume names its prompt
     return new ErrorReactor(grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,

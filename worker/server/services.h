@@ -25,12 +25,15 @@ struct ServiceContext {
   int64_t max_buffered_responses = 256;
 };
 
-class GeneratorService final : public v1::Generator::CallbackService {
+// Generate and Resume take raw bytes and parse them with ParseRequest (common/raw_messages.h),
+// so a request that does not parse gets INVALID_ARGUMENT naming the field.
+class GeneratorService final
+    : public v1::Generator::WithRawCallbackMethod_Generate<v1::Generator::CallbackService> {
  public:
   explicit GeneratorService(ServiceContext* ctx) : ctx_(ctx) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
@@ -45,21 +48,22 @@ class GeneratorService final : public v1::Generator::CallbackService {
   ServiceContext* ctx_;
 };
 
-class WorkerService final : public v1::Worker::CallbackService {
+class WorkerService final
+    : public v1::Worker::WithRawCallbackMethod_Resume<v1::Worker::CallbackService> {
  public:
   explicit WorkerService(ServiceContext* ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
                                     const v1::GetLoadRequest* request, v1::Load* response) override;
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Resume(grpc::CallbackServerContext* context,
-                                                         const v1::ResumeRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Resume(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request) override;
 
  private:
   ServiceContext* ctx_;
 };
 
 // Starts a generation stream; shared by Generate and Resume.
-grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
     ServiceContext* ctx, grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
     const std::vector<int32_t>* prompt_ids, const std::vector<int32_t>* emitted_ids);
 
