@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
 #include "common/raw_messages.h"
+#include "common/stream_writer.h"
 
 namespace walsh {
 namespace {
@@ -83,135 +84,28 @@ struct UnaryForward {
 
 }  // namespace
 
-// The client stream: responses queue and go out one write at a time; Finish after the last. A
-// client that stops reading may leave at most `max_buffered` responses queued: then its stream
-// is cancelled upstream and ends RESOURCE_EXHAUSTED after the write in flight.
-class GatewayService::ProxyReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// A proxied client stream: its StreamWriter (common/stream_writer.h), and the upstream call to
+// cancel when the client goes away or stops reading.
+class GatewayService::ClientStream {
  public:
-  ProxyReactor(grpc::CallbackServerContext* ctx, int64_t max_buffered)
-      : ctx_(ctx), max_buffered_(static_cast<size_t>(max_buffered)) {}
+  std::shared_ptr<StreamWriter> writer;
 
-  void Push(const v1::GenerateResponse& r, const std::string* worker_metadata = nullptr) {
-    const grpc::ByteBuffer* next = nullptr;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (finished_ || finish_pending_) return;
-      if (queue_.size() >= max_buffered_) {
-        queue_.resize(1);  // the write in flight
-        finish_pending_ = true;
-        status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                               absl::StrCat("the client stopped reading: ", max_buffered_,
-                                            " responses were waiting (--max-buffered-responses)"));
-        stalled_ = true;
-        CancelLocked();
-        return;
-      }
-      if (worker_metadata != nullptr && !metadata_sent_) {
-        ctx_->AddInitialMetadata("x-walsh-worker", *worker_metadata);
-      }
-      metadata_sent_ = true;
-      queue_.push_back(SerializeToByteBuffer(r));
-      if (writing_) return;
-      writing_ = true;
-      next = &queue_.front();
-    }
-    StartWrite(next);
-  }
-
-  void Complete(const grpc::Status& s) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (finished_ || finish_pending_) return;
-      finish_pending_ = true;
-      status_ = s;
-      if (writing_) return;
-      finished_ = true;
-    }
-    Finish(s);
-  }
-
-  void OnWriteDone(bool ok) override {
-    const grpc::ByteBuffer* next = nullptr;
-    bool finish = false;
-    grpc::Status s;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      queue_.pop_front();
-      if (!ok) {
-        queue_.clear();
-        CancelLocked();
-      }
-      if (!queue_.empty()) {
-        next = &queue_.front();
-      } else {
-        writing_ = false;
-        if (finish_pending_ && !finished_) finished_ = finish = true, s = status_;
-      }
-    }
-    if (next) StartWrite(next);
-    if (finish) Finish(s);
-  }
-
-  void OnCancel() override {
-    std::function<void()> hook;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      CancelLocked();
-      hook = on_cancel_;
-    }
-    if (hook) hook();  // wakes a proxy thread waiting for a slot: its queue place frees now
-  }
-
-  void OnDone() override {
-    std::shared_ptr<ProxyReactor> self;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      self = std::move(self_);
-    }
-  }  // the last reference may go here, after this reactor's mutex is released
-
-  void SetOnCancel(std::function<void()> hook) {
-    std::lock_guard<std::mutex> l(mu_);
-    on_cancel_ = std::move(hook);
-  }
-
-  void KeepAlive(std::shared_ptr<ProxyReactor> self) { self_ = std::move(self); }
-  bool cancelled() {
-    std::lock_guard<std::mutex> l(mu_);
-    return cancelled_;
-  }
-  // Why the stream ended early: the client went away, or stopped reading.
-  grpc::Status CancelledStatus() {
-    std::lock_guard<std::mutex> l(mu_);
-    return stalled_ ? status_ : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-  }
-  // The upstream call to cancel when the client goes away (null: none in flight).
+  // The upstream call in flight (null: none).
   void SetUpstream(grpc::ClientContext* upstream) {
     std::lock_guard<std::mutex> l(mu_);
     upstream_ = upstream;
     if (cancelled_ && upstream_ != nullptr) upstream_->TryCancel();
   }
-  void Cancel() {
+  void CancelUpstream() {
     std::lock_guard<std::mutex> l(mu_);
-    CancelLocked();
-  }
-
- private:
-  void CancelLocked() {
     cancelled_ = true;
     if (upstream_ != nullptr) upstream_->TryCancel();
   }
 
-  grpc::CallbackServerContext* ctx_;
-  const size_t max_buffered_;
+ private:
   std::mutex mu_;
-  std::deque<grpc::ByteBuffer> queue_;
-  bool writing_ = false, finish_pending_ = false, finished_ = false, cancelled_ = false;
-  bool metadata_sent_ = false, stalled_ = false;
-  grpc::Status status_;
   grpc::ClientContext* upstream_ = nullptr;
-  std::shared_ptr<ProxyReactor> self_;
-  std::function<void()> on_cancel_;
+  bool cancelled_ = false;
 };
 
 namespace {
@@ -287,25 +181,29 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
                      absl::StrCat("the gateway is full (", options_.max_inflight, " streams and ",
                                   options_.max_queue, " waiting)")));
   }
-  auto reactor = std::make_shared<ProxyReactor>(context, options_.max_buffered_responses);
-  reactor->KeepAlive(reactor);
-  reactor->SetOnCancel([this] {
-    std::lock_guard<std::mutex> l(mu_);
-    cv_.notify_all();
-  });
+  auto client = std::make_shared<ClientStream>();
+  // The writer reaches the stream only weakly (the stream owns the writer); its end wakes a
+  // proxy thread waiting for a slot, so a cancelled queued stream frees its place at once.
+  client->writer =
+      StreamWriter::Create(context, static_cast<size_t>(options_.max_buffered_responses),
+                           [this, weak = std::weak_ptr<ClientStream>(client)](bool) {
+                             if (auto c = weak.lock()) c->CancelUpstream();
+                             std::lock_guard<std::mutex> l(mu_);
+                             cv_.notify_all();
+                           });
   std::string session;
   const auto& md = context->client_metadata();
   if (auto it = md.find("x-walsh-session"); it != md.end())
     session.assign(it->second.data(), it->second.size());
   ++threads_;
   ++queued_;
-  std::thread(&GatewayService::Proxy, this, reactor, std::move(request), context->deadline(),
+  std::thread(&GatewayService::Proxy, this, client, std::move(request), context->deadline(),
               session, std::move(client_slot))
       .detach();
-  return reactor.get();
+  return client->writer.get();
 }
 
-void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateRequest request,
+void GatewayService::Proxy(std::shared_ptr<ClientStream> client, v1::GenerateRequest request,
                            std::chrono::system_clock::time_point deadline, std::string session,
                            std::shared_ptr<void> client_slot) {
   const auto start = Clock::now();
@@ -321,13 +219,14 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
       metrics_->inflight.Set(static_cast<double>(inflight_.load()));
     }
     cv_.notify_all();
-    client->Complete(s);
+    client->writer->Complete(s);
   };
   // Admission: wait for a slot (bounded queue).
   {
     std::unique_lock<std::mutex> l(mu_);
     metrics_->queue_depth.Set(static_cast<double>(queued_.load()));
-    cv_.wait(l, [&] { return inflight_.load() < options_.max_inflight || client->cancelled(); });
+    cv_.wait(
+        l, [&] { return inflight_.load() < options_.max_inflight || client->writer->cancelled(); });
     --queued_;
     ++inflight_;
     metrics_->queue_depth.Set(static_cast<double>(queued_.load()));
@@ -347,9 +246,9 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
   std::mt19937_64 gen(std::random_device{}());
 
   while (!finished) {
-    if (client->cancelled() || cancel_epoch_.load() != epoch) {
-      done(client->cancelled()
-               ? client->CancelledStatus()
+    if (client->writer->cancelled() || cancel_epoch_.load() != epoch) {
+      done(client->writer->cancelled()
+               ? client->writer->CancelledStatus()
                : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"));
       break;
     }
@@ -411,7 +310,8 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
         prompt_ids.assign(resp.started().prompt_ids().begin(), resp.started().prompt_ids().end());
         seed = resp.started().seed();
         if (!client_wants_prompt) resp.mutable_started()->clear_prompt_ids();
-        client->Push(resp, &w->address);
+        const std::pair<std::string, std::string> routed("x-walsh-worker", w->address);
+        client->writer->Push(resp, &routed);
         continue;
       }
       if (resp.has_tokens()) {
@@ -426,7 +326,7 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
         for (const auto& t : resp.tokens().tokens()) emitted.push_back(t.id());
       }
       if (resp.has_finished()) finished = true;
-      client->Push(resp);
+      client->writer->Push(resp);
     }
     const grpc::Status s = reader->Finish();
     client->SetUpstream(nullptr);
@@ -436,7 +336,7 @@ void GatewayService::Proxy(std::shared_ptr<ProxyReactor> client, v1::GenerateReq
       done(grpc::Status::OK);
       break;
     }
-    if (client->cancelled()) continue;  // handled at the top of the loop
+    if (client->writer->cancelled()) continue;  // handled at the top of the loop
     if (IsClientError(s.error_code()) || s.ok()) {
       w->breaker.RecordSuccess();  // the worker answered; the request was at fault
       done(s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the worker ended the stream early")

@@ -60,9 +60,8 @@ class GatewayService final
                                          v1::ModelInfo* response) override;
 
  private:
-  class ProxyReactor;
-  friend class ProxyReactor;
-  void Proxy(std::shared_ptr<ProxyReactor> reactor, v1::GenerateRequest request,
+  class ClientStream;
+  void Proxy(std::shared_ptr<ClientStream> client, v1::GenerateRequest request,
              std::chrono::system_clock::time_point deadline, std::string session,
              std::shared_ptr<void> client_slot);
   // Authorization, then the client's rate limit (a stream also takes one of its slots).

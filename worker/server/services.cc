@@ -1,11 +1,9 @@
 #include "worker/server/services.h"
 
-#include <deque>
-#include <mutex>
-
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
 #include "common/raw_messages.h"
+#include "common/stream_writer.h"
 
 namespace walsh {
 namespace {
@@ -14,122 +12,16 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-// A stream's reactor and its sink: responses queue up and go out one write at a time; Finish
-// follows the last write. The scheduler may push after the client left: those are dropped. A
-// client that stops reading may leave at most `max_buffered` responses queued: then its request
-// is cancelled, so its slot frees, and the stream ends RESOURCE_EXHAUSTED after the write in
-// flight (if the client ever reads again).
-class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                              public ResponseSink {
+// A request's sink: its stream's StreamWriter (common/stream_writer.h). The scheduler may push
+// after the client left: those are dropped.
+class StreamSink final : public ResponseSink {
  public:
-  GenerateReactor(Scheduler* scheduler, int64_t max_buffered)
-      : scheduler_(scheduler), max_buffered_(static_cast<size_t>(max_buffered)) {}
-
-  void Attach(std::shared_ptr<ActiveRequest> request) {
-    std::lock_guard<std::mutex> l(mu_);
-    request_ = std::move(request);
-  }
-
-  // ResponseSink (called by the scheduler thread).
-  void Push(v1::GenerateResponse response) override {
-    const grpc::ByteBuffer* next = nullptr;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (finished_ || finish_pending_) return;
-      if (queue_.size() >= max_buffered_) {
-        StopReadingClientLocked();
-        return;
-      }
-      queue_.push_back(SerializeToByteBuffer(response));
-      if (writing_) return;
-      writing_ = true;
-      next = &queue_.front();
-    }
-    StartWrite(next);
-  }
-
-  void Complete(const grpc::Status& status) override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (finished_ || finish_pending_) return;
-      finish_pending_ = true;
-      status_ = status;
-      if (writing_) return;
-      finished_ = true;
-    }
-    Finish(status);
-  }
-
-  // Reactions.
-  void OnWriteDone(bool ok) override {
-    const grpc::ByteBuffer* next = nullptr;
-    bool finish = false;
-    grpc::Status status;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      queue_.pop_front();
-      if (!ok) {
-        queue_.clear();
-        if (request_) request_->cancelled = true;
-      }
-      if (!queue_.empty()) {
-        next = &queue_.front();
-      } else {
-        writing_ = false;
-        if (finish_pending_ && !finished_) {
-          finished_ = true;
-          finish = true;
-          status = status_;
-        }
-      }
-    }
-    if (next != nullptr) StartWrite(next);
-    if (finish) Finish(status);
-    if (!ok) scheduler_->Wake();
-  }
-
-  void OnCancel() override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (request_) request_->cancelled = true;
-    }
-    scheduler_->Wake();
-  }
-
-  void OnDone() override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      request_.reset();
-    }
-    self_.reset();  // may delete this
-  }
-
-  // The reactor keeps itself alive until OnDone; the scheduler holds it through the request.
-  void KeepAlive(std::shared_ptr<GenerateReactor> self) { self_ = std::move(self); }
+  explicit StreamSink(std::shared_ptr<StreamWriter> writer) : writer_(std::move(writer)) {}
+  void Push(v1::GenerateResponse response) override { writer_->Push(response); }
+  void Complete(const grpc::Status& status) override { writer_->Complete(status); }
 
  private:
-  // Called with a write in flight (the queue is full): drops what is queued behind it.
-  void StopReadingClientLocked() {
-    queue_.resize(1);
-    finish_pending_ = true;
-    status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           absl::StrCat("the client stopped reading: ", max_buffered_,
-                                        " responses were waiting (--max-buffered-responses)"));
-    if (request_) request_->cancelled = true;
-    LogJson("warning", "client_not_reading",
-            {{"request_id", request_ ? request_->request_id : std::string()},
-             {"buffered", static_cast<int64_t>(max_buffered_)}});
-    scheduler_->Wake();
-  }
-
-  Scheduler* scheduler_;
-  const size_t max_buffered_;
-  std::mutex mu_;
-  std::deque<grpc::ByteBuffer> queue_;
-  bool writing_ = false, finish_pending_ = false, finished_ = false;
-  grpc::Status status_;
-  std::shared_ptr<ActiveRequest> request_;
-  std::shared_ptr<GenerateReactor> self_;
+  std::shared_ptr<StreamWriter> writer_;
 };
 
 // Why a unary call cannot be answered now (OK if it can).
@@ -197,17 +89,29 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
     request->generation->Replay(*emitted_ids);
     request->replayed = emitted;
   }
-  auto reactor = std::make_shared<GenerateReactor>(ctx->scheduler, ctx->max_buffered_responses);
-  reactor->KeepAlive(reactor);
-  reactor->Attach(request);
-  request->sink = reactor;
+  // The writer reaches the request only weakly: the request owns the writer through its sink.
+  std::weak_ptr<ActiveRequest> weak = request;
+  Scheduler* scheduler = ctx->scheduler;
+  auto writer = StreamWriter::Create(
+      context, static_cast<size_t>(ctx->max_buffered_responses),
+      [weak, scheduler, max_buffered = ctx->max_buffered_responses](bool stalled) {
+        std::shared_ptr<ActiveRequest> r = weak.lock();
+        if (r == nullptr) return;
+        r->cancelled = true;
+        if (stalled) {
+          LogJson("warning", "client_not_reading",
+                  {{"request_id", r->request_id}, {"buffered", max_buffered}});
+        }
+        scheduler->Wake();
+      });
+  request->sink = std::make_shared<StreamSink>(writer);
   LogJson("info", "request_start",
           {{"request_id", request->request_id},
            {"prompt_tokens", request->prompt.size()},
            {"resume_at", emitted}});
   const absl::Status submitted = ctx->scheduler->Submit(request);
-  if (!submitted.ok()) reactor->Complete(ToGrpc(submitted));
-  return reactor.get();
+  if (!submitted.ok()) writer->Complete(ToGrpc(submitted));
+  return writer.get();
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
