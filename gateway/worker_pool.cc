@@ -121,22 +121,26 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   }
   w.serving = serving;
   if (!serving) return;
-  if (!w.known) {
-    grpc::ClientContext ictx;
-    ictx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    v1::ModelInfo info;
-    if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
+  // The fingerprint is checked on every poll, not only the first: a worker restarted at a known
+  // address may serve another model.
+  grpc::ClientContext ictx;
+  ictx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  v1::ModelInfo info;
+  if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
+  {
     std::lock_guard<std::mutex> l(mu_);
     if (fingerprint_.empty()) fingerprint_ = info.contract_fingerprint();
-    w.refused = info.contract_fingerprint() != fingerprint_;
+    const bool refused = info.contract_fingerprint() != fingerprint_;
+    const bool changed = !w.known || refused != w.refused;
+    w.refused = refused;
     w.known = true;
-    if (w.refused) {
+    if (changed && refused) {
       LogJson("error", "worker_refused",
               {{"worker", w.address},
                {"fingerprint", info.contract_fingerprint()},
                {"pool_fingerprint", fingerprint_},
                {"why", "a different model: a mixed fleet never serves"}});
-    } else {
+    } else if (changed) {
       LogJson("info", "worker_accepted", {{"worker", w.address}, {"fingerprint", fingerprint_}});
     }
   }

@@ -723,5 +723,33 @@ TEST(Gateway, NonUtf8StringsAreRefusedNamingTheField) {
   EXPECT_TRUE(refusal(text).ok());
 }
 
+// A worker restarted at a known address with another model is refused, not routed to.
+TEST(Gateway, AWorkerRestartedWithAnotherModelIsRefused) {
+  const std::string address = "127.0.0.1:" + std::to_string(testing::FreePort());
+  auto first = std::make_unique<WorkerProcess>(std::vector<std::string>{"--listen", address});
+  ASSERT_TRUE(first->ok());
+  GatewayProcess gw({address});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  auto stub = gw.Stub();
+  EXPECT_TRUE(RunRouted(*stub, Request("before", 2, 0, 1)).result.status.ok());
+  first->process().Signal(SIGKILL);
+  first.reset();
+  testing::TempDir dir;
+  auto other = SyntheticModel::Create({.preset = "tiny", .seed = 999});
+  ASSERT_TRUE((*other)->WritePacked(dir.File("other.gguf")).ok());
+  WorkerProcess second({"--listen", address, "--model", dir.File("other.gguf")});
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(gw.process()
+                  .WaitForStderrLine(
+                      [](const std::string& l) {
+                        return l.find("\"event\":\"worker_refused\"") != std::string::npos;
+                      },
+                      std::chrono::seconds(10))
+                  .has_value());
+  const Routed after = RunRouted(*stub, Request("after", 2, 0, 1));
+  EXPECT_EQ(after.result.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "served by " << after.worker;
+}
+
 }  // namespace
 }  // namespace walsh
