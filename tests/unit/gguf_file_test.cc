@@ -214,9 +214,9 @@ TEST(GgufFile, RefusesTheRegressionCorpus) {
       {"tensor_offset_past_end.gguf", "runs past the end"},
   };
   for (const auto& [file, needle] : cases) {
-    ExpectRefused(
-        testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) + "/tests/fuzz/corpus/gguf_reader/" + file),
-        needle);
+    ExpectRefused(testing::ReadFileOrDie(std::string(WALSH_SOURCE_DIR) +
+                                         "/tests/fuzz/corpus/gguf_reader/" + file),
+                  needle);
   }
 }
 
