@@ -652,12 +652,7 @@ TEST(GatewayAdmission, AClientThatStopsReadingIsCancelledUpstream) {
   ASSERT_TRUE(w.ok());
   GatewayProcess gw({w.target()}, {"--max-buffered-responses", "4"});
   ASSERT_TRUE(gw.WaitForWorkers(1));
-  // Without BDP probing the client's HTTP/2 windows stay at their initial 64 KiB, so its transport
-  // stops taking data once those fill, as a real client that does not read makes it.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  auto stub = v1::Generator::NewStub(
-      grpc::CreateCustomChannel(gw.target(), grpc::InsecureChannelCredentials(), args));
+  auto stub = testing::NonReadingStub(gw.target());
   grpc::ClientContext ctx;
   v1::GenerateRequest req = Request("never read", 3000, 0.0f, 1);
   req.set_logprobs(20);
@@ -671,14 +666,7 @@ TEST(GatewayAdmission, AClientThatStopsReadingIsCancelledUpstream) {
     if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(refused);
-  auto worker = w.Worker();
-  v1::Load load;
-  for (int i = 0; i < 200; ++i) {
-    grpc::ClientContext c;
-    ASSERT_TRUE(worker->GetLoad(&c, {}, &load).ok());
-    if (load.running() == 0 && load.kv_pages_used() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const v1::Load load = testing::WaitForIdle(*w.Worker());
   EXPECT_EQ(load.running(), 0u);
   EXPECT_EQ(load.kv_pages_used(), 0u);
   v1::GenerateResponse resp;
@@ -697,30 +685,7 @@ TEST(Gateway, NonUtf8StringsAreRefusedNamingTheField) {
   GatewayProcess gw({w.target()});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
-  auto refusal = [&](const v1::GenerateRequest& req) {
-    grpc::ClientContext ctx;
-    auto reader = stub->Generate(&ctx, req);
-    v1::GenerateResponse r;
-    while (reader->Read(&r)) {
-    }
-    return reader->Finish();
-  };
-  v1::GenerateRequest text;
-  text.set_text("ok \xff\xfe");
-  grpc::Status s = refusal(text);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "text: not valid UTF-8");
-  v1::GenerateRequest chat;
-  auto* m = chat.mutable_chat()->add_messages();
-  m->set_role("user");
-  m->set_content("caf\xc3");
-  s = refusal(chat);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "chat.messages.content: not valid UTF-8");
-  // The same requests, well formed, are served.
-  text.set_text("ok");
-  text.mutable_stopping()->set_max_tokens(2);
-  EXPECT_TRUE(refusal(text).ok());
+  testing::ExpectNonUtf8StringsRefused(*stub);
 }
 
 // A worker restarted at a known address with another model is refused, not routed to.

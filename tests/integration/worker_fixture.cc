@@ -1,7 +1,9 @@
 #include "tests/integration/worker_fixture.h"
 
 #include <chrono>
+#include <thread>
 
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tools/mkmodel/synthetic_model.h"
 
@@ -68,6 +70,44 @@ StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& r
   }
   r.status = reader->Finish();
   return r;
+}
+
+std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  return v1::Generator::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+}
+
+v1::Load WaitForIdle(v1::Worker::Stub& worker) {
+  v1::Load load;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext ctx;
+    if (worker.GetLoad(&ctx, {}, &load).ok() && load.running() == 0 && load.waiting() == 0 &&
+        load.kv_pages_used() == 0 && load.state_slots_used() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return load;
+}
+
+void ExpectNonUtf8StringsRefused(v1::Generator::Stub& stub) {
+  v1::GenerateRequest text;
+  text.set_text("ok \xff\xfe");
+  grpc::Status s = RunGenerate(stub, text).status;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "text: not valid UTF-8");
+  v1::GenerateRequest chat;
+  auto* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("caf\xc3");
+  s = RunGenerate(stub, chat).status;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "chat.messages.content: not valid UTF-8");
+  text.set_text("ok");
+  text.mutable_stopping()->set_max_tokens(2);
+  EXPECT_TRUE(RunGenerate(stub, text).status.ok());
 }
 
 }  // namespace walsh::testing

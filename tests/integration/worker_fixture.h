@@ -49,6 +49,18 @@ struct StreamResult {
 // Runs one Generate to the end.
 StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request);
 
+// A stub for a client that does not read: without BDP probing its HTTP/2 windows stay at their
+// initial 64 KiB, so its transport stops taking data once those fill.
+std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target);
+
+// Polls GetLoad until nothing runs, waits or holds pages or slots (about 10 s at most); returns
+// the last load seen.
+v1::Load WaitForIdle(v1::Worker::Stub& worker);
+
+// Generate with a non-UTF-8 string, at the top level and nested, through `stub`: each is
+// refused INVALID_ARGUMENT naming the field; the same requests well formed are served.
+void ExpectNonUtf8StringsRefused(v1::Generator::Stub& stub);
+
 }  // namespace walsh::testing
 
 #endif  // WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_

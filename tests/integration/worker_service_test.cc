@@ -462,12 +462,7 @@ TEST(WorkerService, SigtermDrainsAndExitsZero) {
 TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
   WorkerProcess w({"--max-buffered-responses", "4"});
   ASSERT_TRUE(w.ok());
-  // Without BDP probing the client's HTTP/2 windows stay at their initial 64 KiB, so its transport
-  // stops taking data once those fill, as a real client that does not read makes it.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  auto stub = v1::Generator::NewStub(
-      grpc::CreateCustomChannel(w.target(), grpc::InsecureChannelCredentials(), args));
+  auto stub = testing::NonReadingStub(w.target());
   grpc::ClientContext ctx;
   v1::GenerateRequest req = Request("never read", 3000, 0.0f, std::nullopt);
   req.set_logprobs(20);  // large responses: HTTP/2 flow control stops the writes sooner
@@ -480,14 +475,7 @@ TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
                       },
                       std::chrono::seconds(60))
                   .has_value());
-  auto worker = w.Worker();
-  v1::Load load;
-  for (int i = 0; i < 200; ++i) {
-    grpc::ClientContext c;
-    ASSERT_TRUE(worker->GetLoad(&c, {}, &load).ok());
-    if (load.running() == 0 && load.kv_pages_used() == 0 && load.state_slots_used() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const v1::Load load = testing::WaitForIdle(*w.Worker());
   EXPECT_EQ(load.running(), 0u);
   EXPECT_EQ(load.kv_pages_used(), 0u);
   EXPECT_EQ(load.state_slots_used(), 0u);
@@ -538,30 +526,7 @@ TEST(WorkerService, NonUtf8StringsAreRefusedNamingTheField) {
   WorkerProcess w;
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
-  auto refusal = [&](const v1::GenerateRequest& req) {
-    grpc::ClientContext ctx;
-    auto reader = stub->Generate(&ctx, req);
-    v1::GenerateResponse r;
-    while (reader->Read(&r)) {
-    }
-    return reader->Finish();
-  };
-  v1::GenerateRequest text;
-  text.set_text("ok \xff\xfe");
-  grpc::Status s = refusal(text);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "text: not valid UTF-8");
-  v1::GenerateRequest chat;
-  auto* m = chat.mutable_chat()->add_messages();
-  m->set_role("user");
-  m->set_content("caf\xc3");
-  s = refusal(chat);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "chat.messages.content: not valid UTF-8");
-  // The same requests, well formed, are served.
-  text.set_text("ok");
-  text.mutable_stopping()->set_max_tokens(2);
-  EXPECT_TRUE(refusal(text).ok());
+  testing::ExpectNonUtf8StringsRefused(*stub);
 }
 
 }  // namespace
