@@ -17,6 +17,11 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool)
                                  "From the client's call to the end of its stream.",
                                  LatencyBuckets())
                       .histogram()),
+      cancel_to_free(r.AddHistogram("walsh_gateway_cancel_to_free_seconds",
+                                    "From a client's cancel (or its stall) to the release of its "
+                                    "stream's place.",
+                                    LatencyBuckets())
+                         .histogram()),
       upstream_attempts(r.AddCounter("walsh_gateway_upstream_attempts_total",
                                      "Calls made to workers (first tries, retries and resumes).")
                             .counter()),

@@ -14,6 +14,7 @@ struct GatewayMetrics {
   Histogram& time_to_first_token;
   Histogram& inter_token_latency;
   Histogram& e2e_latency;
+  Histogram& cancel_to_free;
   Counter& upstream_attempts;
   Counter& retries;
   Counter& migrations;

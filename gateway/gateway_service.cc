@@ -1,113 +1,12 @@
 #include "gateway/gateway_service.h"
 
-#include <deque>
-#include <random>
-#include <set>
-#include <thread>
+#include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_log.h"
 #include "common/raw_messages.h"
-#include "common/stream_writer.h"
 
 namespace walsh {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-const char* CodeName(grpc::StatusCode c) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  const int i = static_cast<int>(c);
-  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
-}
-
-// The client's fault (or choice): never counted against a worker, never retried.
-bool IsClientError(grpc::StatusCode c) {
-  switch (c) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::OUT_OF_RANGE:
-    case grpc::StatusCode::NOT_FOUND:
-    case grpc::StatusCode::ALREADY_EXISTS:
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return true;
-    default:
-      return false;
-  }
-}
-
-uint64_t PrefixHash(const v1::GenerateRequest& r) {
-  std::string key;
-  if (r.has_tokens()) {
-    for (int i = 0; i < r.tokens().ids_size() && i < 64; ++i)
-      absl::StrAppend(&key, r.tokens().ids(i), ",");
-  } else if (r.has_chat()) {
-    for (const auto& m : r.chat().messages())
-      absl::StrAppend(&key, m.role(), ":", m.content(), "\n");
-  } else {
-    key = r.text();
-  }
-  key.resize(std::min<size_t>(key.size(), 256));
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-// Unary calls forwarded to a worker with the async stub; the reactor finishes when it answers.
-template <typename Resp>
-struct UnaryForward {
-  grpc::ClientContext ctx;
-  Resp resp;
-};
-
-}  // namespace
-
-// A proxied client stream: its StreamWriter (common/stream_writer.h), and the upstream call to
-// cancel when the client goes away or stops reading.
-class GatewayService::ClientStream {
- public:
-  std::shared_ptr<StreamWriter> writer;
-
-  // The upstream call in flight (null: none).
-  void SetUpstream(grpc::ClientContext* upstream) {
-    std::lock_guard<std::mutex> l(mu_);
-    upstream_ = upstream;
-    if (cancelled_ && upstream_ != nullptr) upstream_->TryCancel();
-  }
-  void CancelUpstream() {
-    std::lock_guard<std::mutex> l(mu_);
-    cancelled_ = true;
-    if (upstream_ != nullptr) upstream_->TryCancel();
-  }
-
- private:
-  std::mutex mu_;
-  grpc::ClientContext* upstream_ = nullptr;
-  bool cancelled_ = false;
-};
-
 namespace {
 
 class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -121,14 +20,19 @@ class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 GatewayService::GatewayService(WorkerPool* pool, RoutingPolicy* policy, GatewayMetrics* metrics,
                                GatewayOptions options)
     : pool_(pool),
-      policy_(policy),
       fallback_(*MakeRoutingPolicy("least-outstanding")),
       metrics_(metrics),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      env_{pool, policy, fallback_.get(), metrics, &options_} {}
 
 GatewayService::~GatewayService() {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return threads_.load() == 0; });
+  all_ended_.wait(l, [&] { return live_.empty(); });
+}
+
+int64_t GatewayService::inflight() {
+  std::lock_guard<std::mutex> l(mu_);
+  return inflight_ + static_cast<int64_t>(waiting_.size());
 }
 
 grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
@@ -157,8 +61,6 @@ std::shared_ptr<WorkerEndpoint> GatewayService::PickAny() {
   return fallback_->Pick(c, {});
 }
 
-void GatewayService::CancelAll() { cancel_epoch_++; }
-
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   std::shared_ptr<void> client_slot;
@@ -174,222 +76,101 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     metrics_->requests.counter({"UNAVAILABLE"}).Inc();
     return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining"));
   }
-  if (inflight_.load() >= options_.max_inflight && queued_.load() >= options_.max_queue) {
-    metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
-    return new ErrorReactor(
+  ProxiedStream::Hooks hooks{[this](ProxiedStream* s) { OnClientGone(s); },
+                             [this](ProxiedStream* s) { OnEnded(s); }};
+  std::shared_ptr<ProxiedStream> stream = ProxiedStream::Create(
+      env_, context, std::move(request), std::move(client_slot), std::move(hooks));
+  bool full = false, start_now = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (inflight_ >= options_.max_inflight &&
+        static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
+      full = true;
+    } else {
+      start_now = inflight_ < options_.max_inflight;
+      live_.emplace(stream.get(), Entry{stream, start_now});
+      if (start_now) {
+        ++inflight_;
+      } else {
+        waiting_.push_back(stream.get());
+      }
+      UpdateGaugesLocked();
+    }
+  }
+  if (full) {
+    stream->EndUnstarted(
         grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                      absl::StrCat("the gateway is full (", options_.max_inflight, " streams and ",
                                   options_.max_queue, " waiting)")));
+  } else if (start_now) {
+    stream->Start();
   }
-  auto client = std::make_shared<ClientStream>();
-  // The writer reaches the stream only weakly (the stream owns the writer); its end wakes a
-  // proxy thread waiting for a slot, so a cancelled queued stream frees its place at once.
-  client->writer =
-      StreamWriter::Create(context, static_cast<size_t>(options_.max_buffered_responses),
-                           [this, weak = std::weak_ptr<ClientStream>(client)](bool) {
-                             if (auto c = weak.lock()) c->CancelUpstream();
-                             std::lock_guard<std::mutex> l(mu_);
-                             cv_.notify_all();
-                           });
-  std::string session;
-  const auto& md = context->client_metadata();
-  if (auto it = md.find("x-walsh-session"); it != md.end())
-    session.assign(it->second.data(), it->second.size());
-  ++threads_;
-  ++queued_;
-  std::thread(&GatewayService::Proxy, this, client, std::move(request), context->deadline(),
-              session, std::move(client_slot))
-      .detach();
-  return client->writer.get();
+  return stream->reactor();
 }
 
-void GatewayService::Proxy(std::shared_ptr<ClientStream> client, v1::GenerateRequest request,
-                           std::chrono::system_clock::time_point deadline, std::string session,
-                           std::shared_ptr<void> client_slot) {
-  const auto start = Clock::now();
-  const uint64_t epoch = cancel_epoch_.load();
-  grpc::Status final_status = grpc::Status::OK;
-  auto done = [&](const grpc::Status& s) {
-    final_status = s;
-    // Give back this stream's places before the client sees its end, so its next stream fits.
-    client_slot.reset();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      --inflight_;
-      metrics_->inflight.Set(static_cast<double>(inflight_.load()));
-    }
-    cv_.notify_all();
-    client->writer->Complete(s);
-  };
-  // Admission: wait for a slot (bounded queue).
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    metrics_->queue_depth.Set(static_cast<double>(queued_.load()));
-    cv_.wait(
-        l, [&] { return inflight_.load() < options_.max_inflight || client->writer->cancelled(); });
-    --queued_;
-    ++inflight_;
-    metrics_->queue_depth.Set(static_cast<double>(queued_.load()));
-    metrics_->inflight.Set(static_cast<double>(inflight_.load()));
-  }
-
-  const bool client_wants_prompt = request.return_prompt_ids();
-  request.set_return_prompt_ids(true);  // needed to resume elsewhere
-  const RouteHint hint{PrefixHash(request), session};
-  std::vector<int32_t> prompt_ids, emitted;
-  uint64_t seed = 0;
-  bool started = false, finished = false;
-  int retries = 0, migrations = 0, waits = 0, rounds = 0;
-  std::set<std::string> failed;
-  grpc::Status last = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker available");
-  Clock::time_point last_token{};
-  std::mt19937_64 gen(std::random_device{}());
-
-  while (!finished) {
-    if (client->writer->cancelled() || cancel_epoch_.load() != epoch) {
-      done(client->writer->cancelled()
-               ? client->writer->CancelledStatus()
-               : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"));
-      break;
-    }
-    if (deadline != std::chrono::system_clock::time_point::max() &&
-        std::chrono::system_clock::now() >= deadline) {
-      done(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"));
-      break;
-    }
-    std::vector<std::shared_ptr<WorkerEndpoint>> candidates;
-    for (auto& w : pool_->Candidates()) {
-      if (!failed.count(w->address)) candidates.push_back(w);
-    }
-    if (candidates.empty() && !failed.empty()) {
-      // Every worker failed this request once: try them again after a pause, a few times.
-      failed.clear();
-      if (++rounds > 5) {
-        done(last);
-        break;
-      }
-      std::this_thread::sleep_for(options_.backoff * rounds);
-      continue;
-    }
-    if (candidates.empty()) {
-      // No worker can take it now: wait a little for one (a restart, a recovery), bounded.
-      if (!pool_->WaitForAny(std::chrono::milliseconds(2000)) || ++waits > 3) {
-        done(last);
-        break;
-      }
-      continue;
-    }
-    std::shared_ptr<WorkerEndpoint> w = policy_->Pick(candidates, hint);
-    if (!w) w = fallback_->Pick(candidates, hint);
-    if (!w->breaker.Allow()) {  // half-open and its one trial is taken: try another
-      failed.insert(w->address);
-      continue;
-    }
-
-    grpc::ClientContext upstream;
-    if (deadline != std::chrono::system_clock::time_point::max()) upstream.set_deadline(deadline);
-    client->SetUpstream(&upstream);
-    ++w->outstanding;
-    metrics_->upstream_attempts.Inc();
-    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
-    if (!started) {
-      reader = w->generator->Generate(&upstream, request);
-    } else {
-      v1::ResumeRequest resume;
-      *resume.mutable_request() = request;
-      resume.mutable_request()->mutable_sampling()->set_seed(seed);
-      for (int32_t id : prompt_ids) resume.add_prompt_ids(id);
-      for (int32_t id : emitted) resume.add_emitted_ids(id);
-      reader = w->worker->Resume(&upstream, resume);
-    }
-    v1::GenerateResponse resp;
-    while (reader->Read(&resp)) {
-      if (resp.has_started()) {
-        if (started) continue;  // a resumed stream's Started: the client has its own
-        started = true;
-        prompt_ids.assign(resp.started().prompt_ids().begin(), resp.started().prompt_ids().end());
-        seed = resp.started().seed();
-        if (!client_wants_prompt) resp.mutable_started()->clear_prompt_ids();
-        const std::pair<std::string, std::string> routed("x-walsh-worker", w->address);
-        client->writer->Push(resp, &routed);
-        continue;
-      }
-      if (resp.has_tokens()) {
-        const auto now = Clock::now();
-        if (emitted.empty()) {
-          metrics_->time_to_first_token.Observe(Since(start));
-        } else {
-          metrics_->inter_token_latency.Observe(
-              std::chrono::duration<double>(now - last_token).count());
-        }
-        last_token = now;
-        for (const auto& t : resp.tokens().tokens()) emitted.push_back(t.id());
-      }
-      if (resp.has_finished()) finished = true;
-      client->writer->Push(resp);
-    }
-    const grpc::Status s = reader->Finish();
-    client->SetUpstream(nullptr);
-    --w->outstanding;
-    if (finished) {
-      w->breaker.RecordSuccess();
-      done(grpc::Status::OK);
-      break;
-    }
-    if (client->writer->cancelled()) continue;  // handled at the top of the loop
-    if (IsClientError(s.error_code()) || s.ok()) {
-      w->breaker.RecordSuccess();  // the worker answered; the request was at fault
-      done(s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the worker ended the stream early")
-                  : s);
-      break;
-    }
-    last = s;
-    if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
-        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      w->breaker.RecordFailure();
-    }
-    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      done(s);
-      break;
-    }
-    failed.insert(w->address);
-    if (!started) {
-      if (++retries > options_.max_retries) {
-        done(s);
-        break;
-      }
-      metrics_->retries.Inc();
-      LogJson("info", "retry",
-              {{"request_id", request.request_id()},
-               {"worker", w->address},
-               {"status", s.error_message()},
-               {"attempt", retries}});
-      const auto backoff = options_.backoff * (1 << std::min(retries, 6));
-      std::this_thread::sleep_for(std::chrono::milliseconds(
-          std::uniform_int_distribution<int64_t>(0, backoff.count())(gen)));
-    } else {
-      if (++migrations > options_.max_migrations) {
-        done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("the stream's workers failed ", migrations,
-                                       " times: ", s.error_message())));
-        break;
-      }
-      metrics_->migrations.Inc();
-      LogJson("info", "migrate",
-              {{"request_id", request.request_id()},
-               {"from", w->address},
-               {"at_index", emitted.size()},
-               {"status", s.error_message()}});
-    }
-  }
-
-  metrics_->requests.counter({CodeName(final_status.error_code())}).Inc();
-  metrics_->e2e_latency.Observe(Since(start));
+void GatewayService::OnClientGone(ProxiedStream* stream) {
+  std::shared_ptr<ProxiedStream> s;
+  bool queued = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    --threads_;
+    auto it = live_.find(stream);
+    if (it == live_.end()) return;
+    s = it->second.stream;
+    if (!it->second.admitted) {
+      queued = true;
+      if (auto w = std::find(waiting_.begin(), waiting_.end(), stream); w != waiting_.end()) {
+        waiting_.erase(w);
+      }
+    }
   }
-  cv_.notify_all();
+  // A queued stream frees its place at once; a running one once its upstream call returns.
+  if (queued) {
+    s->EndUnstarted(s->ClientGoneStatus());
+  } else {
+    s->Interrupt(s->ClientGoneStatus());
+  }
+}
+
+void GatewayService::OnEnded(ProxiedStream* stream) {
+  std::vector<std::shared_ptr<ProxiedStream>> admitted;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(stream);
+    if (it == live_.end()) return;  // refused before it was registered
+    if (it->second.admitted) {
+      --inflight_;
+    } else if (auto w = std::find(waiting_.begin(), waiting_.end(), stream); w != waiting_.end()) {
+      waiting_.erase(w);
+    }
+    live_.erase(it);
+    while (inflight_ < options_.max_inflight && !waiting_.empty()) {
+      Entry& next = live_.at(waiting_.front());
+      waiting_.pop_front();
+      next.admitted = true;
+      ++inflight_;
+      admitted.push_back(next.stream);
+    }
+    UpdateGaugesLocked();
+    if (live_.empty()) all_ended_.notify_all();
+  }
+  for (auto& s : admitted) s->Start();
+}
+
+void GatewayService::UpdateGaugesLocked() {
+  metrics_->inflight.Set(static_cast<double>(inflight_));
+  metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
+}
+
+void GatewayService::CancelAll() {
+  std::vector<std::shared_ptr<ProxiedStream>> running, queued;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [ptr, e] : live_) (e.admitted ? running : queued).push_back(e.stream);
+    waiting_.clear();
+  }
+  const grpc::Status why(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down");
+  for (auto& s : queued) s->EndUnstarted(why);
+  for (auto& s : running) s->Interrupt(why);
 }
 
 namespace {

@@ -30,7 +30,7 @@ int Run(int argc, char** argv) {
   ClientTlsFiles worker_tls;
   int64_t max_inflight = 256, max_queue = 256, max_buffered_responses = 256, max_retries = 3,
           max_migrations = 5;
-  int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000;
+  int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000, worker_keepalive_ms = 10000;
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
   double rate_limit = 0, rate_burst = 0;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
@@ -41,6 +41,9 @@ int Run(int argc, char** argv) {
                "a DNS name:port resolving to the workers (re-resolved)");
   flags.Int("dns-interval-ms", &dns_ms, "how often --workers-dns is resolved again");
   flags.Int("poll-interval-ms", &poll_ms, "how often each worker's health and load are polled");
+  flags.Int("worker-keepalive-ms", &worker_keepalive_ms,
+            "ping a worker this often while streams are open to it; one unanswered as long fails "
+            "them over to other workers (0: never; else at least 1000)");
   flags.String("policy", &policy_name,
                "least-outstanding | prefix-affinity | session-affinity | round-robin");
   flags.Int("max-inflight", &max_inflight, "client streams served at once");
@@ -91,6 +94,10 @@ int Run(int argc, char** argv) {
                  "--max-queue at least 0\n");
     return 2;
   }
+  if (worker_keepalive_ms != 0 && worker_keepalive_ms < 1000) {
+    std::fprintf(stderr, "walsh-gateway: --worker-keepalive-ms must be 0 or at least 1000\n");
+    return 2;
+  }
   if (api_key.empty() && std::getenv("WALSH_API_KEY") != nullptr)
     api_key = std::getenv("WALSH_API_KEY");
   ApiKeys keys(api_key, api_key_file);
@@ -123,6 +130,7 @@ int Run(int argc, char** argv) {
   po.poll_interval = std::chrono::milliseconds(poll_ms);
   po.dns_interval = std::chrono::milliseconds(dns_ms);
   po.credentials = *worker_credentials;
+  po.keepalive = std::chrono::milliseconds(worker_keepalive_ms);
   WorkerPool pool(po);
 
   MetricsRegistry registry;

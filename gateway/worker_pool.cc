@@ -11,12 +11,21 @@
 namespace walsh {
 
 WorkerEndpoint::WorkerEndpoint(std::string addr,
-                               std::shared_ptr<grpc::ChannelCredentials> credentials)
+                               std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               std::chrono::milliseconds keepalive)
     : address(std::move(addr)) {
   grpc::ChannelArguments args;
   // Fail fast on a dead worker instead of waiting for reconnect backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (keepalive.count() > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.count()));
+    // A silent worker is what the pings probe: never hold them back for want of data.
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS,
+                static_cast<int>(keepalive.count()));
+  }
   channel = grpc::CreateCustomChannel(
       address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
   generator = v1::Generator::NewStub(channel);
@@ -26,7 +35,7 @@ WorkerEndpoint::WorkerEndpoint(std::string addr,
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
   fingerprint_ = options_.expected_fingerprint;
   for (const std::string& a : options_.static_workers) {
-    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials);
+    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials, options_.keepalive);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -95,7 +104,7 @@ void WorkerPool::Resolve() {
   std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
   for (const std::string& a : found) {
     if (!workers_.count(a)) {
-      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials);
+      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials, options_.keepalive);
       LogJson("info", "worker_discovered", {{"worker", a}});
     }
   }

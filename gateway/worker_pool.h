@@ -26,8 +26,11 @@
 namespace walsh {
 
 struct WorkerEndpoint {
-  // Plaintext when credentials is null.
-  WorkerEndpoint(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials);
+  // Plaintext when credentials is null. While calls are open, the channel pings the worker every
+  // `keepalive` (0: never) and fails them UNAVAILABLE when a ping goes unanswered as long: a
+  // worker that hangs (a stopped process, a partitioned host) loses its streams to migration.
+  WorkerEndpoint(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+                 std::chrono::milliseconds keepalive = std::chrono::milliseconds(0));
 
   const std::string address;
   std::shared_ptr<grpc::Channel> channel;
@@ -51,6 +54,8 @@ struct WorkerPoolOptions {
   std::chrono::milliseconds dns_interval{2000};
   // How to reach workers: plaintext by default (common/tls_credentials.h for TLS).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Pings on a worker channel with open calls (WorkerEndpoint); workers accept one a second.
+  std::chrono::milliseconds keepalive{10000};
 };
 
 class WorkerPool {

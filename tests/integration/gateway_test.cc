@@ -12,6 +12,7 @@
 #include "gateway/circuit_breaker.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
 #include "tools/mkmodel/synthetic_model.h"
 
@@ -19,57 +20,10 @@ namespace walsh {
 namespace {
 
 using testing::ChildProcess;
+using testing::GatewayProcess;
 using testing::RunGenerate;
 using testing::StreamResult;
 using testing::WorkerProcess;
-
-class GatewayProcess {
- public:
-  explicit GatewayProcess(std::vector<std::string> workers, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {
-        WALSH_GATEWAY_BIN,           "--listen",           "127.0.0.1:0",
-        "--metrics-listen",          "127.0.0.1:0",        "--workers",
-        absl::StrJoin(workers, ","), "--poll-interval-ms", "100"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    process_ = std::make_unique<ChildProcess>(argv);
-    auto line = process_->WaitForStderrLine(
-        [](const std::string& l) { return l.find("\"event\":\"listening\"") != std::string::npos; },
-        std::chrono::seconds(20));
-    if (!line) return;
-    const nlohmann::json j = nlohmann::json::parse(*line);
-    port_ = j["grpc_port"];
-    metrics_port_ = j["metrics_port"];
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                                   grpc::InsecureChannelCredentials());
-  }
-  // Waits until the gateway routes to `n` workers.
-  bool WaitForWorkers(int n) {
-    for (int i = 0; i < 200; ++i) {
-      const std::string m = testing::HttpGet(metrics_port_, "/metrics");
-      int healthy = 0;
-      for (size_t at = 0; (at = m.find("walsh_gateway_worker_healthy{", at)) != std::string::npos;
-           ++at) {
-        const size_t end = m.find('\n', at);
-        healthy += m.substr(end - 2, 2) == " 1";
-      }
-      if (healthy >= n) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-  std::unique_ptr<v1::Generator::Stub> Stub() const { return v1::Generator::NewStub(channel_); }
-  std::unique_ptr<grpc::health::v1::Health::Stub> Health() const {
-    return grpc::health::v1::Health::NewStub(channel_);
-  }
-  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
-  int metrics_port() const { return metrics_port_; }
-  ChildProcess& process() { return *process_; }
-
- private:
-  std::unique_ptr<ChildProcess> process_;
-  std::shared_ptr<grpc::Channel> channel_;
-  int port_ = 0, metrics_port_ = 0;
-};
 
 v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, float temperature,
                             uint64_t seed) {

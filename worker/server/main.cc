@@ -145,6 +145,9 @@ int Run(int argc, char** argv) {
               "generate; set --tls-cert-file and --tls-client-ca-file"}});
   }
   builder.AddListeningPort(f.listen, *credentials, &grpc_port);
+  // The gateway pings workers while its streams are open (walsh-gateway --worker-keepalive-ms,
+  // at least 1 s apart); gRPC's default would refuse pings closer than 5 minutes.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.RegisterService(&generator);
   builder.RegisterService(&worker);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -1,0 +1,26 @@
+// What an operator sets about the gateway's Generate streams (gateway/main.cc maps the flags).
+#ifndef WALSH_GATEWAY_GATEWAY_OPTIONS_H_
+#define WALSH_GATEWAY_GATEWAY_OPTIONS_H_
+
+#include <chrono>
+#include <cstdint>
+
+#include "gateway/api_keys.h"
+#include "gateway/key_limiter.h"
+
+namespace walsh {
+
+struct GatewayOptions {
+  int64_t max_inflight = 256;             // streams proxied at once
+  int64_t max_queue = 256;                // streams waiting for a slot; beyond: RESOURCE_EXHAUSTED
+  int64_t max_buffered_responses = 256;   // per stream, for a client that does not read
+  int max_retries = 3;                    // before the first token
+  int max_migrations = 5;                 // after it
+  std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff
+  const ApiKeys* api_keys = nullptr;      // if set and enabled: every call needs a key
+  KeyLimiter* limiter = nullptr;          // if set: per-client stream and rate limits
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_GATEWAY_OPTIONS_H_

@@ -1,0 +1,82 @@
+#include "tests/integration/gateway_fixture.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace walsh::testing {
+
+GatewayProcess::GatewayProcess(std::vector<std::string> workers, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {WALSH_GATEWAY_BIN,           "--listen",           "127.0.0.1:0",
+                                   "--metrics-listen",          "127.0.0.1:0",        "--workers",
+                                   absl::StrJoin(workers, ","), "--poll-interval-ms", "100"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  process_ = std::make_unique<ChildProcess>(argv);
+  auto line = process_->WaitForStderrLine(
+      [](const std::string& l) { return l.find("\"event\":\"listening\"") != std::string::npos; },
+      std::chrono::seconds(20));
+  if (!line) return;
+  const nlohmann::json j = nlohmann::json::parse(*line);
+  port_ = j["grpc_port"];
+  metrics_port_ = j["metrics_port"];
+  channel_ =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
+}
+
+bool GatewayProcess::WaitForWorkers(int n) {
+  for (int i = 0; i < 200; ++i) {
+    const std::string m = HttpGet(metrics_port_, "/metrics");
+    int healthy = 0;
+    for (size_t at = 0; (at = m.find("walsh_gateway_worker_healthy{", at)) != std::string::npos;
+         ++at) {
+      const size_t end = m.find('\n', at);
+      healthy += m.substr(end - 2, 2) == " 1";
+    }
+    if (healthy >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::optional<double> GatewayProcess::Metric(const std::string& series) const {
+  return MetricIn(HttpGet(metrics_port_, "/metrics"), series);
+}
+
+bool GatewayProcess::WaitForMetric(const std::string& series, double value, int seconds) const {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (Metric(series) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::optional<double> MetricIn(const std::string& exposition, const std::string& series) {
+  std::istringstream in(exposition);
+  for (std::string line; std::getline(in, line);) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+int64_t StatusField(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t ResidentBytes(pid_t pid) { return StatusField(pid, "VmRSS") * 1024; }
+int ThreadCount(pid_t pid) { return static_cast<int>(StatusField(pid, "Threads")); }
+
+}  // namespace walsh::testing
