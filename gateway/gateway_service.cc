@@ -200,12 +200,20 @@ grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const gr
 }  // namespace
 
 grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* context,
-                                                   const v1::TokenizeRequest* request,
-                                                   v1::TokenizeResponse* response) {
-  return Forward(context, Admit(context, nullptr), PickAny(), request, response,
-                 [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::TokenizeRequest* q,
-                    v1::TokenizeResponse* p, std::function<void(grpc::Status)> cb) {
-                   w->generator->async()->Tokenize(c, q, p, std::move(cb));
+                                                   const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* raw_response) {
+  auto messages = std::make_shared<std::pair<v1::TokenizeRequest, v1::TokenizeResponse>>();
+  grpc::Status admitted = Admit(context, nullptr);
+  if (admitted.ok()) admitted = ParseRequest(*raw, &messages->first);
+  return Forward(context, admitted, PickAny(), &messages->first, &messages->second,
+                 [messages, raw_response](WorkerEndpoint* w, grpc::ClientContext* c,
+                                          const v1::TokenizeRequest* q, v1::TokenizeResponse* p,
+                                          std::function<void(grpc::Status)> cb) {
+                   w->generator->async()->Tokenize(
+                       c, q, p, [messages, raw_response, cb = std::move(cb)](grpc::Status s) {
+                         if (s.ok()) *raw_response = SerializeToByteBuffer(messages->second);
+                         cb(s);
+                       });
                  });
 }
 

@@ -21,10 +21,11 @@
 
 namespace walsh {
 
-// Generate takes raw bytes and parses them with ParseRequest (common/raw_messages.h), so a request
-// that does not parse gets INVALID_ARGUMENT naming the field.
+// Generate and Tokenize take raw bytes and parse them with ParseRequest (common/raw_messages.h),
+// so a request that does not parse gets INVALID_ARGUMENT naming the field.
 class GatewayService final
-    : public v1::Generator::WithRawCallbackMethod_Generate<v1::Generator::CallbackService> {
+    : public v1::Generator::WithRawCallbackMethod_Generate<
+          v1::Generator::WithRawCallbackMethod_Tokenize<v1::Generator::CallbackService>> {
  public:
   GatewayService(WorkerPool* pool, RoutingPolicy* policy, GatewayMetrics* metrics,
                  GatewayOptions options);
@@ -39,8 +40,8 @@ class GatewayService final
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
                                        const v1::DetokenizeRequest* request,
                                        v1::DetokenizeResponse* response) override;

@@ -10,6 +10,7 @@
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "common/probe_server.h"
 #include "common/protobuf_log.h"
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
@@ -24,7 +25,9 @@ namespace walsh {
 namespace {
 
 int Run(int argc, char** argv) {
-  std::string listen = "0.0.0.0:8080", metrics_listen = "0.0.0.0:9091", workers, workers_dns;
+  std::string worker_tls_server_name;
+  std::string listen = "0.0.0.0:8080", metrics_listen = "0.0.0.0:9091", probe_listen, workers,
+              workers_dns;
   std::string policy_name = "least-outstanding", api_key, api_key_file, expected_fingerprint;
   ServerTlsFiles tls;
   ClientTlsFiles worker_tls;
@@ -36,6 +39,9 @@ int Run(int argc, char** argv) {
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
   flags.String("listen", &listen, "gRPC address for clients");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
+  flags.String("probe-listen", &probe_listen,
+               "plaintext address serving only grpc.health.v1 Check, for probes that cannot "
+               "speak TLS (off by default)");
   flags.String("workers", &workers, "static worker addresses, comma-separated");
   flags.String("workers-dns", &workers_dns,
                "a DNS name:port resolving to the workers (re-resolved)");
@@ -72,6 +78,9 @@ int Run(int argc, char** argv) {
   flags.String("worker-tls-cert-file", &worker_tls.cert,
                "PEM client certificate for the workers (mutual TLS)");
   flags.String("worker-tls-key-file", &worker_tls.key, "PEM private key of --worker-tls-cert-file");
+  flags.String("worker-tls-server-name", &worker_tls_server_name,
+               "the name the workers' certificates must carry (default: the address dialed; "
+               "workers found by DNS are dialed by IP)");
   flags.String("expected-fingerprint", &expected_fingerprint,
                "refuse workers whose contract fingerprint differs (default: the first worker's)");
   flags.Int("drain-grace-seconds", &drain_grace_seconds, "on SIGTERM: time for in-flight streams");
@@ -129,8 +138,9 @@ int Run(int argc, char** argv) {
   po.expected_fingerprint = expected_fingerprint;
   po.poll_interval = std::chrono::milliseconds(poll_ms);
   po.dns_interval = std::chrono::milliseconds(dns_ms);
-  po.credentials = *worker_credentials;
-  po.keepalive = std::chrono::milliseconds(worker_keepalive_ms);
+  po.channel.credentials = *worker_credentials;
+  po.channel.tls_server_name = worker_tls_server_name;
+  po.channel.keepalive = std::chrono::milliseconds(worker_keepalive_ms);
   WorkerPool pool(po);
 
   MetricsRegistry registry;
@@ -166,6 +176,15 @@ int Run(int argc, char** argv) {
   if (!server || port == 0) {
     LogJson("error", "listen_failed", {{"listen", listen}});
     return 1;
+  }
+  std::unique_ptr<ProbeServer> probe;
+  if (!probe_listen.empty()) {
+    auto started = ProbeServer::Start(probe_listen, server.get());
+    if (!started.ok()) {
+      LogJson("error", "listen_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    probe = std::move(*started);
   }
   // "liveness": the process answers (Kubernetes livenessProbe), whatever its workers do.
   server->GetHealthCheckService()->SetServingStatus("liveness", true);

@@ -10,10 +10,9 @@
 
 namespace walsh {
 
-WorkerEndpoint::WorkerEndpoint(std::string addr,
-                               std::shared_ptr<grpc::ChannelCredentials> credentials,
-                               std::chrono::milliseconds keepalive)
+WorkerEndpoint::WorkerEndpoint(std::string addr, const WorkerChannelOptions& options)
     : address(std::move(addr)) {
+  const auto keepalive = options.keepalive;
   grpc::ChannelArguments args;
   // Fail fast on a dead worker instead of waiting for reconnect backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -26,8 +25,12 @@ WorkerEndpoint::WorkerEndpoint(std::string addr,
     args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS,
                 static_cast<int>(keepalive.count()));
   }
+  if (options.credentials != nullptr && !options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
   channel = grpc::CreateCustomChannel(
-      address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
+      address, options.credentials ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
   generator = v1::Generator::NewStub(channel);
   worker = v1::Worker::NewStub(channel);
 }
@@ -35,7 +38,7 @@ WorkerEndpoint::WorkerEndpoint(std::string addr,
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
   fingerprint_ = options_.expected_fingerprint;
   for (const std::string& a : options_.static_workers) {
-    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials, options_.keepalive);
+    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.channel);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -104,7 +107,7 @@ void WorkerPool::Resolve() {
   std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
   for (const std::string& a : found) {
     if (!workers_.count(a)) {
-      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.credentials, options_.keepalive);
+      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.channel);
       LogJson("info", "worker_discovered", {{"worker", a}});
     }
   }

@@ -25,12 +25,21 @@
 
 namespace walsh {
 
+// How the gateway's channels reach workers.
+struct WorkerChannelOptions {
+  // Plaintext when null (common/tls_credentials.h for TLS).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS: the name the workers' certificates must carry (empty: the address dialed). Workers
+  // found through DNS are dialed by IP address; their certificate names the service.
+  std::string tls_server_name;
+  // While calls are open, ping the worker this often (0: never) and fail them UNAVAILABLE when a
+  // ping goes unanswered as long: a worker that hangs (a stopped process, a partitioned host)
+  // loses its streams to migration. Workers accept pings one second apart.
+  std::chrono::milliseconds keepalive{10000};
+};
+
 struct WorkerEndpoint {
-  // Plaintext when credentials is null. While calls are open, the channel pings the worker every
-  // `keepalive` (0: never) and fails them UNAVAILABLE when a ping goes unanswered as long: a
-  // worker that hangs (a stopped process, a partitioned host) loses its streams to migration.
-  WorkerEndpoint(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
-                 std::chrono::milliseconds keepalive = std::chrono::milliseconds(0));
+  WorkerEndpoint(std::string address, const WorkerChannelOptions& options);
 
   const std::string address;
   std::shared_ptr<grpc::Channel> channel;
@@ -52,10 +61,7 @@ struct WorkerPoolOptions {
   std::string expected_fingerprint;         // empty: the first worker's
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds dns_interval{2000};
-  // How to reach workers: plaintext by default (common/tls_credentials.h for TLS).
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  // Pings on a worker channel with open calls (WorkerEndpoint); workers accept one a second.
-  std::chrono::milliseconds keepalive{10000};
+  WorkerChannelOptions channel;
 };
 
 class WorkerPool {

@@ -2,7 +2,6 @@
 // whose process is stopped (SIGSTOP) mid-stream. Real processes on loopback.
 #include <signal.h>
 
-#include <map>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -27,66 +26,6 @@ v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, uint64
   return r;
 }
 
-// Streams opened with the async client API, none of them read: each is one call in flight.
-class OpenStreams {
- public:
-  OpenStreams(const std::string& target, int n, int channels,
-              std::chrono::system_clock::time_point deadline) {
-    for (int c = 0; c < channels; ++c) {
-      grpc::ChannelArguments args;
-      args.SetInt("walsh.test.channel", c);  // distinct arguments: a connection each
-      stubs_.push_back(v1::Generator::NewStub(
-          grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
-    }
-    for (int i = 0; i < n; ++i) {
-      calls_.push_back(std::make_unique<Call>());
-      Call& call = *calls_.back();
-      call.context.set_deadline(deadline);
-      call.reader =
-          stubs_[i % channels]->PrepareAsyncGenerate(&call.context, Request("held", 64, i), &cq_);
-      call.reader->StartCall(Tag(i, kStarted));
-    }
-  }
-  ~OpenStreams() {
-    for (auto& c : calls_) c->context.TryCancel();
-    cq_.Shutdown();
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) {
-    }
-  }
-  void Cancel(int i) { calls_[i]->context.TryCancel(); }
-  // Waits for every call to end; returns how many ended with each status code.
-  std::map<grpc::StatusCode, int> Finish() {
-    for (size_t i = 0; i < calls_.size(); ++i) {
-      calls_[i]->reader->Finish(&calls_[i]->status, Tag(static_cast<int>(i), kFinished));
-    }
-    size_t finished = 0;
-    void* tag;
-    bool ok;
-    while (finished < calls_.size() && cq_.Next(&tag, &ok)) {
-      finished += (reinterpret_cast<intptr_t>(tag) & 1) == kFinished;
-    }
-    std::map<grpc::StatusCode, int> codes;
-    for (const auto& c : calls_) ++codes[c->status.error_code()];
-    return codes;
-  }
-
- private:
-  static constexpr intptr_t kStarted = 0, kFinished = 1;
-  static void* Tag(int i, intptr_t kind) {
-    return reinterpret_cast<void*>((intptr_t{i} << 1) | kind);
-  }
-  struct Call {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientAsyncReader<v1::GenerateResponse>> reader;
-    grpc::Status status;
-  };
-  std::vector<std::unique_ptr<v1::Generator::Stub>> stubs_;
-  std::vector<std::unique_ptr<Call>> calls_;
-  grpc::CompletionQueue cq_;
-};
-
 // A thousand streams held open by a worker that never answers cost the gateway no thread each;
 // cancelled ones free their places at once and the rest end at their deadline, every gauge
 // back to zero.
@@ -97,7 +36,9 @@ TEST(GatewayFaults, AThousandStreamsOnAMuteWorkerCostNoThreadsAndMeetTheirDeadli
   const int idle_threads = testing::ThreadCount(gw.process().pid());
   constexpr int kStreams = 1000;
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(8);
-  OpenStreams streams(gw.target(), kStreams, 8, deadline);
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < kStreams; ++i) requests.push_back(Request("held", 64, i));
+  testing::UnreadStreams streams(testing::Connections(gw.target(), 8), requests, deadline);
   ASSERT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", kStreams));
   for (int i = 0; i < 100 && mute.open_streams() < kStreams; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -53,6 +53,69 @@ bool GatewayProcess::WaitForMetric(const std::string& series, double value, int 
   return false;
 }
 
+std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n) {
+  std::vector<std::unique_ptr<v1::Generator::Stub>> stubs;
+  for (int c = 0; c < n; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("walsh.test.connection", c);  // channels with equal arguments share one
+    stubs.push_back(v1::Generator::NewStub(
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
+  }
+  return stubs;
+}
+
+namespace {
+
+enum Op : uintptr_t { kStarted = 0, kRead = 1, kFinished = 2 };
+void* Tag(size_t i, Op op) { return reinterpret_cast<void*>(i * 4 + op); }
+
+}  // namespace
+
+UnreadStreams::UnreadStreams(std::vector<std::unique_ptr<v1::Generator::Stub>> stubs,
+                             const std::vector<v1::GenerateRequest>& requests,
+                             std::chrono::system_clock::time_point deadline)
+    : stubs_(std::move(stubs)) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    calls_.push_back(std::make_unique<Call>());
+    Call& call = *calls_.back();
+    call.context.set_deadline(deadline);
+    call.reader = stubs_[i % stubs_.size()]->PrepareAsyncGenerate(&call.context, requests[i], &cq_);
+    call.reader->StartCall(Tag(i, kStarted));
+  }
+}
+
+UnreadStreams::~UnreadStreams() {
+  for (auto& c : calls_) c->context.TryCancel();
+  cq_.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq_.Next(&tag, &ok)) {
+  }
+}
+
+std::map<grpc::StatusCode, int> UnreadStreams::Finish() {
+  // Read what is left (a status comes after the responses ahead of it), then the status.
+  for (size_t i = 0; i < calls_.size(); ++i)
+    calls_[i]->reader->Read(&calls_[i]->response, Tag(i, kRead));
+  size_t finished = 0;
+  void* tag;
+  bool ok;
+  while (finished < calls_.size() && cq_.Next(&tag, &ok)) {
+    const size_t i = reinterpret_cast<uintptr_t>(tag) / 4;
+    const auto op = static_cast<Op>(reinterpret_cast<uintptr_t>(tag) % 4);
+    if (op == kRead && ok) {
+      calls_[i]->reader->Read(&calls_[i]->response, Tag(i, kRead));
+    } else if (op == kRead) {
+      calls_[i]->reader->Finish(&calls_[i]->status, Tag(i, kFinished));
+    } else if (op == kFinished) {
+      ++finished;
+    }
+  }
+  std::map<grpc::StatusCode, int> codes;
+  for (const auto& c : calls_) ++codes[c->status.error_code()];
+  return codes;
+}
+
 std::optional<double> MetricIn(const std::string& exposition, const std::string& series) {
   std::istringstream in(exposition);
   for (std::string line; std::getline(in, line);) {

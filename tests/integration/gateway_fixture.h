@@ -3,6 +3,8 @@
 #ifndef WALSH_TESTS_INTEGRATION_GATEWAY_FIXTURE_H_
 #define WALSH_TESTS_INTEGRATION_GATEWAY_FIXTURE_H_
 
+#include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +38,34 @@ class GatewayProcess {
   std::unique_ptr<ChildProcess> process_;
   std::shared_ptr<grpc::Channel> channel_;
   int port_ = 0, metrics_port_ = 0;
+};
+
+// `n` stubs to `target`, each on a connection of its own.
+std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n);
+
+// Generate streams opened with the async client API and never read: each stays one call in
+// flight until it is cancelled, its deadline passes or the server ends it.
+class UnreadStreams {
+ public:
+  // Stream i goes over stubs[i % stubs.size()].
+  UnreadStreams(std::vector<std::unique_ptr<v1::Generator::Stub>> stubs,
+                const std::vector<v1::GenerateRequest>& requests,
+                std::chrono::system_clock::time_point deadline);
+  ~UnreadStreams();
+  void Cancel(size_t i) { calls_[i]->context.TryCancel(); }
+  // Reads every call to its end; returns how many ended with each status code.
+  std::map<grpc::StatusCode, int> Finish();
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::GenerateResponse>> reader;
+    v1::GenerateResponse response;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<v1::Generator::Stub>> stubs_;
+  std::vector<std::unique_ptr<Call>> calls_;
+  grpc::CompletionQueue cq_;
 };
 
 // The value of `series` in a Prometheus text exposition, if present.

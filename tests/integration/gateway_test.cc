@@ -418,15 +418,41 @@ std::string ReadFile(const std::string& path) { return testing::ReadFileOrDie(pa
 // TLS toward clients, mutual TLS toward workers: a worker that requires client certificates
 // serves the gateway (which presents one) and refuses a plaintext client and a TLS client
 // without a certificate.
+// `--probe-listen` (for the kubelet, which cannot speak TLS): plaintext health checks answer
+// what the TLS server's health says; nothing else is served there.
+void ExpectPlaintextProbeOnly(const std::string& probe) {
+  auto channel = grpc::CreateChannel(probe, grpc::InsecureChannelCredentials());
+  for (const char* service : {"", "liveness"}) {
+    grpc::health::v1::HealthCheckRequest q;
+    q.set_service(service);
+    grpc::health::v1::HealthCheckResponse r;
+    grpc::Status s;
+    for (int i = 0; i < 40; ++i) {  // the gateway's health follows its pool within 50 ms
+      grpc::ClientContext ctx;
+      s = grpc::health::v1::Health::NewStub(channel)->Check(&ctx, q, &r);
+      if (s.ok() && r.status() == grpc::health::v1::HealthCheckResponse::SERVING) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(s.ok()) << probe << " '" << service << "': " << s.error_message();
+    EXPECT_EQ(r.status(), grpc::health::v1::HealthCheckResponse::SERVING)
+        << probe << " '" << service << "'";
+  }
+  const StreamResult generate =
+      RunGenerate(*v1::Generator::NewStub(channel), Request("not here", 2, 0.0f, 1));
+  EXPECT_EQ(generate.status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
 TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
   testing::TempDir dir;
   const auto ca = testing::RunProcess(
       {std::string(WALSH_SOURCE_DIR) + "/scripts/make-test-ca", dir.File("pki")});
   ASSERT_EQ(ca.exit_code, 0) << ca.err;
   const std::string pki = dir.File("pki") + "/";
+  const std::string worker_probe = "127.0.0.1:" + std::to_string(testing::FreePort());
   WorkerProcess w({"--tls-cert-file", pki + "server.pem", "--tls-key-file", pki + "server.key",
-                   "--tls-client-ca-file", pki + "ca.pem"});
+                   "--tls-client-ca-file", pki + "ca.pem", "--probe-listen", worker_probe});
   ASSERT_TRUE(w.ok()) << w.process().stderr_text();
+  ExpectPlaintextProbeOnly(worker_probe);
   const std::string target = "127.0.0.1:" + std::to_string(w.grpc_port());
   v1::GenerateRequest req = Request("secure", 4, 0.0f, 3);
 
@@ -448,10 +474,12 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
   ASSERT_TRUE(want.status.ok()) << want.status.error_message();
 
   // The gateway reaches the worker over mutual TLS and serves its own clients over TLS.
+  const std::string gateway_probe = "127.0.0.1:" + std::to_string(testing::FreePort());
   GatewayProcess gw(
       {target}, {"--worker-tls-ca-file", pki + "ca.pem", "--worker-tls-cert-file",
                  pki + "client.pem", "--worker-tls-key-file", pki + "client.key", "--tls-cert-file",
-                 pki + "server.pem", "--tls-key-file", pki + "server.key"});
+                 pki + "server.pem", "--tls-key-file", pki + "server.key", "--probe-listen",
+                 gateway_probe, "--worker-tls-server-name", "localhost"});
   const std::string gw_target = gw.target();
   auto client =
       v1::Generator::NewStub(grpc::CreateChannel(gw_target, grpc::SslCredentials(no_cert)));
@@ -466,6 +494,15 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
   auto gw_plain =
       v1::Generator::NewStub(grpc::CreateChannel(gw_target, grpc::InsecureChannelCredentials()));
   EXPECT_FALSE(RunGenerate(*gw_plain, req).status.ok());
+  ExpectPlaintextProbeOnly(gateway_probe);
+
+  // A worker whose certificate does not carry --worker-tls-server-name is never routed to.
+  GatewayProcess wrong_name({target},
+                            {"--worker-tls-ca-file", pki + "ca.pem", "--worker-tls-cert-file",
+                             pki + "client.pem", "--worker-tls-key-file", pki + "client.key",
+                             "--worker-tls-server-name", "walsh-worker.example"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(wrong_name.Metric("walsh_gateway_worker_healthy{worker=\"" + target + "\"}"), 0);
 }
 
 // Every Generator call needs a key; keys come from a file reloaded on SIGHUP; several

@@ -108,6 +108,18 @@ void ExpectNonUtf8StringsRefused(v1::Generator::Stub& stub) {
   text.set_text("ok");
   text.mutable_stopping()->set_max_tokens(2);
   EXPECT_TRUE(RunGenerate(stub, text).status.ok());
+
+  v1::TokenizeRequest tokenize;
+  v1::TokenizeResponse ids;
+  tokenize.set_text("\xc0\x80 overlong");
+  grpc::ClientContext bad;
+  s = stub.Tokenize(&bad, tokenize, &ids);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "text: not valid UTF-8");
+  tokenize.set_text("ok");
+  grpc::ClientContext good;
+  EXPECT_TRUE(stub.Tokenize(&good, tokenize, &ids).ok());
+  EXPECT_GT(ids.ids_size(), 0);
 }
 
 }  // namespace walsh::testing

@@ -57,8 +57,9 @@ std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target);
 // the last load seen.
 v1::Load WaitForIdle(v1::Worker::Stub& worker);
 
-// Generate with a non-UTF-8 string, at the top level and nested, through `stub`: each is
-// refused INVALID_ARGUMENT naming the field; the same requests well formed are served.
+// Generate (a non-UTF-8 string at the top level and nested) and Tokenize with non-UTF-8 text,
+// through `stub`: each is refused INVALID_ARGUMENT naming the field; the same requests well
+// formed are served.
 void ExpectNonUtf8StringsRefused(v1::Generator::Stub& stub);
 
 }  // namespace walsh::testing

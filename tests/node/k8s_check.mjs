@@ -79,8 +79,26 @@ for (const overlay of overlays) {
           `${overlay}: ${what} --listen port equals its grpc containerPort`);
     check(portOf(flag(args, "metrics-listen")) === port("metrics") && port("metrics") === metricsPort,
           `${overlay}: ${what} --metrics-listen port equals its metrics containerPort`);
+    // With --probe-listen (TLS: the kubelet cannot speak it) probes go to that plaintext port.
+    const probeListen = flag(args, "probe-listen");
+    const healthPort = probeListen ? port("probe") : port("grpc");
+    if (probeListen) {
+      check(portOf(probeListen) === port("probe"), `${overlay}: ${what} --probe-listen port equals its probe containerPort`);
+    }
     for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
-      check(c[probe]?.grpc?.port === port("grpc"), `${overlay}: ${what} ${probe} is a gRPC probe on the health port`);
+      check(c[probe]?.grpc?.port === healthPort, `${overlay}: ${what} ${probe} is a gRPC probe on the health port`);
+    }
+    // A TLS server is probed on its plaintext probe port, never on the TLS one.
+    if (flag(args, "tls-cert-file")) {
+      check(probeListen !== undefined, `${overlay}: ${what} serves TLS and sets --probe-listen for the kubelet`);
+    }
+    // Every certificate and key flag names a file in a read-only Secret volume.
+    for (const a of args.filter((x) => /^--[\w-]*tls-[\w-]*-file=/.test(x))) {
+      const file = a.slice(a.indexOf("=") + 1);
+      const mount = (c.volumeMounts ?? []).find((m) => file.startsWith(m.mountPath + "/"));
+      const volume = mount && spec.volumes.find((v) => v.name === mount.name);
+      check(mount?.readOnly === true && volume?.secret?.secretName,
+            `${overlay}: ${what} ${a.split("=")[0]} is in a read-only Secret volume`);
     }
     check(c.livenessProbe?.grpc?.service === "liveness" && !c.readinessProbe.grpc.service,
           `${overlay}: ${what} liveness uses the "liveness" service, readiness the server's status`);
@@ -106,6 +124,18 @@ for (const overlay of overlays) {
   check(portOf(dns) === headless.spec.ports.find((p) => p.name === "grpc").port,
         `${overlay}: gateway --workers-dns port is the worker service's grpc port`);
   check(worker.spec.serviceName === headless.metadata.name, `${overlay}: the StatefulSet's serviceName is the headless service`);
+
+  // TLS on workers means the gateway speaks it to them: it trusts a CA, and presents a client
+  // certificate when workers demand one.
+  const wTls = expand(worker.spec.template.spec.containers[0].args);
+  if (flag(wTls, "tls-cert-file")) {
+    check(flag(gwArgs, "worker-tls-ca-file") && flag(gwArgs, "worker-tls-server-name"),
+          `${overlay}: workers serve TLS and the gateway trusts their CA and names them`);
+  }
+  if (flag(wTls, "tls-client-ca-file")) {
+    check(flag(gwArgs, "worker-tls-cert-file") && flag(gwArgs, "worker-tls-key-file"),
+          `${overlay}: workers demand client certificates and the gateway presents one`);
+  }
 
   // GPUs requested equal --tp; CPU workers ask for none.
   const wc = worker.spec.template.spec.containers[0];

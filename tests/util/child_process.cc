@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
@@ -33,6 +34,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
   posix_spawn_file_actions_destroy(&actions);
   close(err_pipe[1]);
   err_fd_ = err_pipe[0];
+  drain_ = std::thread(&ChildProcess::Drain, this);
 }
 
 ChildProcess::~ChildProcess() {
@@ -41,12 +43,34 @@ ChildProcess::~ChildProcess() {
     int status;
     waitpid(pid_, &status, 0);
   }
+  if (drain_.joinable()) drain_.join();  // the pipe ends with the child
   if (err_fd_ >= 0) close(err_fd_);
+}
+
+void ChildProcess::Drain() {
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(err_fd_, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n <= 0) continue;
+    std::lock_guard<std::mutex> l(mu_);
+    err_buf_.append(buf, n);
+    err_all_.append(buf, n);
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  err_closed_ = true;
+  cv_.notify_all();
+}
+
+std::string ChildProcess::stderr_text() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return err_all_;
 }
 
 std::optional<std::string> ChildProcess::WaitForStderrLine(
     const std::function<bool(const std::string&)>& match, std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> l(mu_);
   for (;;) {
     size_t nl;
     while ((nl = err_buf_.find('\n')) != std::string::npos) {
@@ -54,16 +78,8 @@ std::optional<std::string> ChildProcess::WaitForStderrLine(
       err_buf_.erase(0, nl + 1);
       if (match(line)) return line;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || err_fd_ < 0) return std::nullopt;
-    pollfd p{err_fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
-    char buf[4096];
-    const ssize_t n = read(err_fd_, buf, sizeof buf);
-    if (n <= 0) return std::nullopt;
-    err_buf_.append(buf, n);
-    err_all_.append(buf, n);
+    if (err_closed_ || err_fd_ < 0) return std::nullopt;
+    if (cv_.wait_until(l, end) == std::cv_status::timeout) return std::nullopt;
   }
 }
 
@@ -75,15 +91,7 @@ int ChildProcess::Wait(std::chrono::milliseconds timeout) {
   if (exited_) return exit_code_;
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < end) {
-    // Keep draining stderr so the child never blocks on a full pipe.
-    if (err_fd_ >= 0) {
-      pollfd p{err_fd_, POLLIN, 0};
-      if (poll(&p, 1, 10) > 0) {
-        char buf[4096];
-        const ssize_t n = read(err_fd_, buf, sizeof buf);
-        if (n > 0) err_all_.append(buf, n), err_buf_.append(buf, n);
-      }
-    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;

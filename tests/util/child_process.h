@@ -1,14 +1,18 @@
-// A child process for integration tests: stdout and stderr captured through pipes, read line
-// by line with a timeout; killed and reaped when the object goes away.
+// A child process for integration tests: stdout to /dev/null, stderr drained by a thread of
+// its own (a child that logs much never blocks on a full pipe) and read line by line with a
+// timeout; killed and reaped when the object goes away.
 #ifndef WALSH_TESTS_UTIL_CHILD_PROCESS_H_
 #define WALSH_TESTS_UTIL_CHILD_PROCESS_H_
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace walsh::testing {
@@ -30,12 +34,18 @@ class ChildProcess {
   // Exit code, or -1 if it did not exit normally within the timeout (then it is killed).
   int Wait(std::chrono::milliseconds timeout);
   // Everything read from stderr so far.
-  const std::string& stderr_text() const { return err_all_; }
+  std::string stderr_text() const;
 
  private:
+  void Drain();
+
   pid_t pid_ = -1;
   int err_fd_ = -1;
+  std::thread drain_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // more stderr, or its end
   std::string err_buf_, err_all_;
+  bool err_closed_ = false;
   bool exited_ = false;
   int exit_code_ = -1;
 };

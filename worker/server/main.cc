@@ -13,6 +13,7 @@
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "common/probe_server.h"
 #include "common/protobuf_log.h"
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
@@ -28,7 +29,7 @@ namespace {
 constexpr char kVersion[] = "0.1.0";
 
 struct Flags {
-  std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090";
+  std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
   int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
@@ -61,6 +62,9 @@ int Run(int argc, char** argv) {
   flags.String("model", &f.model, "GGUF model file (required)");
   flags.String("listen", &f.listen, "gRPC address host:port (port 0: pick a free one)");
   flags.String("metrics-listen", &f.metrics_listen, "HTTP address of /metrics");
+  flags.String("probe-listen", &f.probe_listen,
+               "plaintext address serving only grpc.health.v1 Check, for probes that cannot "
+               "speak TLS (off by default)");
   flags.Int("threads", &f.threads, "CPU threads of the engine");
   flags.Int("max-batch-tokens", &f.max_batch_tokens,
             "tokens per forward pass (prefill chunks + decodes)");
@@ -152,6 +156,12 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&worker);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) return Fail("listen_failed", "cannot listen on " + f.listen);
+  std::unique_ptr<ProbeServer> probe;
+  if (!f.probe_listen.empty()) {
+    auto started = ProbeServer::Start(f.probe_listen, server.get());
+    if (!started.ok()) return Fail("listen_failed", std::string(started.status().message()));
+    probe = std::move(*started);
+  }
   SetHealth(*server, false);
   // "liveness": the process answers (Kubernetes livenessProbe); readiness is "".
   server->GetHealthCheckService()->SetServingStatus("liveness", true);

@@ -122,14 +122,21 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
 }
 
 grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext* context,
-                                                     const v1::TokenizeRequest* request,
-                                                     v1::TokenizeResponse* response) {
+                                                     const grpc::ByteBuffer* raw,
+                                                     grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
+  v1::TokenizeRequest request;
+  if (grpc::Status s = ParseRequest(*raw, &request); !s.ok()) {
+    r->Finish(s);
+    return r;
+  }
   if (const grpc::Status s = Unavailable(*ctx_, /*needs_tokenizer=*/true); !s.ok()) {
     r->Finish(s);
     return r;
   }
-  for (int32_t id : ctx_->tokenizer->Encode(request->text())) response->add_ids(id);
+  v1::TokenizeResponse response;
+  for (int32_t id : ctx_->tokenizer->Encode(request.text())) response.add_ids(id);
+  *raw_response = SerializeToByteBuffer(response);
   r->Finish(grpc::Status::OK);
   return r;
 }

@@ -25,18 +25,20 @@ struct ServiceContext {
   int64_t max_buffered_responses = 256;
 };
 
-// Generate and Resume take raw bytes and parse them with ParseRequest (common/raw_messages.h),
-// so a request that does not parse gets INVALID_ARGUMENT naming the field.
+// Generate, Tokenize and Resume take raw bytes and parse them with ParseRequest
+// (common/raw_messages.h), so a request that does not parse gets INVALID_ARGUMENT naming the
+// field (those three carry free text).
 class GeneratorService final
-    : public v1::Generator::WithRawCallbackMethod_Generate<v1::Generator::CallbackService> {
+    : public v1::Generator::WithRawCallbackMethod_Generate<
+          v1::Generator::WithRawCallbackMethod_Tokenize<v1::Generator::CallbackService>> {
  public:
   explicit GeneratorService(ServiceContext* ctx) : ctx_(ctx) {}
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
                                        const v1::DetokenizeRequest* request,
                                        v1::DetokenizeResponse* response) override;
