@@ -2,19 +2,21 @@
 
 #include <chrono>
 #include <cstdio>
-#include <mutex>
+
+#include "absl/base/attributes.h"
+#include "absl/synchronization/mutex.h"
 
 namespace walsh {
 
 void LogJson(const char* level, const std::string& event, nlohmann::json fields) {
-  static std::mutex mu;
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   nlohmann::json line = {{"ts", now}, {"level", level}, {"event", event}};
   line.update(fields);
   const std::string text =
       line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  std::lock_guard<std::mutex> l(mu);
+  absl::MutexLock l(&mu);
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
 }

@@ -7,9 +7,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace walsh {
 
@@ -22,8 +24,8 @@ class Counter {
 
  private:
   friend class MetricFamily;
-  mutable std::mutex mu_;
-  double value_ = 0;
+  mutable absl::Mutex mu_;
+  double value_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class Gauge {
@@ -34,8 +36,8 @@ class Gauge {
 
  private:
   friend class MetricFamily;
-  mutable std::mutex mu_;
-  double value_ = 0;
+  mutable absl::Mutex mu_;
+  double value_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class Histogram {
@@ -47,11 +49,11 @@ class Histogram {
 
  private:
   friend class MetricFamily;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
-  double sum_ = 0;
-  uint64_t count_ = 0;
+  std::vector<uint64_t> counts_ ABSL_GUARDED_BY(mu_);  // per bucket, not cumulative; last is +Inf
+  double sum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 enum class MetricType { kCounter, kGauge, kHistogram };
@@ -68,21 +70,21 @@ class MetricFamily {
   Gauge& gauge(const std::vector<std::string>& labels = {});
   Histogram& histogram(const std::vector<std::string>& labels = {});
 
-  void Write(std::string& out) const;
+  void Write(std::string& out) const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& name() const { return name_; }
   // Drops every child (for label sets rebuilt at each scrape, e.g. per-worker gauges).
-  void Clear();
+  void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Child;
-  Child& Get(const std::vector<std::string>& labels);
+  Child& Get(const std::vector<std::string>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::string name_, help_;
   MetricType type_;
   std::vector<std::string> label_names_;
   std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<Child>> children_;
+  mutable absl::Mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
 };
 
 class MetricsRegistry {
@@ -97,12 +99,12 @@ class MetricsRegistry {
   void AddCollector(std::function<void()> collect);
 
   // The whole registry in the Prometheus text format, families in registration order.
-  std::string Serialize() const;
+  std::string Serialize() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<MetricFamily>> families_;
-  std::vector<std::function<void()>> collectors_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<MetricFamily>> families_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
 // Buckets for latencies in seconds, 1 ms to ~1 min.

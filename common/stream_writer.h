@@ -9,9 +9,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 
@@ -29,33 +30,39 @@ class StreamWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // `initial_metadata`: added before the first response goes out (ignored after).
   void Push(const google::protobuf::Message& response,
-            const std::pair<std::string, std::string>* initial_metadata = nullptr);
+            const std::pair<std::string, std::string>* initial_metadata = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the stream with `status` after the queued responses (no-op once it is ending).
-  void Complete(const grpc::Status& status);
+  void Complete(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool cancelled();
+  bool cancelled() ABSL_LOCKS_EXCLUDED(mu_);
   // Why it ended early: CANCELLED, or RESOURCE_EXHAUSTED naming --max-buffered-responses.
-  grpc::Status CancelledStatus();
+  grpc::Status CancelledStatus() ABSL_LOCKS_EXCLUDED(mu_);
 
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCancel() override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDone() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   StreamWriter(grpc::CallbackServerContext* context, size_t max_buffered, EndedEarly on_cancel)
       : context_(context), max_buffered_(max_buffered), on_cancel_(std::move(on_cancel)) {}
   // Marks the stream cancelled; returns whether the hook must run (the first time only).
-  bool CancelLocked(bool stalled);
-  void RunHook(bool stalled);
+  bool CancelLocked(bool stalled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunHook(bool stalled) ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::CallbackServerContext* const context_;
   const size_t max_buffered_;
   EndedEarly on_cancel_;
-  std::mutex mu_;
-  std::deque<grpc::ByteBuffer> queue_;
-  bool writing_ = false, finish_pending_ = false, finished_ = false, metadata_sent_ = false;
-  bool cancelled_ = false, stalled_ = false;
-  grpc::Status status_;
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool metadata_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  // Not guarded: set in Create before the writer is shared; OnDone moves it out under mu_.
   std::shared_ptr<StreamWriter> self_;
 };
 

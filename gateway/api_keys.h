@@ -6,11 +6,12 @@
 #define WALSH_GATEWAY_API_KEYS_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
@@ -20,16 +21,16 @@ class ApiKeys {
   ApiKeys(std::string key, std::string file) : key_(std::move(key)), file_(std::move(file)) {}
 
   // Reads the file again (and at start); on error the keys in force stay.
-  absl::Status Load();
+  absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
   bool enabled() const;
-  size_t count() const;
+  size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
   // OK, or UNAUTHENTICATED saying what is wrong (missing, repeated or unknown key).
-  grpc::Status Check(const grpc::ServerContextBase& context) const;
+  grpc::Status Check(const grpc::ServerContextBase& context) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string key_, file_;
-  mutable std::mutex mu_;
-  std::vector<std::string> keys_;
+  mutable absl::Mutex mu_;
+  std::vector<std::string> keys_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace walsh

@@ -5,7 +5,9 @@
 #define WALSH_GATEWAY_CIRCUIT_BREAKER_H_
 
 #include <chrono>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace walsh {
 
@@ -18,19 +20,19 @@ class CircuitBreaker {
       : threshold_(failure_threshold), cool_down_(cool_down) {}
 
   // May a call go to this worker now? In half-open state only one trial at a time.
-  bool Allow();
-  void RecordSuccess();
-  void RecordFailure();
-  State state() const;
+  bool Allow() ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordSuccess() ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordFailure() ABSL_LOCKS_EXCLUDED(mu_);
+  State state() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   const int threshold_;
   const std::chrono::milliseconds cool_down_;
-  State state_ = State::kClosed;
-  int failures_ = 0;
-  Clock::time_point opened_at_{};
-  bool trial_in_flight_ = false;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kClosed;
+  int failures_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point opened_at_ ABSL_GUARDED_BY(mu_){};
+  bool trial_in_flight_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 const char* BreakerStateName(CircuitBreaker::State s);

@@ -26,12 +26,12 @@ GatewayService::GatewayService(WorkerPool* pool, RoutingPolicy* policy, GatewayM
       env_{pool, policy, fallback_.get(), metrics, &options_} {}
 
 GatewayService::~GatewayService() {
-  std::unique_lock<std::mutex> l(mu_);
-  all_ended_.wait(l, [&] { return live_.empty(); });
+  absl::MutexLock l(&mu_);
+  while (!live_.empty()) all_ended_.Wait(&mu_);
 }
 
 int64_t GatewayService::inflight() {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return inflight_ + static_cast<int64_t>(waiting_.size());
 }
 
@@ -82,7 +82,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
       env_, context, std::move(request), std::move(client_slot), std::move(hooks));
   bool full = false, start_now = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (inflight_ >= options_.max_inflight &&
         static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
       full = true;
@@ -112,7 +112,7 @@ void GatewayService::OnClientGone(ProxiedStream* stream) {
   std::shared_ptr<ProxiedStream> s;
   bool queued = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     auto it = live_.find(stream);
     if (it == live_.end()) return;
     s = it->second.stream;
@@ -134,7 +134,7 @@ void GatewayService::OnClientGone(ProxiedStream* stream) {
 void GatewayService::OnEnded(ProxiedStream* stream) {
   std::vector<std::shared_ptr<ProxiedStream>> admitted;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     auto it = live_.find(stream);
     if (it == live_.end()) return;  // refused before it was registered
     if (it->second.admitted) {
@@ -151,7 +151,7 @@ void GatewayService::OnEnded(ProxiedStream* stream) {
       admitted.push_back(next.stream);
     }
     UpdateGaugesLocked();
-    if (live_.empty()) all_ended_.notify_all();
+    if (live_.empty()) all_ended_.SignalAll();
   }
   for (auto& s : admitted) s->Start();
 }
@@ -164,7 +164,7 @@ void GatewayService::UpdateGaugesLocked() {
 void GatewayService::CancelAll() {
   std::vector<std::shared_ptr<ProxiedStream>> running, queued;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     for (auto& [ptr, e] : live_) (e.admitted ? running : queued).push_back(e.stream);
     waiting_.clear();
   }

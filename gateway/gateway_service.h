@@ -6,12 +6,12 @@
 #define WALSH_GATEWAY_GATEWAY_SERVICE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
 #include "gateway/proxied_stream.h"
@@ -33,12 +33,13 @@ class GatewayService final
 
   void StartDraining() { draining_ = true; }
   // Streams being served or waiting for a slot (draining waits for both).
-  int64_t inflight();
+  int64_t inflight() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every stream still open, UNAVAILABLE (the end of the drain grace period).
-  void CancelAll();
+  void CancelAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
-                                                       const grpc::ByteBuffer* request) override;
+                                                       const grpc::ByteBuffer* request) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
@@ -55,9 +56,9 @@ class GatewayService final
     bool admitted;
   };
 
-  void OnClientGone(ProxiedStream* stream);
-  void OnEnded(ProxiedStream* stream);
-  void UpdateGaugesLocked();
+  void OnClientGone(ProxiedStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnEnded(ProxiedStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Authorization, then the client's rate limit (a stream also takes one of its slots).
   grpc::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot);
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
@@ -70,11 +71,12 @@ class GatewayService final
   const ProxiedStream::Env env_;
   std::atomic<bool> draining_{false};
 
-  std::mutex mu_;
-  std::condition_variable all_ended_;
-  std::unordered_map<ProxiedStream*, Entry> live_;  // every stream not yet ended
-  std::deque<ProxiedStream*> waiting_;              // not admitted yet, oldest first
-  int64_t inflight_ = 0;                            // admitted
+  absl::Mutex mu_;
+  absl::CondVar all_ended_;
+  // Every stream not yet ended.
+  std::unordered_map<ProxiedStream*, Entry> live_ ABSL_GUARDED_BY(mu_);
+  std::deque<ProxiedStream*> waiting_ ABSL_GUARDED_BY(mu_);  // not admitted yet, oldest first
+  int64_t inflight_ ABSL_GUARDED_BY(mu_) = 0;                // admitted
 };
 
 }  // namespace walsh

@@ -7,10 +7,11 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
@@ -25,10 +26,11 @@ class KeyLimiter {
 
   // One request of `key` (any Generator call): OK, or RESOURCE_EXHAUSTED when its bucket is
   // empty.
-  grpc::Status AdmitCall(const std::string& key);
+  grpc::Status AdmitCall(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // A stream of `key`: a rate token and a stream slot, held until the returned handle is
   // destroyed; or RESOURCE_EXHAUSTED.
-  grpc::Status AdmitStream(const std::string& key, std::shared_ptr<void>* slot);
+  grpc::Status AdmitStream(const std::string& key, std::shared_ptr<void>* slot)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct PerKey {
@@ -36,12 +38,13 @@ class KeyLimiter {
     double tokens = 0;
     std::chrono::steady_clock::time_point refilled;
   };
-  grpc::Status TakeTokenLocked(const std::string& key, PerKey& k);
+  grpc::Status TakeTokenLocked(const std::string& key, PerKey& k)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_streams_;
   const double rate_, burst_;
-  std::mutex mu_;
-  absl::flat_hash_map<std::string, PerKey> keys_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, PerKey> keys_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace walsh

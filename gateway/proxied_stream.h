@@ -12,13 +12,14 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/stream_writer.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
@@ -53,11 +54,11 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor() { return writer_.get(); }
   // Admitted: the first step.
-  void Start() { Step(); }
+  void Start() ABSL_LOCKS_EXCLUDED(mu_) { Step(); }
   // Ends the stream with `why` once what is pending returns (at once if nothing is).
-  void Interrupt(const grpc::Status& why);
+  void Interrupt(const grpc::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a stream that never started (cancelled or refused while it waited for admission).
-  void EndUnstarted(const grpc::Status& why) { End(why); }
+  void EndUnstarted(const grpc::Status& why) ABSL_LOCKS_EXCLUDED(mu_) { End(why); }
   grpc::Status ClientGoneStatus() { return writer_->CancelledStatus(); }
 
  private:
@@ -68,13 +69,14 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
                 std::chrono::system_clock::time_point deadline, std::string session,
                 std::shared_ptr<void> client_slot, Hooks hooks);
 
-  void Step();
-  void StartCall(std::shared_ptr<WorkerEndpoint> w);
+  void Step() ABSL_LOCKS_EXCLUDED(mu_);
+  void StartCall(std::shared_ptr<WorkerEndpoint> w) ABSL_LOCKS_EXCLUDED(mu_);
   void OnResponse(v1::GenerateResponse& resp, const std::string& worker);
-  void OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const grpc::Status& s);
-  void Sleep(Clock::duration d);
-  void End(const grpc::Status& s);
-  std::optional<grpc::Status> Interruption();
+  void OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const grpc::Status& s)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Sleep(Clock::duration d) ABSL_LOCKS_EXCLUDED(mu_);
+  void End(const grpc::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<grpc::Status> Interruption() ABSL_LOCKS_EXCLUDED(mu_);
 
   const Env env_;
   v1::GenerateRequest request_;
@@ -98,12 +100,12 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
   std::mt19937_64 rng_{std::random_device{}()};
 
   // Shared with Interrupt (any thread).
-  std::mutex mu_;
-  std::optional<grpc::Status> interrupted_;
-  std::optional<Clock::time_point> client_gone_at_;
-  std::shared_ptr<UpstreamCall> call_;
-  std::shared_ptr<grpc::Alarm> alarm_;
-  bool ended_ = false;
+  absl::Mutex mu_;
+  std::optional<grpc::Status> interrupted_ ABSL_GUARDED_BY(mu_);
+  std::optional<Clock::time_point> client_gone_at_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<UpstreamCall> call_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::Alarm> alarm_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace walsh

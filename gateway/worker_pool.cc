@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/json_log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -45,15 +46,15 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
 
 WorkerPool::~WorkerPool() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
 std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::All() {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   std::vector<std::shared_ptr<WorkerEndpoint>> out;
   for (auto& [a, w] : workers_) out.push_back(w);
   return out;
@@ -68,7 +69,7 @@ std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::Candidates() {
 }
 
 std::string WorkerPool::fingerprint() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return fingerprint_;
 }
 
@@ -103,7 +104,7 @@ void WorkerPool::Resolve() {
     }
   }
   freeaddrinfo(res);
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
   for (const std::string& a : found) {
     if (!workers_.count(a)) {
@@ -140,7 +141,7 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   v1::ModelInfo info;
   if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (fingerprint_.empty()) fingerprint_ = info.contract_fingerprint();
     const bool refused = info.contract_fingerprint() != fingerprint_;
     const bool changed = !w.known || refused != w.refused;
@@ -166,19 +167,25 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
 }
 
 void WorkerPool::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!stop_) {
     const bool dns_due = !options_.dns.empty() &&
                          std::chrono::steady_clock::now() - last_dns_ >= options_.dns_interval;
-    lock.unlock();
+    mu_.Unlock();
     if (dns_due) {
       Resolve();
       last_dns_ = std::chrono::steady_clock::now();
     }
     for (auto& w : All()) Poll(*w);
-    lock.lock();
-    cv_.wait_for(lock, options_.poll_interval, [&] { return stop_; });
+    mu_.Lock();
+    const auto deadline = std::chrono::steady_clock::now() + options_.poll_interval;
+    while (!stop_) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= left.zero()) break;
+      cv_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+    }
   }
+  mu_.Unlock();
 }
 
 }  // namespace walsh

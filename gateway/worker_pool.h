@@ -11,14 +11,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/circuit_breaker.h"
 #include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
@@ -70,23 +70,24 @@ class WorkerPool {
   ~WorkerPool();
 
   // Workers that may take a call now, in a stable order (by address).
-  std::vector<std::shared_ptr<WorkerEndpoint>> Candidates();
-  std::vector<std::shared_ptr<WorkerEndpoint>> All();
-  std::string fingerprint() const;
+  std::vector<std::shared_ptr<WorkerEndpoint>> Candidates() ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::shared_ptr<WorkerEndpoint>> All() ABSL_LOCKS_EXCLUDED(mu_);
+  std::string fingerprint() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until some worker is routable or the timeout passes.
-  bool WaitForAny(std::chrono::milliseconds timeout);
+  bool WaitForAny(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Loop();
-  void Resolve();
-  void Poll(WorkerEndpoint& w);
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Resolve() ABSL_LOCKS_EXCLUDED(mu_);
+  void Poll(WorkerEndpoint& w) ABSL_LOCKS_EXCLUDED(mu_);
 
   WorkerPoolOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::shared_ptr<WorkerEndpoint>> workers_;
-  std::string fingerprint_;
-  bool stop_ = false;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::map<std::string, std::shared_ptr<WorkerEndpoint>> workers_ ABSL_GUARDED_BY(mu_);
+  std::string fingerprint_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Not guarded: only the polling thread (Loop) reads and writes it.
   std::chrono::steady_clock::time_point last_dns_{};
   std::thread thread_;
 };

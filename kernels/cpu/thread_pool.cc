@@ -10,10 +10,10 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  start_cv_.notify_all();
+  start_cv_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -29,15 +29,15 @@ void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      absl::MutexLock lock(&mu_);
+      while (!(stop_ || generation_ != seen)) start_cv_.Wait(&mu_);
       if (stop_) return;
       seen = generation_;
     }
     RunChunks();
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--busy_ == 0) done_cv_.notify_one();
+      absl::MutexLock lock(&mu_);
+      if (--busy_ == 0) done_cv_.Signal();
     }
   }
 }
@@ -51,7 +51,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     fn_ = &fn;
     n_ = n;
     grain_ = grain;
@@ -59,10 +59,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     busy_ = static_cast<int>(workers_.size());
     ++generation_;
   }
-  start_cv_.notify_all();
+  start_cv_.SignalAll();
   RunChunks();
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return busy_ == 0; });
+  absl::MutexLock lock(&mu_);
+  while (busy_ != 0) done_cv_.Wait(&mu_);
 }
 
 }  // namespace walsh

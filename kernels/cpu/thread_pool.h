@@ -5,12 +5,13 @@
 #define WALSH_KERNELS_CPU_THREAD_POOL_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace walsh {
 
@@ -25,19 +26,21 @@ class ThreadPool {
 
   // Calls fn(begin, end) over [0, n) in chunks of at most `grain`, spread over the threads,
   // and returns when all are done. Not reentrant.
-  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void WorkerLoop();
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void RunChunks();
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
-  uint64_t generation_ = 0;
-  int busy_ = 0;
-  bool stop_ = false;
-  // The current loop.
+  absl::Mutex mu_;
+  absl::CondVar start_cv_, done_cv_;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The current loop. Not guarded: written under mu_ before the generation bump, then only read
+  // (by RunChunks) until every worker is done.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, grain_ = 1;
   std::atomic<int64_t> next_{0};

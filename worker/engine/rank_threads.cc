@@ -9,10 +9,10 @@ RankThreads::RankThreads(int ranks, std::chrono::milliseconds stall_sleep, int s
 
 RankThreads::~RankThreads() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -26,15 +26,15 @@ absl::Status RankThreads::RunRank(int rank, const std::function<absl::Status(int
 
 absl::Status RankThreads::Run(const std::function<absl::Status(int)>& work) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     work_ = &work;
     pending_ = ranks_ - 1;
     ++generation_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   status_[0] = RunRank(0, work);
-  std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return pending_ == 0; });
+  absl::MutexLock l(&mu_);
+  while (pending_ != 0) cv_.Wait(&mu_);
   for (const absl::Status& s : status_) {
     if (!s.ok()) return s;
   }
@@ -46,19 +46,19 @@ void RankThreads::Loop(int rank) {
   for (;;) {
     const std::function<absl::Status(int)>* work;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+      absl::MutexLock l(&mu_);
+      while (!(stop_ || generation_ != seen)) cv_.Wait(&mu_);
       if (stop_) return;
       seen = generation_;
       work = work_;
     }
     absl::Status s = RunRank(rank, *work);
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       status_[rank] = std::move(s);
       --pending_;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 

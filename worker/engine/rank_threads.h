@@ -5,14 +5,14 @@
 #define WALSH_WORKER_ENGINE_RANK_THREADS_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace walsh {
 
@@ -25,25 +25,27 @@ class RankThreads {
 
   // Runs work(rank) on every rank at once; returns when all have finished: OK, or the first
   // failure in rank order.
-  absl::Status Run(const std::function<absl::Status(int)>& work);
+  absl::Status Run(const std::function<absl::Status(int)>& work) ABSL_LOCKS_EXCLUDED(mu_);
 
   static constexpr int kStallAfterSteps = 2;
 
  private:
-  void Loop(int rank);
+  void Loop(int rank) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RunRank(int rank, const std::function<absl::Status(int)>& work);
 
   const int ranks_;
   const std::chrono::milliseconds stall_sleep_;
   const int stall_rank_;
   int steps_of_stall_rank_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const std::function<absl::Status(int)>* work_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  const std::function<absl::Status(int)>* work_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  // Not guarded: each rank writes only its own element (rank 0 without mu_), and Run reads them
+  // once pending_ is 0.
   std::vector<absl::Status> status_;
-  bool stop_ = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -3,30 +3,37 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace walsh {
 
 CpuCommunicator::CpuCommunicator(int ranks) : ranks_(ranks), slots_(ranks, nullptr) {}
 
 bool CpuCommunicator::broken() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return broken_;
 }
 
 absl::Status CpuCommunicator::Barrier(int rank, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (broken_)
     return absl::UnavailableError("tensor-parallel group is broken by an earlier timeout");
   const uint64_t gen = generation_;
   if (++arrived_ == ranks_) {
     arrived_ = 0;
     ++generation_;
-    cv_.notify_all();
+    cv_.SignalAll();
     return absl::OkStatus();
   }
-  if (!cv_.wait_for(l, timeout, [&] { return generation_ != gen || broken_; })) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (generation_ == gen && !broken_) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= left.zero()) break;
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+  }
+  if (generation_ == gen && !broken_) {
     broken_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
     return absl::DeadlineExceededError(
         absl::StrCat("rank ", rank, ": a collective did not complete within ", timeout.count(),
                      " ms (", arrived_, " of ", ranks_, " ranks arrived)"));
@@ -42,7 +49,7 @@ absl::Status CpuCommunicator::AllGatherInPlace(int rank, float* buffer,
                                                const std::vector<size_t>& counts,
                                                std::chrono::milliseconds timeout) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     slots_[rank] = buffer;
   }
   if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
@@ -59,7 +66,7 @@ absl::Status CpuCommunicator::AllGatherInPlace(int rank, float* buffer,
 absl::Status CpuCommunicator::AllReduceSum(int rank, float* buffer, size_t count,
                                            std::chrono::milliseconds timeout) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     slots_[rank] = buffer;
   }
   if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
@@ -78,7 +85,7 @@ absl::Status CpuCommunicator::AllReduceSum(int rank, float* buffer, size_t count
 absl::Status CpuCommunicator::Broadcast(int rank, int root, void* buffer, size_t bytes,
                                         std::chrono::milliseconds timeout) {
   if (rank == root) {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     slots_[root] = buffer;
   }
   if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;

@@ -28,10 +28,10 @@ Scheduler::Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetr
 
 Scheduler::~Scheduler() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
   for (auto& r : running_)
     EndWithStatus(*r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker stopped"), "error");
@@ -41,7 +41,7 @@ Scheduler::~Scheduler() {
 
 absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (!admitting_) return absl::UnavailableError("the worker is draining");
     if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
       return absl::ResourceExhaustedError(
@@ -52,28 +52,28 @@ absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
     for (int32_t id : r->generation->output()) r->tokens.push_back(id);
     waiting_.push_back(std::move(r));
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return absl::OkStatus();
 }
 
 void Scheduler::StopAdmitting() {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   admitting_ = false;
 }
 
-void Scheduler::Wake() { cv_.notify_all(); }
+void Scheduler::Wake() { cv_.SignalAll(); }
 
 void Scheduler::CancelAll(const grpc::Status& status) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   for (auto& r : waiting_) r->cancelled = true;
   // Running requests are ended by the loop at its next step; mark them.
   cancel_all_status_ = status;
   cancel_all_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 SchedulerLoad Scheduler::Load() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   SchedulerLoad load;
   load.running = running_count_;
   load.waiting = static_cast<int64_t>(waiting_.size());
@@ -88,11 +88,11 @@ SchedulerLoad Scheduler::Load() const {
 }
 
 void Scheduler::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock l(&mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty() || cancel_all_; });
+    while (!(stop_ || !waiting_.empty() || !running_.empty() || cancel_all_)) cv_.Wait(&mu_);
     if (stop_) return;
-    Step(lock);
+    Step();
   }
 }
 
@@ -142,7 +142,7 @@ void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string&
 
 void Scheduler::DropFinished() {
   // Called with mu_ held. Ends what was cancelled, expired, or swept by CancelAll.
-  auto ended = [&](ActiveRequest& r) {
+  auto ended = [&](ActiveRequest& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancel_all_) {
       EndWithStatus(r, cancel_all_status_, "cancelled");
     } else if (r.cancelled) {
@@ -155,8 +155,10 @@ void Scheduler::DropFinished() {
     }
     return true;
   };
-  std::erase_if(waiting_, [&](const auto& r) { return ended(*r); });
-  std::erase_if(running_, [&](const auto& r) { return ended(*r); });
+  std::erase_if(waiting_,
+                [&](const auto& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended(*r); });
+  std::erase_if(running_,
+                [&](const auto& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended(*r); });
   cancel_all_ = false;
 }
 
@@ -240,7 +242,7 @@ void Scheduler::UpdateGauges() {
   }
 }
 
-void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
+void Scheduler::Step() {
   DropFinished();
   // Right after a preemption, let the running batch make progress before admitting again.
   if (!preempted_this_step_) Admit();
@@ -268,7 +270,7 @@ void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
   }
   if (batch.empty()) return;
 
-  lock.unlock();
+  mu_.Unlock();
   const auto step_start = Clock::now();
   absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
   const double step_seconds = Since(step_start);
@@ -283,7 +285,7 @@ void Scheduler::Step(std::unique_lock<std::mutex>& lock) {
       }
     }
   }
-  lock.lock();
+  mu_.Lock();
   if (!out.ok()) {
     if (out.status().code() == absl::StatusCode::kResourceExhausted && Preempt()) {
       preempted_this_step_ = true;

@@ -9,14 +9,14 @@
 #ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
 #define WALSH_WORKER_SERVER_SCHEDULER_H_
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/engine/engine.h"
 #include "worker/server/active_request.h"
 #include "worker/server/worker_metrics.h"
@@ -41,42 +41,44 @@ class Scheduler {
   ~Scheduler();  // stops the thread; unfinished requests end with UNAVAILABLE
 
   // Queues a request; RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining.
-  absl::Status Submit(std::shared_ptr<ActiveRequest> request);
+  absl::Status Submit(std::shared_ptr<ActiveRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
   // Stops admitting new requests (Submit answers UNAVAILABLE).
-  void StopAdmitting();
+  void StopAdmitting() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every request still queued or running with `status`.
-  void CancelAll(const grpc::Status& status);
+  void CancelAll(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes the loop (a reactor marked a request cancelled).
   void Wake();
-  SchedulerLoad Load() const;
+  SchedulerLoad Load() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Loop();
-  void Step(std::unique_lock<std::mutex>& lock);
-  void DropFinished();
-  void Admit();
-  bool Preempt();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Preempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched);
   void EndWithStatus(ActiveRequest& r, const grpc::Status& status, const char* reason);
   void Release(ActiveRequest& r);
-  void UpdateGauges();
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* engine_;
   SchedulerOptions options_;
   WorkerMetrics* metrics_;
-  mutable std::mutex mu_;  // guards waiting_, the counters, admitting_, stop_
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<ActiveRequest>> waiting_;
-  std::vector<std::shared_ptr<ActiveRequest>> running_;  // scheduler thread only
-  int64_t running_count_ = 0;
-  EngineStats engine_stats_{};
-  std::deque<std::pair<Clock::time_point, int64_t>> token_times_;  // for tokens/s
-  uint64_t arrivals_ = 0;
-  bool preempted_this_step_ = false;
-  bool admitting_ = true;
-  bool cancel_all_ = false;
-  grpc::Status cancel_all_status_;
-  bool stop_ = false;
+  mutable absl::Mutex mu_;  // guards waiting_, the counters, admitting_, stop_
+  absl::CondVar cv_;
+  std::deque<std::shared_ptr<ActiveRequest>> waiting_ ABSL_GUARDED_BY(mu_);
+  // Scheduler thread only.
+  std::vector<std::shared_ptr<ActiveRequest>> running_ ABSL_GUARDED_BY(mu_);
+  int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
+  EngineStats engine_stats_ ABSL_GUARDED_BY(mu_){};
+  // For tokens/s.
+  std::deque<std::pair<Clock::time_point, int64_t>> token_times_ ABSL_GUARDED_BY(mu_);
+  uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;
+  bool preempted_this_step_ ABSL_GUARDED_BY(mu_) = false;
+  bool admitting_ ABSL_GUARDED_BY(mu_) = true;
+  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status cancel_all_status_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
