@@ -71,27 +71,27 @@ std::string Labels(const std::vector<std::string>& names, const std::vector<std:
 }  // namespace
 
 void Counter::Inc(double v) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   value_ += v;
 }
 double Counter::value() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return value_;
 }
 void Gauge::Set(double v) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   value_ = v;
 }
 void Gauge::Add(double v) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   value_ += v;
 }
 double Gauge::value() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return value_;
 }
 void Histogram::Observe(double v) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   size_t i = 0;
   while (i < bounds_.size() && v > bounds_[i]) ++i;
   ++counts_[i];
@@ -99,7 +99,7 @@ void Histogram::Observe(double v) {
   ++count_;
 }
 uint64_t Histogram::count() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return count_;
 }
 
@@ -120,7 +120,7 @@ MetricFamily::MetricFamily(std::string name, std::string help, MetricType type,
 MetricFamily::~MetricFamily() = default;
 
 MetricFamily::Child& MetricFamily::Get(const std::vector<std::string>& labels) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::unique_ptr<Child>& c = children_[labels];
   if (!c) {
     c = std::make_unique<Child>();
@@ -130,7 +130,7 @@ MetricFamily::Child& MetricFamily::Get(const std::vector<std::string>& labels) {
 }
 
 void MetricFamily::Clear() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   children_.clear();
 }
 
@@ -146,7 +146,7 @@ void MetricFamily::Write(std::string& out) const {
   static constexpr const char* kTypes[] = {"counter", "gauge", "histogram"};
   absl::StrAppend(&out, "# HELP ", name_, " ", EscapeHelp(help_), "\n# TYPE ", name_, " ",
                   kTypes[static_cast<int>(type_)], "\n");
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (const auto& [values, child] : children_) {
     switch (type_) {
       case MetricType::kCounter:
@@ -159,7 +159,7 @@ void MetricFamily::Write(std::string& out) const {
         break;
       case MetricType::kHistogram: {
         const Histogram& h = *child->histogram;
-        absl::MutexLock hl(&h.mu_);
+        MutexLock hl(&h.mu_);
         uint64_t cumulative = 0;
         for (size_t i = 0; i <= h.bounds_.size(); ++i) {
           cumulative += h.counts_[i];
@@ -177,7 +177,7 @@ void MetricFamily::Write(std::string& out) const {
 
 MetricFamily& MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
                                           std::vector<std::string> labels) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   families_.push_back(
       std::make_unique<MetricFamily>(name, help, MetricType::kCounter, std::move(labels)));
   return *families_.back();
@@ -185,7 +185,7 @@ MetricFamily& MetricsRegistry::AddCounter(const std::string& name, const std::st
 
 MetricFamily& MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                         std::vector<std::string> labels) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   families_.push_back(
       std::make_unique<MetricFamily>(name, help, MetricType::kGauge, std::move(labels)));
   return *families_.back();
@@ -194,19 +194,19 @@ MetricFamily& MetricsRegistry::AddGauge(const std::string& name, const std::stri
 MetricFamily& MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
                                             std::vector<double> bounds,
                                             std::vector<std::string> labels) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   families_.push_back(std::make_unique<MetricFamily>(name, help, MetricType::kHistogram,
                                                      std::move(labels), std::move(bounds)));
   return *families_.back();
 }
 
 void MetricsRegistry::AddCollector(std::function<void()> collect) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   collectors_.push_back(std::move(collect));
 }
 
 std::string MetricsRegistry::Serialize() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (const auto& c : collectors_) c();
   std::string out;
   for (const auto& f : families_) f->Write(out);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace walsh {
 
@@ -24,7 +24,7 @@ class Counter {
 
  private:
   friend class MetricFamily;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   double value_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -36,7 +36,7 @@ class Gauge {
 
  private:
   friend class MetricFamily;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   double value_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -49,7 +49,7 @@ class Histogram {
 
  private:
   friend class MetricFamily;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<double> bounds_;
   std::vector<uint64_t> counts_ ABSL_GUARDED_BY(mu_);  // per bucket, not cumulative; last is +Inf
   double sum_ ABSL_GUARDED_BY(mu_) = 0;
@@ -83,7 +83,7 @@ class MetricFamily {
   MetricType type_;
   std::vector<std::string> label_names_;
   std::vector<double> bounds_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -102,7 +102,7 @@ class MetricsRegistry {
   std::string Serialize() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::unique_ptr<MetricFamily>> families_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);
 };

@@ -18,7 +18,7 @@ void StreamWriter::Push(const google::protobuf::Message& response,
   const grpc::ByteBuffer* next = nullptr;
   bool stalled = false;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (finished_ || finish_pending_) return;
     if (queue_.size() >= max_buffered_) {
       queue_.resize(1);  // the write in flight
@@ -45,7 +45,7 @@ void StreamWriter::Push(const google::protobuf::Message& response,
 
 void StreamWriter::Complete(const grpc::Status& status) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (finished_ || finish_pending_) return;
     finish_pending_ = true;
     status_ = status;
@@ -56,12 +56,12 @@ void StreamWriter::Complete(const grpc::Status& status) {
 }
 
 bool StreamWriter::cancelled() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return cancelled_;
 }
 
 grpc::Status StreamWriter::CancelledStatus() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return stalled_ ? status_ : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
 }
 
@@ -70,7 +70,7 @@ void StreamWriter::OnWriteDone(bool ok) {
   bool finish = false, hook = false;
   grpc::Status status;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     queue_.pop_front();
     if (!ok) {
       queue_.clear();
@@ -94,7 +94,7 @@ void StreamWriter::OnWriteDone(bool ok) {
 void StreamWriter::OnCancel() {
   bool hook;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     hook = CancelLocked(/*stalled=*/false);
   }
   if (hook) RunHook(false);
@@ -103,7 +103,7 @@ void StreamWriter::OnCancel() {
 void StreamWriter::OnDone() {
   std::shared_ptr<StreamWriter> self;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     self = std::move(self_);
   }
 }  // the last reference may go here, after the lock is released

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 
@@ -53,7 +53,7 @@ class StreamWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::CallbackServerContext* const context_;
   const size_t max_buffered_;
   EndedEarly on_cancel_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;

@@ -34,7 +34,7 @@ absl::Status ApiKeys::Load() {
       return absl::InvalidArgumentError(absl::StrCat("--api-key-file: '", file_, "' holds no key"));
     }
   }
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   keys_ = std::move(keys);
   return absl::OkStatus();
 }
@@ -42,7 +42,7 @@ absl::Status ApiKeys::Load() {
 bool ApiKeys::enabled() const { return !key_.empty() || !file_.empty(); }
 
 size_t ApiKeys::count() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return keys_.size();
 }
 
@@ -60,7 +60,7 @@ grpc::Status ApiKeys::Check(const grpc::ServerContextBase& context) const {
   const std::string presented = absl::StartsWith(value, "Bearer ") ? value.substr(7) : "";
   bool match = false;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (const std::string& k : keys_) match |= ConstantTimeEquals(presented, k);  // no early exit
   }
   return match ? grpc::Status::OK

@@ -11,7 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
@@ -29,7 +29,7 @@ class ApiKeys {
 
  private:
   const std::string key_, file_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::string> keys_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -3,7 +3,7 @@
 namespace walsh {
 
 bool CircuitBreaker::Allow() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) {
     state_ = State::kHalfOpen;
     trial_in_flight_ = false;
@@ -17,14 +17,14 @@ bool CircuitBreaker::Allow() {
 }
 
 void CircuitBreaker::RecordSuccess() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   state_ = State::kClosed;
   failures_ = 0;
   trial_in_flight_ = false;
 }
 
 void CircuitBreaker::RecordFailure() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   ++failures_;
   if (state_ == State::kHalfOpen || failures_ >= threshold_) {
     state_ = State::kOpen;
@@ -34,7 +34,7 @@ void CircuitBreaker::RecordFailure() {
 }
 
 CircuitBreaker::State CircuitBreaker::state() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) return State::kHalfOpen;
   return state_;
 }

@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace walsh {
 
@@ -26,7 +26,7 @@ class CircuitBreaker {
   State state() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   const int threshold_;
   const std::chrono::milliseconds cool_down_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kClosed;

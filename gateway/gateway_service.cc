@@ -26,12 +26,12 @@ GatewayService::GatewayService(WorkerPool* pool, RoutingPolicy* policy, GatewayM
       env_{pool, policy, fallback_.get(), metrics, &options_} {}
 
 GatewayService::~GatewayService() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   while (!live_.empty()) all_ended_.Wait(&mu_);
 }
 
 int64_t GatewayService::inflight() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return inflight_ + static_cast<int64_t>(waiting_.size());
 }
 
@@ -82,7 +82,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
       env_, context, std::move(request), std::move(client_slot), std::move(hooks));
   bool full = false, start_now = false;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (inflight_ >= options_.max_inflight &&
         static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
       full = true;
@@ -112,7 +112,7 @@ void GatewayService::OnClientGone(ProxiedStream* stream) {
   std::shared_ptr<ProxiedStream> s;
   bool queued = false;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = live_.find(stream);
     if (it == live_.end()) return;
     s = it->second.stream;
@@ -134,7 +134,7 @@ void GatewayService::OnClientGone(ProxiedStream* stream) {
 void GatewayService::OnEnded(ProxiedStream* stream) {
   std::vector<std::shared_ptr<ProxiedStream>> admitted;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = live_.find(stream);
     if (it == live_.end()) return;  // refused before it was registered
     if (it->second.admitted) {
@@ -164,7 +164,7 @@ void GatewayService::UpdateGaugesLocked() {
 void GatewayService::CancelAll() {
   std::vector<std::shared_ptr<ProxiedStream>> running, queued;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (auto& [ptr, e] : live_) (e.admitted ? running : queued).push_back(e.stream);
     waiting_.clear();
   }

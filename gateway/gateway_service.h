@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
 #include "gateway/proxied_stream.h"
@@ -71,8 +71,8 @@ class GatewayService final
   const ProxiedStream::Env env_;
   std::atomic<bool> draining_{false};
 
-  absl::Mutex mu_;
-  absl::CondVar all_ended_;
+  Mutex mu_;
+  CondVar all_ended_;
   // Every stream not yet ended.
   std::unordered_map<ProxiedStream*, Entry> live_ ABSL_GUARDED_BY(mu_);
   std::deque<ProxiedStream*> waiting_ ABSL_GUARDED_BY(mu_);  // not admitted yet, oldest first

@@ -44,12 +44,12 @@ grpc::Status KeyLimiter::TakeTokenLocked(const std::string& key, PerKey& k) {
 }
 
 grpc::Status KeyLimiter::AdmitCall(const std::string& key) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return TakeTokenLocked(key, keys_[key]);
 }
 
 grpc::Status KeyLimiter::AdmitStream(const std::string& key, std::shared_ptr<void>* slot) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   PerKey& k = keys_[key];
   if (max_streams_ > 0 && k.streams >= max_streams_) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -59,7 +59,7 @@ grpc::Status KeyLimiter::AdmitStream(const std::string& key, std::shared_ptr<voi
   if (grpc::Status s = TakeTokenLocked(key, k); !s.ok()) return s;
   ++k.streams;
   *slot = std::shared_ptr<void>(nullptr, [this, key](void*) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     --keys_[key].streams;
   });
   return grpc::Status::OK;

@@ -11,7 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
@@ -43,7 +43,7 @@ class KeyLimiter {
 
   const int64_t max_streams_;
   const double rate_, burst_;
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<std::string, PerKey> keys_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -141,7 +141,7 @@ std::shared_ptr<ProxiedStream> ProxiedStream::Create(const Env& env,
                              auto s = weak.lock();
                              if (s == nullptr) return;
                              {
-                               absl::MutexLock l(&s->mu_);
+                               MutexLock l(&s->mu_);
                                s->client_gone_at_ = Clock::now();
                              }
                              s->hooks_.client_gone(s.get());
@@ -167,7 +167,7 @@ void ProxiedStream::Interrupt(const grpc::Status& why) {
   std::shared_ptr<UpstreamCall> call;
   std::shared_ptr<grpc::Alarm> alarm;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (!interrupted_) interrupted_ = why;
     call = call_;
     alarm = alarm_;
@@ -179,7 +179,7 @@ void ProxiedStream::Interrupt(const grpc::Status& why) {
 
 std::optional<grpc::Status> ProxiedStream::Interruption() {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (interrupted_) return interrupted_;
   }
   if (writer_->cancelled()) return writer_->CancelledStatus();
@@ -232,7 +232,7 @@ void ProxiedStream::StartCall(std::shared_ptr<WorkerEndpoint> w) {
     call->context.set_deadline(deadline_);
   }
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     call_ = call;
   }
   if (!started_) {
@@ -247,7 +247,7 @@ void ProxiedStream::StartCall(std::shared_ptr<WorkerEndpoint> w) {
   }
   bool interrupted;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     interrupted = interrupted_.has_value();
   }
   if (interrupted) call->context.TryCancel();  // Interrupt may have come before Begin
@@ -281,7 +281,7 @@ void ProxiedStream::OnResponse(v1::GenerateResponse& resp, const std::string& wo
 
 void ProxiedStream::OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const grpc::Status& s) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     call_.reset();
   }
   --w->outstanding;
@@ -334,19 +334,19 @@ void ProxiedStream::Sleep(Clock::duration d) {
   until = std::min(until, deadline_);
   auto alarm = std::make_shared<grpc::Alarm>();
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     alarm_ = alarm;
   }
   alarm->Set(until, [self = shared_from_this()](bool) {
     {
-      absl::MutexLock l(&self->mu_);
+      MutexLock l(&self->mu_);
       self->alarm_.reset();
     }
     self->Step();
   });
   bool interrupted;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     interrupted = interrupted_.has_value();
   }
   if (interrupted) alarm->Cancel();  // Interrupt may have come before Set
@@ -356,7 +356,7 @@ void ProxiedStream::End(const grpc::Status& s) {
   std::shared_ptr<ProxiedStream> self = shared_from_this();  // the gateway may drop its own
   std::optional<Clock::time_point> gone_at;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (ended_) return;
     ended_ = true;
     gone_at = client_gone_at_;

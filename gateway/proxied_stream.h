@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/stream_writer.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
@@ -100,7 +100,7 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
   std::mt19937_64 rng_{std::random_device{}()};
 
   // Shared with Interrupt (any thread).
-  absl::Mutex mu_;
+  Mutex mu_;
   std::optional<grpc::Status> interrupted_ ABSL_GUARDED_BY(mu_);
   std::optional<Clock::time_point> client_gone_at_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<UpstreamCall> call_ ABSL_GUARDED_BY(mu_);

@@ -46,7 +46,7 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
   cv_.SignalAll();
@@ -54,7 +54,7 @@ WorkerPool::~WorkerPool() {
 }
 
 std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::All() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::vector<std::shared_ptr<WorkerEndpoint>> out;
   for (auto& [a, w] : workers_) out.push_back(w);
   return out;
@@ -69,7 +69,7 @@ std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::Candidates() {
 }
 
 std::string WorkerPool::fingerprint() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return fingerprint_;
 }
 
@@ -104,7 +104,7 @@ void WorkerPool::Resolve() {
     }
   }
   freeaddrinfo(res);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
   for (const std::string& a : found) {
     if (!workers_.count(a)) {
@@ -141,7 +141,7 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   v1::ModelInfo info;
   if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (fingerprint_.empty()) fingerprint_ = info.contract_fingerprint();
     const bool refused = info.contract_fingerprint() != fingerprint_;
     const bool changed = !w.known || refused != w.refused;

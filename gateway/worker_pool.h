@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "gateway/circuit_breaker.h"
 #include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
@@ -82,8 +82,8 @@ class WorkerPool {
   void Poll(WorkerEndpoint& w) ABSL_LOCKS_EXCLUDED(mu_);
 
   WorkerPoolOptions options_;
-  mutable absl::Mutex mu_;
-  absl::CondVar cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
   std::map<std::string, std::shared_ptr<WorkerEndpoint>> workers_ ABSL_GUARDED_BY(mu_);
   std::string fingerprint_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

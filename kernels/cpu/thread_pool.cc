@@ -10,7 +10,7 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   start_cv_.SignalAll();
@@ -29,14 +29,14 @@ void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       while (!(stop_ || generation_ != seen)) start_cv_.Wait(&mu_);
       if (stop_) return;
       seen = generation_;
     }
     RunChunks();
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (--busy_ == 0) done_cv_.Signal();
     }
   }
@@ -51,7 +51,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     return;
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     fn_ = &fn;
     n_ = n;
     grain_ = grain;
@@ -61,7 +61,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   start_cv_.SignalAll();
   RunChunks();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (busy_ != 0) done_cv_.Wait(&mu_);
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace walsh {
 
@@ -34,8 +34,8 @@ class ThreadPool {
   void RunChunks();
 
   std::vector<std::thread> workers_;
-  absl::Mutex mu_;
-  absl::CondVar start_cv_, done_cv_;
+  Mutex mu_;
+  CondVar start_cv_, done_cv_;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

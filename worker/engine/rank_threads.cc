@@ -9,7 +9,7 @@ RankThreads::RankThreads(int ranks, std::chrono::milliseconds stall_sleep, int s
 
 RankThreads::~RankThreads() {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
   cv_.SignalAll();
@@ -26,14 +26,14 @@ absl::Status RankThreads::RunRank(int rank, const std::function<absl::Status(int
 
 absl::Status RankThreads::Run(const std::function<absl::Status(int)>& work) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     work_ = &work;
     pending_ = ranks_ - 1;
     ++generation_;
   }
   cv_.SignalAll();
   status_[0] = RunRank(0, work);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   while (pending_ != 0) cv_.Wait(&mu_);
   for (const absl::Status& s : status_) {
     if (!s.ok()) return s;
@@ -46,7 +46,7 @@ void RankThreads::Loop(int rank) {
   for (;;) {
     const std::function<absl::Status(int)>* work;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       while (!(stop_ || generation_ != seen)) cv_.Wait(&mu_);
       if (stop_) return;
       seen = generation_;
@@ -54,7 +54,7 @@ void RankThreads::Loop(int rank) {
     }
     absl::Status s = RunRank(rank, *work);
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       status_[rank] = std::move(s);
       --pending_;
     }

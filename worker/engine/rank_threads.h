@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace walsh {
 
@@ -37,8 +37,8 @@ class RankThreads {
   const std::chrono::milliseconds stall_sleep_;
   const int stall_rank_;
   int steps_of_stall_rank_ = 0;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  Mutex mu_;
+  CondVar cv_;
   const std::function<absl::Status(int)>* work_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;

@@ -10,12 +10,12 @@ namespace walsh {
 CpuCommunicator::CpuCommunicator(int ranks) : ranks_(ranks), slots_(ranks, nullptr) {}
 
 bool CpuCommunicator::broken() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return broken_;
 }
 
 absl::Status CpuCommunicator::Barrier(int rank, std::chrono::milliseconds timeout) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (broken_)
     return absl::UnavailableError("tensor-parallel group is broken by an earlier timeout");
   const uint64_t gen = generation_;
@@ -49,7 +49,7 @@ absl::Status CpuCommunicator::AllGatherInPlace(int rank, float* buffer,
                                                const std::vector<size_t>& counts,
                                                std::chrono::milliseconds timeout) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     slots_[rank] = buffer;
   }
   if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
@@ -66,7 +66,7 @@ absl::Status CpuCommunicator::AllGatherInPlace(int rank, float* buffer,
 absl::Status CpuCommunicator::AllReduceSum(int rank, float* buffer, size_t count,
                                            std::chrono::milliseconds timeout) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     slots_[rank] = buffer;
   }
   if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;
@@ -85,7 +85,7 @@ absl::Status CpuCommunicator::AllReduceSum(int rank, float* buffer, size_t count
 absl::Status CpuCommunicator::Broadcast(int rank, int root, void* buffer, size_t bytes,
                                         std::chrono::milliseconds timeout) {
   if (rank == root) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     slots_[root] = buffer;
   }
   if (absl::Status s = Barrier(rank, timeout); !s.ok()) return s;

@@ -28,7 +28,7 @@ Scheduler::Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetr
 
 Scheduler::~Scheduler() {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
   cv_.SignalAll();
@@ -41,7 +41,7 @@ Scheduler::~Scheduler() {
 
 absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (!admitting_) return absl::UnavailableError("the worker is draining");
     if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
       return absl::ResourceExhaustedError(
@@ -57,14 +57,14 @@ absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
 }
 
 void Scheduler::StopAdmitting() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   admitting_ = false;
 }
 
 void Scheduler::Wake() { cv_.SignalAll(); }
 
 void Scheduler::CancelAll(const grpc::Status& status) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (auto& r : waiting_) r->cancelled = true;
   // Running requests are ended by the loop at its next step; mark them.
   cancel_all_status_ = status;
@@ -73,7 +73,7 @@ void Scheduler::CancelAll(const grpc::Status& status) {
 }
 
 SchedulerLoad Scheduler::Load() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   SchedulerLoad load;
   load.running = running_count_;
   load.waiting = static_cast<int64_t>(waiting_.size());
@@ -88,7 +88,7 @@ SchedulerLoad Scheduler::Load() const {
 }
 
 void Scheduler::Loop() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (;;) {
     while (!(stop_ || !waiting_.empty() || !running_.empty() || cancel_all_)) cv_.Wait(&mu_);
     if (stop_) return;

@@ -16,7 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "worker/engine/engine.h"
 #include "worker/server/active_request.h"
 #include "worker/server/worker_metrics.h"
@@ -64,8 +64,8 @@ class Scheduler {
   Engine* engine_;
   SchedulerOptions options_;
   WorkerMetrics* metrics_;
-  mutable absl::Mutex mu_;  // guards waiting_, the counters, admitting_, stop_
-  absl::CondVar cv_;
+  mutable Mutex mu_;  // guards waiting_, the counters, admitting_, stop_
+  CondVar cv_;
   std::deque<std::shared_ptr<ActiveRequest>> waiting_ ABSL_GUARDED_BY(mu_);
   // Scheduler thread only.
   std::vector<std::shared_ptr<ActiveRequest>> running_ ABSL_GUARDED_BY(mu_);
