@@ -33,6 +33,11 @@ void CircuitBreaker::RecordFailure() {
   }
 }
 
+void CircuitBreaker::ReleaseTrial() {
+  MutexLock l(&mu_);
+  trial_in_flight_ = false;
+}
+
 CircuitBreaker::State CircuitBreaker::state() const {
   MutexLock l(&mu_);
   if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) return State::kHalfOpen;

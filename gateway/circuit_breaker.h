@@ -23,6 +23,9 @@ class CircuitBreaker {
   bool Allow() ABSL_LOCKS_EXCLUDED(mu_);
   void RecordSuccess() ABSL_LOCKS_EXCLUDED(mu_);
   void RecordFailure() ABSL_LOCKS_EXCLUDED(mu_);
+  // A call that ends saying nothing of the worker's health (cancelled by its client, past its
+  // deadline, refused as busy) gives back a half-open trial, so the next call can be the trial.
+  void ReleaseTrial() ABSL_LOCKS_EXCLUDED(mu_);
   State state() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -142,6 +142,7 @@ std::shared_ptr<ProxiedStream> ProxiedStream::Create(const Env& env,
                              if (s == nullptr) return;
                              {
                                MutexLock l(&s->mu_);
+                               if (s->ended_) return;  // it owes the gateway nothing more
                                s->client_gone_at_ = Clock::now();
                              }
                              s->hooks_.client_gone(s.get());
@@ -193,8 +194,10 @@ void ProxiedStream::Step() {
         std::chrono::system_clock::now() >= deadline_) {
       return End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"));
     }
+    std::vector<std::shared_ptr<WorkerEndpoint>> routable = env_.pool->Candidates();
+    if (!routable.empty()) waiting_for_worker_ = false;  // a later empty pool waits afresh
     std::vector<std::shared_ptr<WorkerEndpoint>> candidates;
-    for (auto& w : env_.pool->Candidates()) {
+    for (auto& w : routable) {
       if (!failed_.count(w->address)) candidates.push_back(w);
     }
     if (candidates.empty() && !failed_.empty()) {
@@ -213,7 +216,6 @@ void ProxiedStream::Step() {
       if (Clock::now() >= wait_until_) return End(last_);
       return Sleep(kWorkerPoll);
     }
-    waiting_for_worker_ = false;
     std::shared_ptr<WorkerEndpoint> w = env_.policy->Pick(candidates, hint_);
     if (!w) w = env_.fallback->Pick(candidates, hint_);
     if (!w->breaker.Allow()) {  // half-open and its one trial is taken: try another
@@ -289,15 +291,20 @@ void ProxiedStream::OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const g
     w->breaker.RecordSuccess();
     return End(grpc::Status::OK);
   }
-  if (Interruption()) return Step();  // which ends it
+  if (Interruption()) {
+    w->breaker.ReleaseTrial();
+    return Step();  // which ends it
+  }
   if (IsClientError(s.error_code()) || s.ok()) {
     w->breaker.RecordSuccess();  // the worker answered; the request was at fault
     return End(
         s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the worker ended the stream early") : s);
   }
   last_ = s;
-  if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
-      s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+  if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    w->breaker.ReleaseTrial();
+  } else {
     w->breaker.RecordFailure();
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return End(s);

@@ -139,4 +139,21 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+ReservedPort::ReservedPort() {
+  fd_ = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+  socklen_t len = sizeof addr;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+}
+
+ReservedPort::~ReservedPort() {
+  if (fd_ >= 0) close(fd_);
+}
+
 }  // namespace walsh::testing

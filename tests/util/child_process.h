@@ -55,6 +55,23 @@ std::string HttpGet(int port, const std::string& path);
 // A TCP port that was free a moment ago.
 int FreePort();
 
+// A loopback port held until destruction (bound with SO_REUSEPORT, never listening), so no
+// other process's ephemeral port takes it before a gRPC server, which binds with SO_REUSEPORT
+// too, is started on it; connections to it are refused meanwhile.
+class ReservedPort {
+ public:
+  ReservedPort();
+  ~ReservedPort();
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 }  // namespace walsh::testing
 
 #endif  // WALSH_TESTS_UTIL_CHILD_PROCESS_H_
