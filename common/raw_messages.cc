@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
@@ -15,37 +16,9 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::UnknownField;
 using google::protobuf::UnknownFieldSet;
 
-// Well-formed UTF-8 as protobuf checks it: no overlong forms, no surrogates, <= U+10FFFF.
+// Well-formed UTF-8 by protobuf's own check, the one its parser applies to string fields.
 bool IsUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    size_t n = 0;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    for (size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return false;
-      const unsigned char b = s[i + k];
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return false;
-    }
-    i += n + 1;
-  }
-  return true;
+  return google::protobuf::internal::IsStructurallyValidUTF8(s.data(), static_cast<int>(s.size()));
 }
 
 // The dotted path of the first string field (at any depth) whose bytes are not UTF-8; "" if none.
