@@ -23,6 +23,8 @@ void GenerateSome(WorkerProcess& w) {
   r.mutable_stopping()->set_max_tokens(16);
   r.mutable_stopping()->set_ignore_eos(true);
   ASSERT_TRUE(testing::RunGenerate(*w.Generator(), r).status.ok());
+  // The stream ends before the step that finished it updates the gauges.
+  testing::WaitForIdle(*w.Worker());
 }
 
 TEST(WorkerMetrics, PromtoolAcceptsTheExposition) {
@@ -49,6 +51,12 @@ TEST(WorkerMetrics, PromtoolAcceptsTheExposition) {
                            "vllm:num_requests_waiting 0",
                            "vllm:num_requests_running 0",
                            "vllm:kv_cache_usage_perc",
+                           "vllm:prefix_cache_queries_total",
+                           "vllm:prefix_cache_hits_total 0",
+                           "walsh_worker_prefix_cache_lookups_total{outcome=\"no_prefix\"} 1",
+                           "walsh_worker_prefix_cache_evictions_total{kind=\"page\"} 0",
+                           "walsh_worker_prefix_cache_bytes{kind=\"pages\"}",
+                           "walsh_worker_prefix_cache_entries{kind=\"snapshots\"} 0",
                            "process_resident_memory_bytes",
                            "process_cpu_seconds_total",
                            "process_start_time_seconds",

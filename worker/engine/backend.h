@@ -139,6 +139,9 @@ class Backend {
   // Caches: allocated once, zeroed; a state slot is cleared before a new sequence uses it.
   virtual absl::Status AllocateCaches(const CacheGeometry& geometry) = 0;
   virtual absl::Status ClearStateSlot(int32_t slot) = 0;
+  // Exact copies between slots and between pages (prefix-cache snapshots and their restore).
+  virtual absl::Status CopyStateSlot(int32_t from, int32_t to) = 0;
+  virtual absl::Status CopyKvPage(int32_t from, int32_t to) = 0;
 
   // Buffers for this step (contents undefined until written).
   virtual absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) = 0;

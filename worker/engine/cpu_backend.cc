@@ -1,5 +1,6 @@
 #include "worker/engine/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -44,6 +45,18 @@ absl::Status CpuBackend::AllocateCaches(const CacheGeometry& g) {
 absl::Status CpuBackend::ClearStateSlot(int32_t slot) {
   float* begin = state_.get() + slot * geometry_.slot_floats();
   std::fill(begin, begin + geometry_.slot_floats(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyStateSlot(int32_t from, int32_t to) {
+  const int64_t n = geometry_.slot_floats();
+  std::copy_n(state_.get() + from * n, n, state_.get() + to * n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyKvPage(int32_t from, int32_t to) {
+  const int64_t n = geometry_.page_bytes();
+  std::memcpy(kv_.get() + to * n, kv_.get() + from * n, static_cast<size_t>(n));
   return absl::OkStatus();
 }
 

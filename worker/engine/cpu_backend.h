@@ -30,6 +30,8 @@ class CpuBackend final : public Backend {
   BackendMemory Memory() const override;
   absl::Status AllocateCaches(const CacheGeometry& geometry) override;
   absl::Status ClearStateSlot(int32_t slot) override;
+  absl::Status CopyStateSlot(int32_t from, int32_t to) override;
+  absl::Status CopyKvPage(int32_t from, int32_t to) override;
   absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) override;
   absl::StatusOr<Q8Tensor> Quantized(int index, int64_t rows, int64_t cols,
                                      Q8Layout layout) override;

@@ -168,6 +168,24 @@ absl::Status CudaBackend::ClearStateSlot(int32_t slot) {
                     "clear state slot");
 }
 
+absl::Status CudaBackend::CopyStateSlot(int32_t from, int32_t to) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
+  const int64_t floats = geometry_.slot_floats();
+  return CudaStatus(
+      cudaMemcpyAsync(state_.as<float>() + to * floats, state_.as<float>() + from * floats,
+                      floats * 4, cudaMemcpyDeviceToDevice, stream_),
+      "copy state slot");
+}
+
+absl::Status CudaBackend::CopyKvPage(int32_t from, int32_t to) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
+  const int64_t bytes = geometry_.page_bytes();
+  return CudaStatus(
+      cudaMemcpyAsync(kv_.as<uint8_t>() + to * bytes, kv_.as<uint8_t>() + from * bytes, bytes,
+                      cudaMemcpyDeviceToDevice, stream_),
+      "copy KV page");
+}
+
 absl::StatusOr<Tensor> CudaBackend::Activation(Buffer id, int64_t rows, int64_t cols) {
   DeviceBuffer& b = buffers_[static_cast<int>(id)];
   if (b.bytes() < rows * cols * 4) {

@@ -59,14 +59,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   int64_t pages = options.kv_pages > 0 ? options.kv_pages : options.kv_cache_bytes / page_bytes;
   const int64_t slots =
       options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
+  int64_t snapshot_slots = options.prefix_caching && engine->model_->attention_layers() > 0
+                               ? std::max<int64_t>(0, options.prefix_cache_bytes) / slot_bytes
+                               : 0;
   const int64_t room = engine->ranks_[0].backend->cache_bytes_available();
   if (slots * slot_bytes > room) {
     return absl::ResourceExhaustedError(absl::StrCat("the state budget's ", slots, " slots need ",
                                                      slots * slot_bytes, " bytes; the device has ",
                                                      room, " bytes for caches"));
   }
-  if (slots * slot_bytes + pages * page_bytes > room) {
-    pages = std::max<int64_t>(0, (room - slots * slot_bytes) / page_bytes);
+  // A device with less room cuts the snapshots, then the pages.
+  snapshot_slots = std::min(snapshot_slots, (room - slots * slot_bytes) / slot_bytes);
+  const int64_t state_total = (slots + snapshot_slots) * slot_bytes;
+  if (state_total + pages * page_bytes > room) {
+    pages = std::max<int64_t>(0, (room - state_total) / page_bytes);
   }
   if (pages < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -81,8 +87,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   }
   engine->kv_ = KvPagePool(pages, options.page_size);
   engine->states_ = StateSlotPool(slots);
+  engine->slot_bytes_ = slot_bytes;
+  engine->page_bytes_ = page_bytes;
+  // Prefix keys are KV pages: a model without attention layers has none to share.
+  if (options.prefix_caching && engine->model_->attention_layers() > 0) {
+    engine->prefix_ =
+        std::make_unique<PrefixCache>(&engine->kv_, snapshot_slots, static_cast<int32_t>(slots));
+  }
   for (Rank& rank : engine->ranks_) {
-    CacheGeometry g = rank.graph->Geometry(pages, options.page_size, slots);
+    CacheGeometry g = rank.graph->Geometry(pages, options.page_size, slots + snapshot_slots);
     g.kv_value_bytes = kv_value_bytes;
     RETURN_IF_ERROR(rank.backend->AllocateCaches(g));
   }
@@ -113,24 +126,135 @@ BackendMemory Engine::Memory() const {
   return total;
 }
 
-absl::StatusOr<SequenceId> Engine::AddSequence() {
+const char* PrefixOutcomeName(PrefixOutcome o) {
+  switch (o) {
+    case PrefixOutcome::kHit:
+      return "hit";
+    case PrefixOutcome::kNoPrefix:
+      return "no_prefix";
+    case PrefixOutcome::kNoSnapshot:
+      return "no_snapshot";
+    case PrefixOutcome::kNoRoom:
+      return "no_room";
+    case PrefixOutcome::kOff:
+      return "off";
+  }
+  return "off";
+}
+
+absl::Status Engine::ForEachRank(const std::function<absl::Status(Backend&)>& op) {
+  for (Rank& rank : ranks_) RETURN_IF_ERROR(op(*rank.backend));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SequenceId> Engine::AddSequence() { return AddSequence({}, nullptr); }
+
+absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
+                                               PrefixLookup* lookup) {
+  PrefixLookup found;
+  std::optional<PrefixCache::Match> match;
+  if (prefix_ != nullptr && !tokens.empty()) {
+    match = prefix_->Lookup(tokens, static_cast<int64_t>(tokens.size()) - 1);
+    found.kv_tokens = match->kv_tokens;
+    found.outcome = match->snapshot        ? PrefixOutcome::kHit
+                    : match->kv_tokens > 0 ? PrefixOutcome::kNoSnapshot
+                                           : PrefixOutcome::kNoPrefix;
+  }
   ASSIGN_OR_RETURN(int32_t slot, states_.Allocate());
-  for (Rank& rank : ranks_) {
-    if (absl::Status s = rank.backend->ClearStateSlot(slot); !s.ok()) {
-      states_.Release(slot);
-      return s;
+  const SequenceId id = next_id_++;
+  Sequence& sq = sequences_[id];
+  sq.slot = slot;
+  absl::Status s;
+  if (found.outcome == PrefixOutcome::kHit) {
+    const PrefixCache::Snapshot& snap = *match->snapshot;
+    int32_t fresh = -1;
+    if (snap.tail_page >= 0) {
+      // The hit's own pages are pinned first, so making room cannot evict them.
+      const int64_t full = snap.length / kv_.page_size();
+      for (int64_t i = 0; i < full; ++i) prefix_->AddUser(match->nodes[i]);
+      if (kv_.free() > 0 || prefix_->MakeRoom(1)) fresh = (*kv_.Allocate(1))[0];
+      for (int64_t i = 0; i < full; ++i) prefix_->RemoveUser(match->nodes[i]);
+      if (fresh < 0) found.outcome = PrefixOutcome::kNoRoom;
+    }
+    if (found.outcome == PrefixOutcome::kHit) {
+      const size_t full = static_cast<size_t>(snap.length / kv_.page_size());
+      sq.nodes.assign(match->nodes.begin(), match->nodes.begin() + full);
+      sq.pages.assign(match->pages.begin(), match->pages.begin() + full);
+      for (PrefixCache::NodeId n : sq.nodes) prefix_->AddUser(n);
+      if (fresh >= 0) sq.pages.push_back(fresh);
+      sq.tokens.assign(tokens.begin(), tokens.begin() + snap.length);
+      sq.length = snap.length;
+      prefix_->Touch(snap.node, snap.tail);
+      found.hit_tokens = snap.length;
+      s = ForEachRank([&](Backend& b) -> absl::Status {
+        RETURN_IF_ERROR(b.CopyStateSlot(snap.slot, slot));
+        return fresh >= 0 ? b.CopyKvPage(snap.tail_page, fresh) : absl::OkStatus();
+      });
     }
   }
-  const SequenceId id = next_id_++;
-  sequences_[id].slot = slot;
+  if (found.outcome != PrefixOutcome::kHit) {
+    s = ForEachRank([&](Backend& b) { return b.ClearStateSlot(slot); });
+  }
+  if (!s.ok()) {
+    (void)RemoveSequence(id);
+    return s;
+  }
+  if (lookup != nullptr) *lookup = found;
   return id;
+}
+
+absl::StatusOr<bool> Engine::Snapshot(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  Sequence& sq = it->second;
+  if (prefix_ == nullptr || sq.length == 0) return false;
+  const int64_t page = kv_.page_size();
+  const int64_t full = sq.length / page;
+  const PrefixCache::NodeId node = full == 0 ? PrefixCache::kRoot : sq.nodes[full - 1];
+  const absl::Span<const int32_t> tail =
+      absl::MakeConstSpan(sq.tokens).subspan(full * page, sq.length - full * page);
+  if (prefix_->Touch(node, tail)) return false;
+  std::optional<PrefixCache::Snapshot> snap = prefix_->AddSnapshot(node, tail, sq.length);
+  if (!snap) return false;
+  RETURN_IF_ERROR(ForEachRank([&](Backend& b) -> absl::Status {
+    RETURN_IF_ERROR(b.CopyStateSlot(sq.slot, snap->slot));
+    return snap->tail_page >= 0 ? b.CopyKvPage(sq.pages[full], snap->tail_page) : absl::OkStatus();
+  }));
+  return true;
+}
+
+PrefixCacheStats Engine::PrefixStats() const {
+  PrefixCacheStats st;
+  if (prefix_ == nullptr) return st;
+  const PrefixCache::Counts c = prefix_->counts();
+  const int64_t page_bytes = page_bytes_;
+  st.pages = c.nodes;
+  st.snapshots = c.snapshots;
+  st.snapshot_slots = prefix_->snapshot_slots();
+  st.page_bytes = c.nodes * page_bytes;
+  st.snapshot_bytes = c.snapshots * slot_bytes_ + c.tail_pages * page_bytes;
+  st.page_evictions = c.page_evictions;
+  st.snapshot_evictions = c.snapshot_evictions;
+  return st;
+}
+
+void Engine::CommitFullPages(Sequence& sq) {
+  const int64_t page = kv_.page_size();
+  while (static_cast<int64_t>(sq.nodes.size() + 1) * page <= sq.length) {
+    const size_t i = sq.nodes.size();
+    const PrefixCache::NodeId parent = i == 0 ? PrefixCache::kRoot : sq.nodes[i - 1];
+    sq.nodes.push_back(prefix_->Commit(
+        parent, absl::MakeConstSpan(sq.tokens).subspan(i * page, page), &sq.pages[i]));
+  }
 }
 
 absl::Status Engine::RemoveSequence(SequenceId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
-  kv_.Release(it->second.pages);
-  states_.Release(it->second.slot);
+  Sequence& sq = it->second;
+  for (PrefixCache::NodeId n : sq.nodes) prefix_->RemoveUser(n);
+  kv_.Release(std::vector<int32_t>(sq.pages.begin() + sq.nodes.size(), sq.pages.end()));
+  states_.Release(sq.slot);
   sequences_.erase(it);
   return absl::OkStatus();
 }
@@ -142,7 +266,8 @@ absl::StatusOr<int64_t> Engine::SequenceLength(SequenceId id) const {
 }
 
 EngineStats Engine::Stats() const {
-  return {kv_.used(), kv_.total(), states_.used(), states_.total()};
+  const int64_t cached = prefix_ != nullptr ? prefix_->counts().reclaimable_pages : 0;
+  return {kv_.used() - cached, kv_.total(), states_.used(), states_.total()};
 }
 
 absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch) {
@@ -179,6 +304,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
     seqs.push_back(&sq);
   }
   if (model_->attention_layers() > 0) {
+    if (prefix_ != nullptr && kv_.free() < pages_needed) prefix_->MakeRoom(pages_needed);
     ASSIGN_OR_RETURN(std::vector<int32_t> fresh, kv_.Allocate(pages_needed));
     size_t next = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -220,6 +346,10 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     seqs[i]->length += static_cast<int64_t>(batch[i].tokens.size());
+    if (prefix_ != nullptr && model_->attention_layers() > 0) {
+      seqs[i]->tokens.insert(seqs[i]->tokens.end(), batch[i].tokens.begin(), batch[i].tokens.end());
+      CommitFullPages(*seqs[i]);
+    }
   }
   return result;
 }

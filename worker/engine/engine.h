@@ -13,17 +13,20 @@
 #define WALSH_WORKER_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/cpu/isa.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/kv_page_pool.h"
 #include "worker/engine/model.h"
+#include "worker/engine/prefix_cache.h"
 #include "worker/engine/qwen35_graph.h"
 #include "worker/engine/rank_threads.h"
 #include "worker/engine/state_slot_pool.h"
@@ -52,8 +55,32 @@ struct ForwardResult {
   const float* RowLogits(size_t i) const { return logits.data() + i * vocab; }
 };
 
+// kv_pages_used counts the pages sequences hold; pages only the prefix cache holds are free
+// (it gives them back under pressure) and are counted in PrefixCacheStats.
 struct EngineStats {
   int64_t kv_pages_used, kv_pages_total, state_slots_used, state_slots_total;
+};
+
+// What a new sequence found in the prefix cache.
+enum class PrefixOutcome {
+  kHit,         // it starts from a snapshot
+  kNoPrefix,    // nothing of it is cached
+  kNoSnapshot,  // some of its pages are cached, but no snapshot on them it could use
+  kNoRoom,      // a snapshot matched, but no page was free for its partial page
+  kOff,         // prefix caching is off
+};
+const char* PrefixOutcomeName(PrefixOutcome o);
+
+struct PrefixLookup {
+  PrefixOutcome outcome = PrefixOutcome::kOff;
+  int64_t kv_tokens = 0;   // tokens whose KV pages are cached (whole pages)
+  int64_t hit_tokens = 0;  // tokens the sequence starts with (its length)
+};
+
+struct PrefixCacheStats {
+  int64_t pages = 0, snapshots = 0, snapshot_slots = 0;
+  int64_t page_bytes = 0, snapshot_bytes = 0;  // held by the cache (pages in use included)
+  int64_t page_evictions = 0, snapshot_evictions = 0;
 };
 
 class Engine {
@@ -78,6 +105,15 @@ class Engine {
 
   // A new empty sequence; RESOURCE_EXHAUSTED when no state slot is free.
   absl::StatusOr<SequenceId> AddSequence();
+  // A new sequence that starts from the longest prefix of `tokens` the prefix cache restores
+  // exactly (at most all but the last token; its length says how many); `lookup` says what was
+  // found.
+  absl::StatusOr<SequenceId> AddSequence(absl::Span<const int32_t> tokens, PrefixLookup* lookup);
+  // Snapshots the sequence's GatedDeltaNet state (and partial last page) at its length for the
+  // prefix cache. False when it is cached already, caching is off, or the budget has no room.
+  absl::StatusOr<bool> Snapshot(SequenceId id);
+  bool prefix_caching() const { return prefix_ != nullptr; }
+  PrefixCacheStats PrefixStats() const;
   // Frees the sequence's KV pages and state slot.
   absl::Status RemoveSequence(SequenceId id);
   absl::StatusOr<int64_t> SequenceLength(SequenceId id) const;
@@ -109,12 +145,18 @@ class Engine {
     int64_t length = 0;
     int32_t slot = -1;
     std::vector<int32_t> pages;
+    // With prefix caching: the tokens fed, and the cache nodes of the full pages (every full
+    // page is one; the partial last page is the sequence's own).
+    std::vector<int32_t> tokens;
+    std::vector<PrefixCache::NodeId> nodes;
   };
   // One rank of the group: its backend (device memory) and its graph.
   struct Rank {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Qwen35Graph> graph;
   };
+  absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);
+  void CommitFullPages(Sequence& sq);
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIsa isa, int64_t pages,
          int64_t slots);
 
@@ -124,6 +166,8 @@ class Engine {
   int64_t max_context_;
   KvPagePool kv_;
   StateSlotPool states_;
+  std::unique_ptr<PrefixCache> prefix_;  // null when prefix caching is off
+  int64_t slot_bytes_ = 0, page_bytes_ = 0;
   std::unique_ptr<ShardPlan> plan_;
   std::unique_ptr<CpuCommunicator> comm_;
   std::vector<Rank> ranks_;

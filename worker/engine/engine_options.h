@@ -33,14 +33,18 @@ struct EngineOptions {
   int64_t kv_pages = 0;     // if > 0: this many pages, whatever kv_cache_bytes says
   int64_t state_slots = 0;  // if > 0: this many slots, whatever state_bytes says
   int64_t page_size = 16;   // positions per KV page
+  // Prefix caching (prefix_cache.h): full KV pages shared by content, and GatedDeltaNet state
+  // snapshots in a budget of their own (whole state slots, and one KV page each for a partial
+  // last page, taken from the KV pool).
+  bool prefix_caching = true;
+  int64_t prefix_cache_bytes = int64_t{256} << 20;
   int64_t max_context = 0;  // 0: the model's context_length
   // Quantize activations to int8 before the ternary dot products (as llama.cpp does). Off is
   // a test/debug mode: fp32 activations against the decoded weights.
   bool quantize_activations = true;
   std::optional<CpuIsa> isa;  // default: the best this CPU supports
-                              // Tensor parallelism over in-process CPU ranks (1, 2, 4 or 8; one
-                              // thread each), split by
-  // heads per worker/parallel/shard_plan.h. CPU only.
+  // Tensor parallelism over in-process CPU ranks (1, 2, 4 or 8; one thread each), split by heads
+  // per worker/parallel/shard_plan.h. CPU only.
   int tp = 1;
   std::chrono::milliseconds collective_timeout{10000};
   // A test seam: this rank stops taking steps after its first two (rank_threads.h).

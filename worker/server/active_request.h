@@ -16,6 +16,7 @@
 #include "walsh/v1/generator.pb.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
+#include "worker/server/snapshot_policy.h"
 
 namespace walsh {
 
@@ -50,6 +51,8 @@ struct ActiveRequest {
   bool return_prompt_ids = false;
   uint64_t seed = 0;
   int64_t replayed = 0;  // outputs that came with a Resume and are not sent again
+  PrefixLookup prefix;   // what admission found in the prefix cache
+  std::vector<SnapshotPoint> snapshot_points;  // where prefill stops for a snapshot, in order
 };
 
 }  // namespace walsh

@@ -33,6 +33,8 @@ struct Flags {
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
   int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
+  bool no_prefix_caching = false;
+  int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
   int64_t max_buffered_responses = 256;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
@@ -72,6 +74,13 @@ int Run(int argc, char** argv) {
   flags.Int("max-queue", &f.max_queue, "waiting requests; beyond: RESOURCE_EXHAUSTED");
   flags.Int("kv-cache-mb", &f.kv_cache_mb, "memory for KV cache pages");
   flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
+  flags.Bool("no-prefix-caching", &f.no_prefix_caching,
+             "turn prefix caching off (shared KV pages and GatedDeltaNet state snapshots)");
+  flags.Int("prefix-cache-bytes", &f.prefix_cache_bytes,
+            "memory for the prefix cache's GatedDeltaNet state snapshots (whole state slots; "
+            "the shared KV pages live in --kv-cache-mb and give way to running requests)");
+  flags.Int("prefix-cache-min-tokens", &f.prefix_cache_min_tokens,
+            "the shortest prefix a snapshot is taken for");
   flags.Int("max-context", &f.max_context, "prompt + output tokens per request (0: the model's)");
   flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
   flags.Int("max-buffered-responses", &f.max_buffered_responses,
@@ -102,7 +111,7 @@ int Run(int argc, char** argv) {
   }
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
       f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 || f.state_mb < 1 ||
-      f.max_tokens < 1) {
+      f.max_tokens < 1 || f.prefix_cache_bytes < 0 || f.prefix_cache_min_tokens < 1) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
     return 2;
@@ -189,6 +198,8 @@ int Run(int argc, char** argv) {
   eo.threads = static_cast<int>(f.threads);
   eo.kv_cache_bytes = f.kv_cache_mb << 20;
   eo.state_bytes = f.state_mb << 20;
+  eo.prefix_caching = !f.no_prefix_caching;
+  eo.prefix_cache_bytes = f.prefix_cache_bytes;
   eo.max_context = context;
   eo.tp = static_cast<int>(f.tp);
   eo.collective_timeout = std::chrono::milliseconds(f.collective_timeout_ms);
@@ -204,7 +215,13 @@ int Run(int argc, char** argv) {
     if (seq.ok()) (void)(*engine)->RemoveSequence(*seq);
     if (!canary.ok()) return Fail("canary_failed", std::string(canary.status().message()));
   }
-  Scheduler scheduler(engine->get(), {f.max_batch_tokens, f.max_running, f.max_queue}, &metrics);
+  Scheduler scheduler(engine->get(),
+                      {f.max_batch_tokens, f.max_running, f.max_queue, f.prefix_cache_min_tokens},
+                      &metrics);
+  info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
+  if ((*engine)->prefix_caching()) {
+    info.set_prefix_cache_min_tokens(static_cast<uint32_t>(f.prefix_cache_min_tokens));
+  }
   metrics.build_info.gauge({kVersion, (*engine)->kernels()}).Set(1);
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
   ctx.tokenizer = tokenizer.get();

@@ -115,7 +115,20 @@ void Scheduler::EndWithStatus(ActiveRequest& r, const grpc::Status& status, cons
   r.sink->Complete(status);
 }
 
+void Scheduler::TakeSnapshot(ActiveRequest& r, const char* at) {
+  absl::StatusOr<bool> taken = engine_->Snapshot(*r.sequence);
+  if (taken.ok() && *taken) metrics_->prefix_snapshots.counter({at}).Inc();
+  if (!taken.ok()) {
+    LogJson("warning", "snapshot_failed",
+            {{"request_id", r.request_id}, {"error", std::string(taken.status().message())}});
+  }
+}
+
 void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string& matched) {
+  if (r.sequence &&
+      SnapshotAtFinish(r.prefix, static_cast<int64_t>(r.fed), options_.prefix_min_tokens)) {
+    TakeSnapshot(r, "finish");
+  }
   Release(r);
   v1::GenerateResponse resp;
   v1::Finished* f = resp.mutable_finished();
@@ -185,10 +198,17 @@ void Scheduler::Admit() {
       }
       break;
     }
-    auto seq = engine_->AddSequence();
+    auto seq = engine_->AddSequence(r.tokens, &r.prefix);
     if (!seq.ok()) break;
     r.sequence = *seq;
-    r.fed = 0;
+    r.fed = static_cast<size_t>(r.prefix.hit_tokens);
+    if (r.prefix.outcome != PrefixOutcome::kOff) {
+      metrics_->prefix_queries.Inc(static_cast<double>(r.tokens.size()));
+      metrics_->prefix_hits.Inc(static_cast<double>(r.prefix.hit_tokens));
+      metrics_->prefix_lookups.counter({PrefixOutcomeName(r.prefix.outcome)}).Inc();
+    }
+    r.snapshot_points = PlanSnapshots(static_cast<int64_t>(r.tokens.size()), r.prefix, page,
+                                      options_.prefix_min_tokens);
     if (r.admitted_at == Clock::time_point{}) {
       r.admitted_at = Clock::now();
       metrics_->queue_time.Observe(Since(r.arrived_at));
@@ -228,6 +248,16 @@ void Scheduler::UpdateGauges() {
                                   ? static_cast<double>(engine_stats_.kv_pages_used) /
                                         static_cast<double>(engine_stats_.kv_pages_total)
                                   : 0.0);
+  const PrefixCacheStats p = engine_->PrefixStats();
+  metrics_->prefix_cache_bytes.gauge({"pages"}).Set(static_cast<double>(p.page_bytes));
+  metrics_->prefix_cache_bytes.gauge({"snapshots"}).Set(static_cast<double>(p.snapshot_bytes));
+  metrics_->prefix_cache_entries.gauge({"pages"}).Set(static_cast<double>(p.pages));
+  metrics_->prefix_cache_entries.gauge({"snapshots"}).Set(static_cast<double>(p.snapshots));
+  metrics_->prefix_evictions.counter({"page"}).Inc(
+      static_cast<double>(p.page_evictions - prefix_seen_.page_evictions));
+  metrics_->prefix_evictions.counter({"snapshot"})
+      .Inc(static_cast<double>(p.snapshot_evictions - prefix_seen_.snapshot_evictions));
+  prefix_seen_ = p;
   const BackendMemory m = engine_->Memory();
   metrics_->device_memory.gauge({"used"}).Set(static_cast<double>(m.device_used));
   metrics_->device_memory.gauge({"total"}).Set(static_cast<double>(m.device_total));
@@ -260,7 +290,16 @@ void Scheduler::Step() {
       const size_t remaining = r.tokens.size() - r.fed;
       const bool decode = remaining == 1 && !r.generation->output().empty();
       if ((pass == 0) != decode || remaining == 0 || budget == 0) continue;
-      const size_t take = std::min<size_t>(remaining, static_cast<size_t>(budget));
+      size_t take = std::min<size_t>(remaining, static_cast<size_t>(budget));
+      // A chunk ends where a snapshot is due (the engine is schedule-invariant, so where a
+      // prefill is cut never changes a result).
+      while (!r.snapshot_points.empty() &&
+             r.snapshot_points.front().position <= static_cast<int64_t>(r.fed)) {
+        r.snapshot_points.erase(r.snapshot_points.begin());
+      }
+      if (!r.snapshot_points.empty()) {
+        take = std::min<size_t>(take, r.snapshot_points.front().position - r.fed);
+      }
       batch.push_back(
           {*r.sequence,
            std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take), false});
@@ -313,6 +352,11 @@ void Scheduler::Step() {
           static_cast<double>(std::min(r.fed + fed_now, r.prompt.size()) - r.fed));
     }
     r.fed += fed_now;
+    if (!r.snapshot_points.empty() &&
+        static_cast<int64_t>(r.fed) == r.snapshot_points.front().position) {
+      TakeSnapshot(r, r.snapshot_points.front().at);
+      r.snapshot_points.erase(r.snapshot_points.begin());
+    }
     if (r.fed < r.tokens.size()) continue;  // more prefill to come
     if (!r.started_sent) {
       v1::GenerateResponse started;

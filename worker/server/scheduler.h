@@ -27,6 +27,8 @@ struct SchedulerOptions {
   int64_t max_batch_tokens = 512;  // tokens per forward pass
   int64_t max_running = 16;        // sequences in the running batch
   int64_t max_queue = 256;         // waiting requests; beyond: RESOURCE_EXHAUSTED
+  // Prefixes shorter than this get no GatedDeltaNet snapshot (snapshot_policy.h).
+  int64_t prefix_min_tokens = 128;
 };
 
 struct SchedulerLoad {
@@ -60,6 +62,7 @@ class Scheduler {
   void EndWithStatus(ActiveRequest& r, const grpc::Status& status, const char* reason);
   void Release(ActiveRequest& r);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeSnapshot(ActiveRequest& r, const char* at);
 
   Engine* engine_;
   SchedulerOptions options_;
@@ -75,6 +78,7 @@ class Scheduler {
   std::deque<std::pair<Clock::time_point, int64_t>> token_times_ ABSL_GUARDED_BY(mu_);
   uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;
   bool preempted_this_step_ ABSL_GUARDED_BY(mu_) = false;
+  PrefixCacheStats prefix_seen_ ABSL_GUARDED_BY(mu_){};  // evictions already counted
   bool admitting_ ABSL_GUARDED_BY(mu_) = true;
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status cancel_all_status_ ABSL_GUARDED_BY(mu_);

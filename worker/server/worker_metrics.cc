@@ -55,6 +55,32 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       vllm_kv_usage(r.AddGauge("vllm:kv_cache_usage_perc",
                                "KV cache usage, 0 to 1 (Gateway API Inference Extension protocol).")
                         .gauge()),
+      prefix_queries(r.AddCounter("vllm:prefix_cache_queries_total",
+                                  "Prompt tokens looked up in the prefix cache (each admission).")
+                         .counter()),
+      prefix_hits(r.AddCounter("vllm:prefix_cache_hits_total",
+                               "Prompt tokens restored from the prefix cache instead of computed.")
+                      .counter()),
+      prefix_lookups(r.AddCounter("walsh_worker_prefix_cache_lookups_total",
+                                  "Prefix-cache lookups at admission by outcome: hit, no_prefix, "
+                                  "no_snapshot (pages cached, no snapshot on them), no_room.",
+                                  {"outcome"})),
+      prefix_snapshots(r.AddCounter("walsh_worker_prefix_cache_snapshots_total",
+                                    "GatedDeltaNet state snapshots taken, by where: prompt (a "
+                                    "prompt's end), branch (the end of a cached prefix a request "
+                                    "extends), finish (a finished request's end).",
+                                    {"at"})),
+      prefix_evictions(r.AddCounter("walsh_worker_prefix_cache_evictions_total",
+                                    "Prefix-cache entries evicted, by kind: page, snapshot.",
+                                    {"kind"})),
+      prefix_cache_bytes(r.AddGauge("walsh_worker_prefix_cache_bytes",
+                                    "Bytes the prefix cache holds, by kind: pages (shared KV "
+                                    "pages, in use or not), snapshots (state slots and their "
+                                    "partial pages).",
+                                    {"kind"})),
+      prefix_cache_entries(r.AddGauge("walsh_worker_prefix_cache_entries",
+                                      "Entries in the prefix cache, by kind: pages, snapshots.",
+                                      {"kind"})),
       device_memory(r.AddGauge("walsh_worker_device_memory_bytes",
                                "Accelerator memory in bytes by kind: used and total on the device, "
                                "and what the engine holds for weights, kv_cache and state (the "

@@ -28,8 +28,15 @@ struct WorkerMetrics {
   Gauge& vllm_waiting;
   Gauge& vllm_running;
   Gauge& vllm_kv_usage;
-  MetricFamily& device_memory;  // by kind: used, total, weights, kv_cache, state
-  MetricFamily& rank_cache;     // by rank and kind: kv_cache, state
+  Counter& prefix_queries;             // vllm:prefix_cache_queries_total, in tokens
+  Counter& prefix_hits;                // vllm:prefix_cache_hits_total, in tokens
+  MetricFamily& prefix_lookups;        // by outcome
+  MetricFamily& prefix_snapshots;      // snapshots taken, by where
+  MetricFamily& prefix_evictions;      // by kind: page, snapshot
+  MetricFamily& prefix_cache_bytes;    // by kind: pages, snapshots
+  MetricFamily& prefix_cache_entries;  // by kind: pages, snapshots
+  MetricFamily& device_memory;         // by kind: used, total, weights, kv_cache, state
+  MetricFamily& rank_cache;            // by rank and kind: kv_cache, state
   MetricFamily& build_info;
   MetricFamily& model_info;
 };
