@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
+#include "gateway/routing/prefix_key.h"
 
 namespace walsh {
 namespace {
@@ -51,23 +52,6 @@ bool IsClientError(grpc::StatusCode c) {
     default:
       return false;
   }
-}
-
-uint64_t PrefixHash(const v1::GenerateRequest& r) {
-  std::string key;
-  if (r.has_tokens()) {
-    for (int i = 0; i < r.tokens().ids_size() && i < 64; ++i)
-      absl::StrAppend(&key, r.tokens().ids(i), ",");
-  } else if (r.has_chat()) {
-    for (const auto& m : r.chat().messages())
-      absl::StrAppend(&key, m.role(), ":", m.content(), "\n");
-  } else {
-    key = r.text();
-  }
-  key.resize(std::min<size_t>(key.size(), 256));
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
-  return h;
 }
 
 // How long a stream with no routable worker waits for one, a few times, before it fails.
@@ -161,7 +145,7 @@ ProxiedStream::ProxiedStream(const Env& env, v1::GenerateRequest request,
       hooks_(std::move(hooks)) {
   client_wants_prompt_ = request_.return_prompt_ids();
   request_.set_return_prompt_ids(true);  // needed to resume elsewhere
-  hint_ = RouteHint{PrefixHash(request_), session_};
+  hint_ = RouteHint{PrefixAffinityKey(request_, env_.pool->affinity_window()), session_};
 }
 
 void ProxiedStream::Interrupt(const grpc::Status& why) {

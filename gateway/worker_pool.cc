@@ -156,6 +156,9 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
     } else if (changed) {
       LogJson("info", "worker_accepted", {{"worker", w.address}, {"fingerprint", fingerprint_}});
     }
+    if (!refused) {
+      affinity_window_ = AffinityWindow(info.kv_page_size(), info.prefix_cache_min_tokens());
+    }
   }
   grpc::ClientContext lctx;
   lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));

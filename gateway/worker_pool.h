@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 #include "gateway/circuit_breaker.h"
+#include "gateway/routing/prefix_key.h"
 #include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
@@ -73,6 +74,8 @@ class WorkerPool {
   std::vector<std::shared_ptr<WorkerEndpoint>> Candidates() ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<WorkerEndpoint>> All() ABSL_LOCKS_EXCLUDED(mu_);
   std::string fingerprint() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The prefix-affinity window in tokens (routing/prefix_key.h), from the workers' ModelInfo.
+  int64_t affinity_window() const { return affinity_window_.load(std::memory_order_relaxed); }
   // Blocks until some worker is routable or the timeout passes.
   bool WaitForAny(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -86,6 +89,7 @@ class WorkerPool {
   CondVar cv_;
   std::map<std::string, std::shared_ptr<WorkerEndpoint>> workers_ ABSL_GUARDED_BY(mu_);
   std::string fingerprint_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> affinity_window_{kDefaultAffinityWindow};
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Not guarded: only the polling thread (Loop) reads and writes it.
   std::chrono::steady_clock::time_point last_dns_{};

@@ -107,7 +107,10 @@ TEST(Gateway, PrefixAffinityKeepsAPrefixOnOneWorker) {
   GatewayProcess gw(pool.addresses, {"--policy", "prefix-affinity"});
   ASSERT_TRUE(gw.WaitForWorkers(3));
   auto stub = gw.Stub();
-  for (const std::string prefix : {"You are a helpful assistant. ", "System: answer briefly. "}) {
+  // Prefixes longer than the affinity window (the workers' --prefix-cache-min-tokens, 128):
+  // requests sharing less could not share a cache entry, so they need not meet.
+  for (std::string prefix : {"You are a helpful assistant. ", "System: answer briefly. "}) {
+    while (prefix.size() < 200) prefix += prefix;
     std::set<std::string> seen;
     for (int i = 0; i < 8; ++i) {
       const Routed r =
@@ -128,6 +131,43 @@ TEST(Gateway, PrefixAffinityKeepsAPrefixOnOneWorker) {
                     .worker);
   }
   EXPECT_EQ(seen.size(), 1u);
+}
+
+// The multi-turn workload through the gateway: each turn extends the last one's prompt and
+// answer, so with prefix affinity it meets the worker that cached them; walsh-bench serve reads
+// the fleet's hit rate from the workers' vllm:prefix_cache_* counters. Round-robin, which sends
+// consecutive turns to different workers, finds less.
+TEST(Gateway, PrefixAffinityMeetsTheWorkersPrefixCache) {
+  std::map<std::string, double> rate;
+  for (const char* policy : {"prefix-affinity", "round-robin"}) {
+    std::vector<std::unique_ptr<WorkerProcess>> workers;
+    std::vector<std::string> addresses, metrics;
+    for (int i = 0; i < 2; ++i) {
+      workers.push_back(std::make_unique<WorkerProcess>(
+          std::vector<std::string>{"--prefix-cache-min-tokens", "32"}));
+      ASSERT_TRUE(workers.back()->ok());
+      addresses.push_back(workers.back()->target());
+      metrics.push_back("127.0.0.1:" + std::to_string(workers.back()->metrics_port()));
+    }
+    GatewayProcess gw(addresses, {"--policy", policy});
+    ASSERT_TRUE(gw.WaitForWorkers(2));
+    testing::TempDir dir;
+    const auto r = testing::RunProcess(
+        {WALSH_BENCH_BIN, "serve", "--target", gw.target(), "--workload", "multi-turn", "--turns",
+         "4", "--requests", "12", "--concurrency", "3", "--max-tokens", "12", "--prefix-metrics",
+         absl::StrJoin(metrics, ","), "--json", dir.File("serve.json")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json doc =
+        nlohmann::json::parse(testing::ReadFileOrDie(dir.File("serve.json")));
+    EXPECT_EQ(doc["results"][0]["exact_fraction"], 1.0) << policy;
+    EXPECT_EQ(doc["results"][0]["failed"], 0) << policy;
+    rate[policy] = doc["reference_prefix_cache_hit_rate"].get<double>();
+  }
+  EXPECT_GT(rate["prefix-affinity"], 0.5);
+  EXPECT_GT(rate["prefix-affinity"], rate["round-robin"] + 0.1)
+      << "prefix-affinity " << rate["prefix-affinity"] << ", round-robin " << rate["round-robin"];
+  std::printf("multi-turn hit rate: prefix-affinity %.3f, round-robin %.3f\n",
+              rate["prefix-affinity"], rate["round-robin"]);
 }
 
 TEST(Gateway, KillingAWorkerMidStreamLosesNoToken) {

@@ -1,10 +1,13 @@
 // walsh-bench serve: streams Generate requests at a walsh endpoint and reports what clients
 // see. Closed loop (a sweep of concurrency levels, each client sending its next request when
 // the last one ends) or open loop (Poisson arrivals at given rates); workloads "fixed" (one
-// prompt), "random" (prompts of random words and lengths) and "shared-prefix" (a long common
-// system prefix and a short distinct tail). Every request has a fixed seed, so a reference
-// pass (one stream at a time) gives the exact tokens each request must produce under load: the
-// exactness column is the share of streams identical to it.
+// prompt), "random" (prompts of random words and lengths), "shared-prefix" (a long common
+// system prefix and a short distinct tail) and "multi-turn" (conversations of --turns requests,
+// each turn the last one's prompt, its answer and a new user message, as token ids). Every
+// request has a fixed seed, so a reference pass (one stream at a time) gives the exact tokens
+// each request must produce under load: the exactness column is the share of streams identical
+// to it. With --prefix-metrics (the workers' /metrics addresses) it also reports the fleet's
+// prefix-cache hit rate per level: hit tokens over looked-up tokens, summed over the workers.
 //
 //   walsh-bench serve --target 127.0.0.1:8080 --workload shared-prefix --concurrency 1,8,32
 //       --requests 64 --max-tokens 32 --slo-ttft-ms 500 --json serve.json
@@ -22,11 +25,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/http_get.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
 namespace walsh {
@@ -37,7 +43,7 @@ using Clock = std::chrono::steady_clock;
 struct Outcome {
   bool ok = false;
   std::string error;
-  std::vector<int32_t> ids;
+  std::vector<int32_t> prompt_ids, ids;
   double ttft = 0, e2e = 0;
   std::vector<double> gaps;  // between consecutive token messages
 };
@@ -56,6 +62,9 @@ Outcome Stream(v1::Generator::Stub& stub, const v1::GenerateRequest& request,
   v1::GenerateResponse msg;
   Clock::time_point last{};
   while (reader->Read(&msg)) {
+    if (msg.has_started()) {
+      out.prompt_ids.assign(msg.started().prompt_ids().begin(), msg.started().prompt_ids().end());
+    }
     if (!msg.has_tokens()) continue;
     const auto now = Clock::now();
     if (out.ids.empty()) {
@@ -73,34 +82,110 @@ Outcome Stream(v1::Generator::Stub& stub, const v1::GenerateRequest& request,
   return out;
 }
 
-// The workload's requests, deterministic from the seed.
-std::vector<v1::GenerateRequest> MakeRequests(const std::string& workload, int64_t n,
-                                              int64_t max_tokens) {
+// One client's unit of work: a request, and for the multi-turn workload the user messages of
+// the turns after it (each turn's prompt is the last one's prompt ids, its answer and the
+// message's ids, so it extends the previous turn exactly).
+struct Conversation {
+  v1::GenerateRequest first;
+  std::vector<std::vector<int32_t>> followups;
+};
+
+std::vector<int32_t> Tokenize(v1::Generator::Stub& stub, const std::string& text,
+                              const std::string& api_key, std::string* error) {
+  grpc::ClientContext ctx;
+  if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
+  v1::TokenizeRequest req;
+  req.set_text(text);
+  v1::TokenizeResponse resp;
+  const grpc::Status s = stub.Tokenize(&ctx, req, &resp);
+  if (!s.ok()) *error = "Tokenize: " + s.error_message();
+  return {resp.ids().begin(), resp.ids().end()};
+}
+
+// The workload's conversations, deterministic from the seed; `n` requests in all.
+std::vector<Conversation> MakeWork(const std::string& workload, int64_t n, int64_t max_tokens,
+                                   int64_t turns, v1::Generator::Stub& stub,
+                                   const std::string& api_key, std::string* error) {
   static const char* kWords[] = {"the",    "quick",    "brown",   "fox",    "jumps",  "over",
                                  "lazy",   "dog",      "model",   "token",  "stream", "gateway",
                                  "worker", "hadamard", "ternary", "bonsai", "walsh",  "rotation"};
   std::mt19937 gen(42);
-  std::string prefix;
-  for (int i = 0; i < 120; ++i) prefix += std::string(kWords[gen() % 18]) + " ";
-  std::vector<v1::GenerateRequest> out;
-  for (int64_t i = 0; i < n; ++i) {
-    v1::GenerateRequest r;
+  auto words = [&](int count) {
     std::string text;
+    for (int w = 0; w < count; ++w) text += std::string(kWords[gen() % 18]) + " ";
+    return text;
+  };
+  const std::string prefix = words(120);
+  std::vector<Conversation> out;
+  const bool multi = workload == "multi-turn";
+  for (int64_t i = 0, left = n; left > 0; ++i) {
+    Conversation c;
+    v1::GenerateRequest& r = c.first;
     if (workload == "fixed") {
-      text = "Write a short note about ternary weights.";
+      r.set_text("Write a short note about ternary weights.");
+    } else if (workload == "shared-prefix") {
+      r.set_text(prefix + words(8));
+    } else if (multi) {
+      for (int32_t id :
+           Tokenize(stub, "user: " + words(60 + static_cast<int>(gen() % 40)), api_key, error)) {
+        r.mutable_tokens()->add_ids(id);
+      }
+      for (int64_t t = 1; t < std::min(turns, left); ++t) {
+        c.followups.push_back(Tokenize(stub, "\nuser: " + words(12), api_key, error));
+      }
     } else {
-      const int words = workload == "shared-prefix" ? 8 : 4 + static_cast<int>(gen() % 60);
-      for (int w = 0; w < words; ++w) text += std::string(kWords[gen() % 18]) + " ";
-      if (workload == "shared-prefix") text = prefix + text;
+      r.set_text(words(4 + static_cast<int>(gen() % 60)));
     }
-    r.set_text(text);
     r.mutable_sampling()->set_temperature(0.8f);
     r.mutable_sampling()->set_seed(1000 + static_cast<uint64_t>(i));
     r.mutable_stopping()->set_max_tokens(static_cast<uint32_t>(max_tokens));
     r.mutable_stopping()->set_ignore_eos(true);
-    out.push_back(std::move(r));
+    r.set_return_prompt_ids(multi);
+    left -= 1 + static_cast<int64_t>(c.followups.size());
+    out.push_back(std::move(c));
   }
   return out;
+}
+
+// Runs a conversation's turns in order; a failed turn ends it (the rest count as failed).
+std::vector<Outcome> Converse(v1::Generator::Stub& stub, const Conversation& c,
+                              const std::string& api_key, double timeout_s) {
+  std::vector<Outcome> outcomes;
+  v1::GenerateRequest r = c.first;
+  for (size_t turn = 0;; ++turn) {
+    outcomes.push_back(Stream(stub, r, api_key, timeout_s));
+    const Outcome& o = outcomes.back();
+    if (!o.ok || turn == c.followups.size()) break;
+    r.mutable_tokens()->clear_ids();
+    for (const auto* part : {&o.prompt_ids, &o.ids, &c.followups[turn]}) {
+      for (int32_t id : *part) r.mutable_tokens()->add_ids(id);
+    }
+    r.mutable_sampling()->set_seed(r.sampling().seed() + 1);
+  }
+  for (size_t turn = outcomes.size(); turn <= c.followups.size(); ++turn) {
+    outcomes.push_back({.error = "an earlier turn failed"});
+  }
+  return outcomes;
+}
+
+// The sum over the workers' /metrics of the prefix-cache counters: {queries, hits} in tokens.
+absl::StatusOr<std::pair<double, double>> PrefixCounters(
+    const std::vector<std::string>& endpoints) {
+  double queries = 0, hits = 0;
+  for (const std::string& e : endpoints) {
+    absl::StatusOr<std::string> m = HttpGet(e, "/metrics");
+    if (!m.ok()) return m.status();
+    for (absl::string_view line : absl::StrSplit(*m, '\n')) {
+      double v;
+      auto value = [&](absl::string_view name) {
+        return absl::StartsWith(line, name) && line.size() > name.size() &&
+               line[name.size()] == ' ' && absl::SimpleAtod(line.substr(name.size() + 1), &v);
+      };
+      if (value("vllm:prefix_cache_queries_total")) queries += v;
+      if (value("vllm:prefix_cache_hits_total")) hits += v;
+    }
+  }
+  return std::make_pair(queries, hits);
 }
 
 double Percentile(std::vector<double> v, double q) {
@@ -116,6 +201,7 @@ struct Summary {
   int64_t requests = 0, failed = 0, exact = 0, tokens = 0;
   double seconds = 0, goodput = 0;
   std::vector<double> ttft, itl, e2e;
+  double prefix_hit_rate = -1;  // -1: not measured (no --prefix-metrics)
 };
 
 nlohmann::json ToJson(const Summary& s) {
@@ -133,19 +219,23 @@ nlohmann::json ToJson(const Summary& s) {
           {"goodput_requests_per_s", s.goodput},
           {"ttft", pct(s.ttft)},
           {"inter_token", pct(s.itl)},
-          {"e2e", pct(s.e2e)}};
+          {"e2e", pct(s.e2e)},
+          {"prefix_cache_hit_rate",
+           s.prefix_hit_rate >= 0 ? nlohmann::json(s.prefix_hit_rate) : nlohmann::json()}};
 }
 
 void PrintRow(const Summary& s) {
   std::printf(
       "| %-6s | %7.1f | %5lld | %4lld | %6.1f%% | %9.1f | %7.1f %7.1f %7.1f | %6.2f %6.2f "
-      "%6.2f | %8.1f | %7.2f |\n",
+      "%6.2f | %8.1f | %7.2f | %s |\n",
       s.mode.c_str(), s.level, static_cast<long long>(s.requests), static_cast<long long>(s.failed),
       s.requests ? 100.0 * static_cast<double>(s.exact) / s.requests : 0.0,
       s.seconds > 0 ? s.tokens / s.seconds : 0.0, 1e3 * Percentile(s.ttft, 0.5),
       1e3 * Percentile(s.ttft, 0.9), 1e3 * Percentile(s.ttft, 0.99), 1e3 * Percentile(s.itl, 0.5),
       1e3 * Percentile(s.itl, 0.9), 1e3 * Percentile(s.itl, 0.99), 1e3 * Percentile(s.e2e, 0.99),
-      s.goodput);
+      s.goodput,
+      s.prefix_hit_rate >= 0 ? absl::StrFormat("%6.1f%%", 100 * s.prefix_hit_rate).c_str()
+                             : "      -");
 }
 
 // Output tokens/s and the p99 time to first token against the sweep's level, as a PNG drawn
@@ -180,13 +270,18 @@ int Plot(const nlohmann::json& doc, bool open_loop, const std::string& png) {
 int ServeBenchMain(int argc, char** argv) {
   std::string target = "127.0.0.1:8080", workload = "random", concurrency = "1,4,16", rates,
               json_path, plot_path, api_key;
-  int64_t requests = 32, max_tokens = 32;
+  std::string prefix_metrics;
+  int64_t requests = 32, max_tokens = 32, turns = 4;
   double slo_ttft_ms = 1000, slo_itl_ms = 200, timeout_s = 120;
   FlagSet flags(
-      "walsh-bench serve --target HOST:PORT [--workload fixed|random|shared-prefix] "
+      "walsh-bench serve --target HOST:PORT [--workload fixed|random|shared-prefix|multi-turn] "
       "[--concurrency 1,4,16 | --rates 2,8] [--requests N] [--max-tokens N] [--json FILE]");
   flags.String("target", &target, "a worker or the gateway");
-  flags.String("workload", &workload, "fixed, random or shared-prefix");
+  flags.String("workload", &workload, "fixed, random, shared-prefix or multi-turn");
+  flags.Int("turns", &turns, "multi-turn: requests per conversation");
+  flags.String("prefix-metrics", &prefix_metrics,
+               "the workers' metrics addresses (host:port,...): report the fleet's prefix-cache "
+               "hit rate per level");
   flags.String("concurrency", &concurrency, "closed-loop levels (clients), comma-separated");
   flags.String("rates", &rates, "open-loop Poisson rates (requests/s); replaces --concurrency");
   flags.Int("requests", &requests, "requests per level");
@@ -206,8 +301,9 @@ int ServeBenchMain(int argc, char** argv) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
-  if ((workload != "fixed" && workload != "random" && workload != "shared-prefix") ||
-      requests < 1 || max_tokens < 1) {
+  if ((workload != "fixed" && workload != "random" && workload != "shared-prefix" &&
+       workload != "multi-turn") ||
+      requests < 1 || max_tokens < 1 || turns < 1) {
     std::fprintf(stderr, "walsh-bench serve: bad arguments\n%s", flags.Help().c_str());
     return 2;
   }
@@ -225,31 +321,72 @@ int ServeBenchMain(int argc, char** argv) {
   args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Generator::NewStub(channel);
-  const std::vector<v1::GenerateRequest> work = MakeRequests(workload, requests, max_tokens);
+  std::vector<std::string> metrics_endpoints;
+  if (!prefix_metrics.empty()) metrics_endpoints = absl::StrSplit(prefix_metrics, ',');
+  std::string error;
+  const std::vector<Conversation> work =
+      MakeWork(workload, requests, max_tokens, turns, *stub, api_key, &error);
+  if (!error.empty()) {
+    std::fprintf(stderr, "walsh-bench serve: %s\n", error.c_str());
+    return 3;
+  }
 
-  // The reference: one stream at a time.
-  std::vector<std::vector<int32_t>> reference(work.size());
+  // The reference: one stream at a time. Its prefix-cache hit rate is the workload's own (each
+  // turn finds the one before); the levels after it repeat requests the caches have seen.
+  absl::StatusOr<std::pair<double, double>> reference_before = std::make_pair(0.0, 0.0);
+  if (!metrics_endpoints.empty()) reference_before = PrefixCounters(metrics_endpoints);
+  if (!reference_before.ok()) {
+    std::fprintf(stderr, "walsh-bench serve: %s\n",
+                 std::string(reference_before.status().message()).c_str());
+    return 3;
+  }
+  std::vector<std::vector<int32_t>> reference;
   for (size_t i = 0; i < work.size(); ++i) {
-    const Outcome o = Stream(*stub, work[i], api_key, timeout_s);
-    if (!o.ok) {
-      std::fprintf(stderr, "walsh-bench serve: reference request %zu failed: %s\n", i,
-                   o.error.c_str());
-      return 3;
+    for (const Outcome& o : Converse(*stub, work[i], api_key, timeout_s)) {
+      if (!o.ok) {
+        std::fprintf(stderr, "walsh-bench serve: reference request %zu failed: %s\n", i,
+                     o.error.c_str());
+        return 3;
+      }
+      reference.push_back(o.ids);
     }
-    reference[i] = o.ids;
   }
   std::printf(
-      "target %s, workload %s, %lld requests of %lld tokens per level; SLO: TTFT %.0f ms, "
+      "target %s, workload %s, %zu requests of %lld tokens per level; SLO: TTFT %.0f ms, "
       "p99 inter-token %.0f ms\n",
-      target.c_str(), workload.c_str(), static_cast<long long>(requests),
-      static_cast<long long>(max_tokens), slo_ttft_ms, slo_itl_ms);
+      target.c_str(), workload.c_str(), reference.size(), static_cast<long long>(max_tokens),
+      slo_ttft_ms, slo_itl_ms);
+  double reference_hit_rate = -1;
+  if (!metrics_endpoints.empty()) {
+    const auto after = PrefixCounters(metrics_endpoints);
+    if (!after.ok()) {
+      std::fprintf(stderr, "walsh-bench serve: %s\n",
+                   std::string(after.status().message()).c_str());
+      return 3;
+    }
+    const double queries = after->first - reference_before->first;
+    reference_hit_rate = queries > 0 ? (after->second - reference_before->second) / queries : 0;
+    std::printf("reference pass (one stream at a time): prefix-cache hit rate %.1f%%\n",
+                100 * reference_hit_rate);
+  }
   std::printf(
       "| mode   |   level |  reqs | fail |   exact | output t/s |  TTFT p50 p90 p99 ms |  "
-      "ITL p50 p90 p99 ms | e2e p99 | goodput |\n");
+      "ITL p50 p90 p99 ms | e2e p99 | goodput | prefix hit |\n");
   nlohmann::json doc = {
-      {"target", target}, {"workload", workload}, {"results", nlohmann::json::array()}};
+      {"target", target},
+      {"workload", workload},
+      {"reference_prefix_cache_hit_rate",
+       reference_hit_rate >= 0 ? nlohmann::json(reference_hit_rate) : nlohmann::json()},
+      {"results", nlohmann::json::array()}};
   for (double level : levels) {
-    std::vector<Outcome> outcomes(work.size());
+    absl::StatusOr<std::pair<double, double>> counters_before = std::make_pair(0.0, 0.0);
+    if (!metrics_endpoints.empty()) counters_before = PrefixCounters(metrics_endpoints);
+    if (!counters_before.ok()) {
+      std::fprintf(stderr, "walsh-bench serve: %s\n",
+                   std::string(counters_before.status().message()).c_str());
+      return 3;
+    }
+    std::vector<std::vector<Outcome>> conversations(work.size());
     std::atomic<size_t> next{0};
     const auto start = Clock::now();
     std::vector<std::thread> threads;
@@ -257,7 +394,7 @@ int ServeBenchMain(int argc, char** argv) {
       for (int c = 0; c < static_cast<int>(level); ++c) {
         threads.emplace_back([&] {
           for (size_t i; (i = next++) < work.size();) {
-            outcomes[i] = Stream(*stub, work[i], api_key, timeout_s);
+            conversations[i] = Converse(*stub, work[i], api_key, timeout_s);
           }
         });
       }
@@ -268,10 +405,15 @@ int ServeBenchMain(int argc, char** argv) {
       for (size_t i = 0; i < work.size(); ++i) {
         at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(gen)));
         std::this_thread::sleep_until(at);
-        threads.emplace_back([&, i] { outcomes[i] = Stream(*stub, work[i], api_key, timeout_s); });
+        threads.emplace_back(
+            [&, i] { conversations[i] = Converse(*stub, work[i], api_key, timeout_s); });
       }
     }
     for (auto& t : threads) t.join();
+    std::vector<Outcome> outcomes;
+    for (auto& c : conversations) {
+      for (Outcome& o : c) outcomes.push_back(std::move(o));
+    }
     Summary s;
     s.mode = open_loop ? "open" : "closed";
     s.level = level;
@@ -292,6 +434,16 @@ int ServeBenchMain(int argc, char** argv) {
       good += o.ttft * 1e3 <= slo_ttft_ms && Percentile(o.gaps, 0.99) * 1e3 <= slo_itl_ms;
     }
     s.goodput = s.seconds > 0 ? good / s.seconds : 0;
+    if (!metrics_endpoints.empty()) {
+      const auto after = PrefixCounters(metrics_endpoints);
+      if (!after.ok()) {
+        std::fprintf(stderr, "walsh-bench serve: %s\n",
+                     std::string(after.status().message()).c_str());
+        return 3;
+      }
+      const double queries = after->first - counters_before->first;
+      s.prefix_hit_rate = queries > 0 ? (after->second - counters_before->second) / queries : 0;
+    }
     PrintRow(s);
     doc["results"].push_back(ToJson(s));
   }
