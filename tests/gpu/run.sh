@@ -8,7 +8,8 @@
 #      mat-vec and mat-mat at the 27B shapes), device copy bandwidth, mat-vec share of it, FWHT
 #      cost per token;
 #   2. the engine on CUDA (cuda_engine_test): logits vs the CPU on tiny, small and the peer
-#      model (bits, KL, greedy), schedule invariance, the peer's greedy tokens;
+#      model (bits, KL, greedy), schedule invariance, a prefix-cache hit (device copies of a
+#      snapshot) equal to a cold run, the peer's greedy tokens;
 #   3. end to end on 27B-shape synthetic models made there: TTFT for 2,048 tokens, decode
 #      tokens/s at batch 1 and 16, PQ2_0 and PTQ1_0.
 set -uo pipefail

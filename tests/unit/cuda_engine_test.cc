@@ -187,6 +187,35 @@ TEST_P(CudaEngine, IsScheduleInvariant) {
   }
 }
 
+// The prefix cache's device copies (CopyStateSlot, CopyKvPage): a sequence restored from a
+// snapshot off a page boundary continues with the logits of a cold run.
+TEST_P(CudaEngine, PrefixCacheHitEqualsColdRun) {
+  auto gpu = MakeEngine(path_, Device::kCuda);
+  ASSERT_TRUE(gpu);
+  ASSERT_TRUE(gpu->prefix_caching());
+  const int64_t vocab = gpu->model().config().vocab_size;
+  std::mt19937 gen(13);
+  std::vector<int32_t> ids(45);
+  for (int32_t& id : ids) id = static_cast<int32_t>(gen() % vocab);
+  const FedRun cold = Feed(*gpu, ids, ids.size(), 0);
+  auto warm = gpu->AddSequence();
+  ASSERT_TRUE(warm.ok());
+  ASSERT_TRUE(gpu->Forward({{*warm, {ids.begin(), ids.begin() + 37}}}).ok());
+  auto taken = gpu->Snapshot(*warm);
+  ASSERT_TRUE(taken.ok() && *taken) << taken.status();
+  ASSERT_TRUE(gpu->RemoveSequence(*warm).ok());
+  PrefixLookup lookup;
+  auto seq = gpu->AddSequence(ids, &lookup);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  ASSERT_EQ(lookup.outcome, PrefixOutcome::kHit);
+  ASSERT_EQ(lookup.hit_tokens, 37);
+  auto out = gpu->Forward({{*seq, {ids.begin() + 37, ids.end()}, true}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->logits.size(), (ids.size() - 37) * vocab);
+  EXPECT_EQ(
+      0, std::memcmp(out->logits.data(), cold.logits.data() + 37 * vocab, out->logits.size() * 4));
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
                          ::testing::Values("tiny_pq2_0", "tiny_ptq1_0", "small_pq2_0", "peer"));
 

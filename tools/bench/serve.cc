@@ -2,8 +2,9 @@
 // see. Closed loop (a sweep of concurrency levels, each client sending its next request when
 // the last one ends) or open loop (Poisson arrivals at given rates); workloads "fixed" (one
 // prompt), "random" (prompts of random words and lengths), "shared-prefix" (a long common
-// system prefix and a short distinct tail) and "multi-turn" (conversations of --turns requests,
-// each turn the last one's prompt, its answer and a new user message, as token ids). Every
+// system prefix and a short distinct tail), "multi-turn" (conversations of --turns requests,
+// each turn the last one's prompt, its answer and a new user message, as token ids) and
+// "document" (one --document-tokens document, then a distinct question, as token ids). Every
 // request has a fixed seed, so a reference pass (one stream at a time) gives the exact tokens
 // each request must produce under load: the exactness column is the share of streams identical
 // to it. With --prefix-metrics (the workers' /metrics addresses) it also reports the fleet's
@@ -104,8 +105,9 @@ std::vector<int32_t> Tokenize(v1::Generator::Stub& stub, const std::string& text
 
 // The workload's conversations, deterministic from the seed; `n` requests in all.
 std::vector<Conversation> MakeWork(const std::string& workload, int64_t n, int64_t max_tokens,
-                                   int64_t turns, v1::Generator::Stub& stub,
-                                   const std::string& api_key, std::string* error) {
+                                   int64_t turns, int64_t document_tokens,
+                                   v1::Generator::Stub& stub, const std::string& api_key,
+                                   std::string* error) {
   static const char* kWords[] = {"the",    "quick",    "brown",   "fox",    "jumps",  "over",
                                  "lazy",   "dog",      "model",   "token",  "stream", "gateway",
                                  "worker", "hadamard", "ternary", "bonsai", "walsh",  "rotation"};
@@ -116,6 +118,7 @@ std::vector<Conversation> MakeWork(const std::string& workload, int64_t n, int64
     return text;
   };
   const std::string prefix = words(120);
+  std::vector<int32_t> document;
   std::vector<Conversation> out;
   const bool multi = workload == "multi-turn";
   for (int64_t i = 0, left = n; left > 0; ++i) {
@@ -125,6 +128,20 @@ std::vector<Conversation> MakeWork(const std::string& workload, int64_t n, int64
       r.set_text("Write a short note about ternary weights.");
     } else if (workload == "shared-prefix") {
       r.set_text(prefix + words(8));
+    } else if (workload == "document") {
+      if (document.empty()) {
+        // A long shared document of exactly document_tokens tokens (docs/prefix_caching.md).
+        std::string text;
+        while (static_cast<int64_t>(document.size()) < document_tokens && error->empty()) {
+          text += words(200);
+          document = Tokenize(stub, text, api_key, error);
+        }
+        document.resize(std::min<size_t>(document.size(), document_tokens));
+      }
+      for (int32_t id : document) r.mutable_tokens()->add_ids(id);
+      for (int32_t id : Tokenize(stub, "\nquestion: " + words(10), api_key, error)) {
+        r.mutable_tokens()->add_ids(id);
+      }
     } else if (multi) {
       for (int32_t id :
            Tokenize(stub, "user: " + words(60 + static_cast<int>(gen() % 40)), api_key, error)) {
@@ -271,14 +288,17 @@ int ServeBenchMain(int argc, char** argv) {
   std::string target = "127.0.0.1:8080", workload = "random", concurrency = "1,4,16", rates,
               json_path, plot_path, api_key;
   std::string prefix_metrics;
-  int64_t requests = 32, max_tokens = 32, turns = 4;
+  int64_t requests = 32, max_tokens = 32, turns = 4, document_tokens = 2000;
   double slo_ttft_ms = 1000, slo_itl_ms = 200, timeout_s = 120;
   FlagSet flags(
-      "walsh-bench serve --target HOST:PORT [--workload fixed|random|shared-prefix|multi-turn] "
+      "walsh-bench serve --target HOST:PORT [--workload fixed|random|shared-prefix|multi-turn|"
+      "document] "
       "[--concurrency 1,4,16 | --rates 2,8] [--requests N] [--max-tokens N] [--json FILE]");
   flags.String("target", &target, "a worker or the gateway");
-  flags.String("workload", &workload, "fixed, random, shared-prefix or multi-turn");
+  flags.String("workload", &workload, "fixed, random, shared-prefix, multi-turn or document");
   flags.Int("turns", &turns, "multi-turn: requests per conversation");
+  flags.Int("document-tokens", &document_tokens,
+            "document: the shared document's length in tokens (each request adds a question)");
   flags.String("prefix-metrics", &prefix_metrics,
                "the workers' metrics addresses (host:port,...): report the fleet's prefix-cache "
                "hit rate per level");
@@ -302,8 +322,8 @@ int ServeBenchMain(int argc, char** argv) {
     return 0;
   }
   if ((workload != "fixed" && workload != "random" && workload != "shared-prefix" &&
-       workload != "multi-turn") ||
-      requests < 1 || max_tokens < 1 || turns < 1) {
+       workload != "multi-turn" && workload != "document") ||
+      requests < 1 || max_tokens < 1 || turns < 1 || document_tokens < 1) {
     std::fprintf(stderr, "walsh-bench serve: bad arguments\n%s", flags.Help().c_str());
     return 2;
   }
@@ -325,7 +345,7 @@ int ServeBenchMain(int argc, char** argv) {
   if (!prefix_metrics.empty()) metrics_endpoints = absl::StrSplit(prefix_metrics, ',');
   std::string error;
   const std::vector<Conversation> work =
-      MakeWork(workload, requests, max_tokens, turns, *stub, api_key, &error);
+      MakeWork(workload, requests, max_tokens, turns, document_tokens, *stub, api_key, &error);
   if (!error.empty()) {
     std::fprintf(stderr, "walsh-bench serve: %s\n", error.c_str());
     return 3;
@@ -341,6 +361,7 @@ int ServeBenchMain(int argc, char** argv) {
     return 3;
   }
   std::vector<std::vector<int32_t>> reference;
+  std::vector<double> reference_ttft;
   for (size_t i = 0; i < work.size(); ++i) {
     for (const Outcome& o : Converse(*stub, work[i], api_key, timeout_s)) {
       if (!o.ok) {
@@ -349,7 +370,15 @@ int ServeBenchMain(int argc, char** argv) {
         return 3;
       }
       reference.push_back(o.ids);
+      reference_ttft.push_back(o.ttft);
     }
+  }
+  if (workload == "document") {
+    // The first request computes the document, the second snapshots where it ends, the rest
+    // bring new questions to it: with prefix caching, their first tokens come from the cache.
+    std::printf("reference pass TTFT by request (ms):");
+    for (double t : reference_ttft) std::printf(" %.1f", 1e3 * t);
+    std::printf("\n");
   }
   std::printf(
       "target %s, workload %s, %zu requests of %lld tokens per level; SLO: TTFT %.0f ms, "
