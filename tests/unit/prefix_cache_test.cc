@@ -100,6 +100,20 @@ TEST(PrefixCacheBook, PinnedPagesStayAndUnpinnedOnesGoLeastRecentlyUsedFirst) {
   EXPECT_EQ(pool.free(), 4);
 }
 
+TEST(PrefixCacheBook, TheSnapshotBeingRestoredIsNeverEvictedForItsOwnPage) {
+  KvPagePool pool(2, 4);
+  PrefixCache cache(&pool, 1, 2);
+  auto s = cache.AddSnapshot(PrefixCache::kRoot, std::vector<int32_t>{1, 2}, 2);
+  ASSERT_TRUE(s);
+  std::vector<int32_t> held = *pool.Allocate(1);  // a running sequence's page
+  const PrefixCache::Match m = cache.Lookup(std::vector<int32_t>{1, 2, 3}, 2);
+  ASSERT_EQ(m.hit_tokens(), 2);
+  EXPECT_FALSE(cache.MakeRoom(1, m.snapshot_id));
+  EXPECT_EQ(cache.counts().snapshots, 1);
+  EXPECT_TRUE(cache.MakeRoom(1));
+  EXPECT_EQ(cache.counts().snapshots, 0);
+}
+
 class Fixture {
  public:
   explicit Fixture(const std::string& preset) {

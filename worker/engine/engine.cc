@@ -172,7 +172,9 @@ absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
       // The hit's own pages are pinned first, so making room cannot evict them.
       const int64_t full = snap.length / kv_.page_size();
       for (int64_t i = 0; i < full; ++i) prefix_->AddUser(match->nodes[i]);
-      if (kv_.free() > 0 || prefix_->MakeRoom(1)) fresh = (*kv_.Allocate(1))[0];
+      if (kv_.free() > 0 || prefix_->MakeRoom(1, match->snapshot_id)) {
+        fresh = (*kv_.Allocate(1))[0];
+      }
       for (int64_t i = 0; i < full; ++i) prefix_->RemoveUser(match->nodes[i]);
       if (fresh < 0) found.outcome = PrefixOutcome::kNoRoom;
     }

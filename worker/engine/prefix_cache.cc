@@ -35,7 +35,10 @@ PrefixCache::Match PrefixCache::Lookup(absl::Span<const int32_t> tokens, int64_t
       const int64_t tail = static_cast<int64_t>(s.tail.size());
       if (s.length > max_hit || base + tail > static_cast<int64_t>(tokens.size())) continue;
       if (!std::equal(s.tail.begin(), s.tail.end(), tokens.begin() + base)) continue;
-      if (!m.snapshot || s.length > m.snapshot->length) m.snapshot = s;
+      if (!m.snapshot || s.length > m.snapshot->length) {
+        m.snapshot = s;
+        m.snapshot_id = sid;
+      }
     }
   }
   return m;
@@ -169,12 +172,14 @@ void PrefixCache::EvictSnapshot(SnapshotId sid) {
   ++snapshot_evictions_;
 }
 
-bool PrefixCache::MakeRoom(int64_t n) {
+bool PrefixCache::MakeRoom(int64_t n, SnapshotId keep) {
   while (pages_->free() < n) {
+    auto victim = snapshot_lru_.begin();
+    if (victim != snapshot_lru_.end() && victim->second == keep) ++victim;
     if (!evictable_.empty()) {
       EvictNode(evictable_.begin()->second);
-    } else if (!snapshot_lru_.empty()) {
-      EvictSnapshot(snapshot_lru_.begin()->second);
+    } else if (victim != snapshot_lru_.end()) {
+      EvictSnapshot(victim->second);
     } else {
       return false;
     }

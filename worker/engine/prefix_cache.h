@@ -52,6 +52,7 @@ class PrefixCache {
     std::vector<int32_t> pages;        // their KV pages
     int64_t kv_tokens = 0;             // the tokens those pages hold
     std::optional<Snapshot> snapshot;  // the longest usable snapshot on that path, if any
+    SnapshotId snapshot_id = 0;
     int64_t hit_tokens() const { return snapshot ? snapshot->length : 0; }
   };
 
@@ -89,9 +90,9 @@ class PrefixCache {
   std::optional<Snapshot> AddSnapshot(NodeId node, absl::Span<const int32_t> tail, int64_t length);
 
   // Evicts cache entries until `n` pages are free (a running sequence always wins over the
-  // cache): unpinned pages first, least recently used first, then snapshots. False if the cache
-  // cannot free that many.
-  bool MakeRoom(int64_t n);
+  // cache): unpinned pages first, least recently used first, then snapshots other than `keep`.
+  // False if the cache cannot free that many.
+  bool MakeRoom(int64_t n, SnapshotId keep = 0);
 
   Counts counts() const;
 
