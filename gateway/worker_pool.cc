@@ -156,9 +156,16 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
     } else if (changed) {
       LogJson("info", "worker_accepted", {{"worker", w.address}, {"fingerprint", fingerprint_}});
     }
-    if (!refused) {
-      affinity_window_ = AffinityWindow(info.kv_page_size(), info.prefix_cache_min_tokens());
+    // The smallest window of the accepted workers: two prompts that one of them could serve
+    // from one snapshot always share a key.
+    w.affinity_window =
+        refused ? 0 : AffinityWindow(info.kv_page_size(), info.prefix_cache_min_tokens());
+    int64_t window = 0;
+    for (const auto& [address, other] : workers_) {
+      const int64_t o = other->affinity_window;
+      if (o > 0 && (window == 0 || o < window)) window = o;
     }
+    affinity_window_ = window > 0 ? window : kDefaultAffinityWindow;
   }
   grpc::ClientContext lctx;
   lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));

@@ -52,6 +52,7 @@ struct WorkerEndpoint {
   std::atomic<bool> refused{false};             // its fingerprint differs from the pool's
   std::atomic<bool> known{false};               // fingerprint checked
   std::atomic<int64_t> waiting{0}, running{0};  // from GetLoad
+  std::atomic<int64_t> affinity_window{0};      // from ModelInfo (0: unknown or refused)
 
   bool Routable() { return serving && known && !refused; }
 };

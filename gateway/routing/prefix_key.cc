@@ -1,6 +1,7 @@
 #include "gateway/routing/prefix_key.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -8,7 +9,9 @@ namespace walsh {
 
 int64_t AffinityWindow(int64_t page_size, int64_t min_tokens) {
   if (page_size < 1 || min_tokens < 1) return kDefaultAffinityWindow;
-  return std::max(page_size, min_tokens / page_size * page_size);
+  // Never more than min_tokens: two prompts sharing that many may share a snapshot.
+  const int64_t whole_pages = min_tokens / page_size * page_size;
+  return whole_pages > 0 ? whole_pages : min_tokens;
 }
 
 uint64_t PrefixAffinityKey(const v1::GenerateRequest& r, int64_t window) {

@@ -114,6 +114,37 @@ TEST(PrefixCacheBook, TheSnapshotBeingRestoredIsNeverEvictedForItsOwnPage) {
   EXPECT_EQ(cache.counts().snapshots, 0);
 }
 
+TEST(PrefixCacheBook, NothingIsEvictedWhenEverythingWouldNotBeEnough) {
+  KvPagePool pool(4, 2);
+  PrefixCache cache(&pool, 2, 4);
+  std::vector<int32_t> a = *pool.Allocate(1);
+  const auto a0 = cache.Commit(PrefixCache::kRoot, Range(0, 2), &a[0]);
+  cache.RemoveUser(a0);
+  auto s = cache.AddSnapshot(a0, std::vector<int32_t>{2}, 3);
+  ASSERT_TRUE(s);
+  std::vector<int32_t> held = *pool.Allocate(2);
+  EXPECT_EQ(pool.free(), 0);
+  EXPECT_EQ(cache.counts().reclaimable_pages, 2);
+  EXPECT_FALSE(cache.MakeRoom(3));  // two could go; three are asked: keep everything
+  EXPECT_EQ(cache.counts().snapshots, 1);
+  EXPECT_EQ(cache.counts().nodes, 1);
+  // A snapshot whose copy failed is forgotten, and its page comes back.
+  cache.DropSnapshot(s->id);
+  cache.DropSnapshot(s->id);
+  EXPECT_EQ(cache.counts().snapshots, 0);
+  EXPECT_EQ(pool.free(), 1);
+}
+
+TEST(PrefixCacheBook, ASnapshotThatCannotHaveItsPageEvictsNoOtherSnapshot) {
+  KvPagePool pool(2, 2);
+  PrefixCache cache(&pool, 1, 2);
+  ASSERT_TRUE(cache.AddSnapshot(PrefixCache::kRoot, {}, 0));  // no page, the only slot
+  std::vector<int32_t> held = *pool.Allocate(2);
+  EXPECT_FALSE(cache.AddSnapshot(PrefixCache::kRoot, std::vector<int32_t>{7}, 1));
+  EXPECT_EQ(cache.counts().snapshots, 1);
+  EXPECT_EQ(cache.counts().snapshot_evictions, 0);
+}
+
 class Fixture {
  public:
   explicit Fixture(const std::string& preset) {

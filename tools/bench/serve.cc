@@ -173,6 +173,11 @@ std::vector<Outcome> Converse(v1::Generator::Stub& stub, const Conversation& c,
     outcomes.push_back(Stream(stub, r, api_key, timeout_s));
     const Outcome& o = outcomes.back();
     if (!o.ok || turn == c.followups.size()) break;
+    if (o.prompt_ids.empty()) {
+      outcomes.back().ok = false;
+      outcomes.back().error = "Started brought no prompt_ids for the next turn";
+      break;
+    }
     r.mutable_tokens()->clear_ids();
     for (const auto* part : {&o.prompt_ids, &o.ids, &c.followups[turn]}) {
       for (int32_t id : *part) r.mutable_tokens()->add_ids(id);
@@ -303,7 +308,9 @@ int ServeBenchMain(int argc, char** argv) {
                "the workers' metrics addresses (host:port,...): report the fleet's prefix-cache "
                "hit rate per level");
   flags.String("concurrency", &concurrency, "closed-loop levels (clients), comma-separated");
-  flags.String("rates", &rates, "open-loop Poisson rates (requests/s); replaces --concurrency");
+  flags.String("rates", &rates,
+               "open-loop Poisson rates (requests/s; conversations/s for multi-turn); replaces "
+               "--concurrency");
   flags.Int("requests", &requests, "requests per level");
   flags.Int("max-tokens", &max_tokens, "tokens per request (EOS ignored)");
   flags.Double("slo-ttft-ms", &slo_ttft_ms, "goodput counts requests within this TTFT...");

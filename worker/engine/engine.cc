@@ -68,12 +68,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
                                                      slots * slot_bytes, " bytes; the device has ",
                                                      room, " bytes for caches"));
   }
-  // A device with less room cuts the snapshots, then the pages.
-  snapshot_slots = std::min(snapshot_slots, (room - slots * slot_bytes) / slot_bytes);
-  const int64_t state_total = (slots + snapshot_slots) * slot_bytes;
-  if (state_total + pages * page_bytes > room) {
-    pages = std::max<int64_t>(0, (room - state_total) / page_bytes);
+  // A device with less room cuts the pages, then the prefix cache's snapshots get what is left.
+  if (slots * slot_bytes + pages * page_bytes > room) {
+    pages = std::max<int64_t>(0, (room - slots * slot_bytes) / page_bytes);
   }
+  snapshot_slots =
+      std::min(snapshot_slots,
+               std::max<int64_t>(0, room - slots * slot_bytes - pages * page_bytes) / slot_bytes);
   if (pages < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV cache budget of ", options.kv_cache_bytes, " bytes holds no page (a page is ",
@@ -218,10 +219,14 @@ absl::StatusOr<bool> Engine::Snapshot(SequenceId id) {
   if (prefix_->Touch(node, tail)) return false;
   std::optional<PrefixCache::Snapshot> snap = prefix_->AddSnapshot(node, tail, sq.length);
   if (!snap) return false;
-  RETURN_IF_ERROR(ForEachRank([&](Backend& b) -> absl::Status {
+  const absl::Status copied = ForEachRank([&](Backend& b) -> absl::Status {
     RETURN_IF_ERROR(b.CopyStateSlot(sq.slot, snap->slot));
     return snap->tail_page >= 0 ? b.CopyKvPage(sq.pages[full], snap->tail_page) : absl::OkStatus();
-  }));
+  });
+  if (!copied.ok()) {
+    prefix_->DropSnapshot(snap->id);  // never restore a copy that did not complete
+    return copied;
+  }
   return true;
 }
 

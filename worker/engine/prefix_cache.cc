@@ -106,30 +106,24 @@ std::optional<PrefixCache::Snapshot> PrefixCache::AddSnapshot(NodeId node,
                                                               absl::Span<const int32_t> tail,
                                                               int64_t length) {
   if (snapshot_slots_ == 0) return std::nullopt;
-  if (free_slots_.empty()) EvictSnapshot(snapshot_lru_.begin()->second);
   Snapshot s;
   s.node = node;
   s.tail.assign(tail.begin(), tail.end());
   s.length = length;
   if (!tail.empty()) {
-    // Only unpinned pages are evicted for a snapshot's page: never the node it hangs on.
-    Node& n = nodes_.at(node);
-    Unlist(node, n);
-    n.snapshots.push_back(0);  // a placeholder pin while room is made
+    // The partial page first, so no snapshot is evicted for a slot when the page cannot be had.
+    // The node it hangs on is pinned meanwhile: only unpinned pages are evicted for it.
+    Unlist(node, nodes_.at(node));
+    nodes_.at(node).snapshots.push_back(0);  // a placeholder pin while room is made
     const bool room = pages_->free() > 0 || MakeRoom(1);
+    Node& n = nodes_.at(node);  // looked up again: MakeRoom erased other nodes
     n.snapshots.pop_back();
     Relist(node, n);
     if (!room) return std::nullopt;
     s.tail_page = (*pages_->Allocate(1))[0];
     ++tail_pages_;
   }
-  if (free_slots_.empty()) {  // MakeRoom evicted nothing of ours, but stay safe
-    if (s.tail_page >= 0) {
-      pages_->Release({s.tail_page});
-      --tail_pages_;
-    }
-    return std::nullopt;
-  }
+  if (free_slots_.empty()) EvictSnapshot(snapshot_lru_.begin()->second);
   s.slot = free_slots_.back();
   free_slots_.pop_back();
   const SnapshotId sid = next_snapshot_++;
@@ -137,6 +131,7 @@ std::optional<PrefixCache::Snapshot> PrefixCache::AddSnapshot(NodeId node,
   Unlist(node, n);
   n.snapshots.push_back(sid);
   SnapshotEntry& e = snapshots_[sid];
+  s.id = sid;
   e.snapshot = s;
   e.last_use = ++clock_;
   snapshot_lru_.insert({e.last_use, sid});
@@ -172,7 +167,18 @@ void PrefixCache::EvictSnapshot(SnapshotId sid) {
   ++snapshot_evictions_;
 }
 
+void PrefixCache::DropSnapshot(SnapshotId id) {
+  if (snapshots_.contains(id)) EvictSnapshot(id);
+}
+
 bool PrefixCache::MakeRoom(int64_t n, SnapshotId keep) {
+  // Nothing is evicted when even everything would not be enough.
+  int64_t can_free = counts().reclaimable_pages;
+  if (auto it = snapshots_.find(keep);
+      it != snapshots_.end() && it->second.snapshot.tail_page >= 0) {
+    --can_free;
+  }
+  if (pages_->free() + can_free < n) return false;
   while (pages_->free() < n) {
     auto victim = snapshot_lru_.begin();
     if (victim != snapshot_lru_.end() && victim->second == keep) ++victim;

@@ -44,6 +44,7 @@ class PrefixCache {
     int32_t slot = -1;          // the state slot holding the snapshot
     int32_t tail_page = -1;     // the copy of the partial page, or -1 when tail is empty
     int64_t length = 0;         // the position the snapshot was taken at
+    uint64_t id = 0;            // its SnapshotId
   };
 
   // The longest cached prefix of a token sequence.
@@ -88,6 +89,9 @@ class PrefixCache {
   // the budget has no slot or no page can be had; the caller copies state and page into the
   // returned snapshot, which is registered already.
   std::optional<Snapshot> AddSnapshot(NodeId node, absl::Span<const int32_t> tail, int64_t length);
+
+  // Forgets a snapshot (one whose copy failed); nothing if it is gone already.
+  void DropSnapshot(SnapshotId id);
 
   // Evicts cache entries until `n` pages are free (a running sequence always wins over the
   // cache): unpinned pages first, least recently used first, then snapshots other than `keep`.
