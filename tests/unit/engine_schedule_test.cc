@@ -6,47 +6,13 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/util/synthetic_engine.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/engine.h"
 
 namespace walsh {
 namespace {
-
-class EngineFixture {
- public:
-  explicit EngineFixture(const std::string& preset) {
-    auto model = SyntheticModel::Create({.preset = preset, .seed = 8});
-    EXPECT_TRUE(model.ok());
-    vocab_ = (*model)->preset().config.vocab_size;
-    path_ = dir_.File("m.gguf");
-    EXPECT_TRUE((*model)->WritePacked(path_).ok());
-  }
-
-  std::unique_ptr<Engine> Make(EngineOptions opts = {}) {
-    auto file = LoadModelFile(path_);
-    EXPECT_TRUE(file.ok());
-    auto bound = Model::Bind(std::move(*file));
-    EXPECT_TRUE(bound.ok());
-    auto engine = Engine::Create(std::move(*bound), opts);
-    EXPECT_TRUE(engine.ok()) << engine.status();
-    return std::move(*engine);
-  }
-
-  std::vector<int32_t> Prompt(int n, uint32_t seed) const {
-    std::mt19937 gen(seed);
-    std::vector<int32_t> ids(n);
-    for (int32_t& t : ids) t = static_cast<int32_t>(gen() % vocab_);
-    return ids;
-  }
-
-  int64_t vocab() const { return vocab_; }
-
- private:
-  testing::TempDir dir_;
-  std::string path_;
-  int64_t vocab_ = 0;
-};
 
 // Feeds `ids` in chunks of `chunk` tokens; returns the logits at every position.
 std::vector<float> FeedInChunks(Engine& e, const std::vector<int32_t>& ids, size_t chunk) {
@@ -70,8 +36,8 @@ void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b
 }
 
 void CheckScheduleInvariance(const std::string& preset, int prompt_len) {
-  EngineFixture f(preset);
-  const std::vector<int32_t> ids = f.Prompt(prompt_len, 1);
+  testing::SyntheticEngine f(preset);
+  const std::vector<int32_t> ids = f.Tokens(prompt_len, 1);
   auto engine = f.Make();
   const std::vector<float> whole = FeedInChunks(*engine, ids, ids.size());
   ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 1), "decode steps");
@@ -89,7 +55,7 @@ void CheckScheduleInvariance(const std::string& preset, int prompt_len) {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::vector<float>> solo;
     for (int s = 0; s < n_seqs; ++s) {
-      prompts.push_back(f.Prompt(5 + gen() % prompt_len, 100 + s));
+      prompts.push_back(f.Tokens(5 + gen() % prompt_len, 100 + s));
       solo.push_back(FeedInChunks(*engine, prompts.back(), prompts.back().size()));
     }
     auto batched = f.Make({.threads = 2});
@@ -134,7 +100,7 @@ TEST(ScheduleInvariance, Tiny) { CheckScheduleInvariance("tiny", 70); }
 TEST(ScheduleInvariance, Small) { CheckScheduleInvariance("small", 24); }
 
 TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
-  EngineFixture f("tiny");
+  testing::SyntheticEngine f("tiny");
   // Room for 4 pages of 16 positions.
   const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64, 2);  // fp16 K and V
   auto e = f.Make({.kv_cache_bytes = 4 * page_bytes, .state_bytes = 2 * 1024 * 1024});
@@ -147,7 +113,7 @@ TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
   EXPECT_EQ(e->Forward({{*a, {1}}, {*a, {2}}}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(e->Forward({{12345, {1}}}).status().code(), absl::StatusCode::kNotFound);
   // 3 + 62 positions need 5 pages: refused, and the sequence is untouched.
-  auto big = e->Forward({{*a, f.Prompt(62, 3)}});
+  auto big = e->Forward({{*a, f.Tokens(62, 3)}});
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(*e->SequenceLength(*a), 3);
   EXPECT_EQ(e->Stats().kv_pages_used, 1);
@@ -169,12 +135,12 @@ TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
 
   auto limited = f.Make({.max_context = 8});
   auto s = limited->AddSequence();
-  EXPECT_EQ(limited->Forward({{*s, f.Prompt(9, 1)}}).status().code(),
+  EXPECT_EQ(limited->Forward({{*s, f.Tokens(9, 1)}}).status().code(),
             absl::StatusCode::kOutOfRange);
 }
 
 TEST(EngineErrors, GraphCheckRefusesAFoldedWeightWithoutItsTransform) {
-  EngineFixture f("tiny");
+  testing::SyntheticEngine f("tiny");
   auto e = f.Make();
   const LayerWeights& L = e->model().layers()[0];
   EXPECT_TRUE(e->CheckTransform(L.ffn_up, Engine::Transform::kRotated).ok());

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/util/synthetic_engine.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/engine.h"
@@ -145,37 +146,6 @@ TEST(PrefixCacheBook, ASnapshotThatCannotHaveItsPageEvictsNoOtherSnapshot) {
   EXPECT_EQ(cache.counts().snapshot_evictions, 0);
 }
 
-class Fixture {
- public:
-  explicit Fixture(const std::string& preset) {
-    auto model = SyntheticModel::Create({.preset = preset, .seed = 8});
-    EXPECT_TRUE(model.ok());
-    vocab_ = (*model)->preset().config.vocab_size;
-    path_ = dir_.File("m.gguf");
-    EXPECT_TRUE((*model)->WritePacked(path_).ok());
-  }
-  std::unique_ptr<Engine> Make(EngineOptions opts) {
-    auto file = LoadModelFile(path_);
-    EXPECT_TRUE(file.ok());
-    auto bound = Model::Bind(std::move(*file));
-    EXPECT_TRUE(bound.ok());
-    auto engine = Engine::Create(std::move(*bound), opts);
-    EXPECT_TRUE(engine.ok()) << engine.status();
-    return std::move(*engine);
-  }
-  std::vector<int32_t> Tokens(int n, uint32_t seed) const {
-    std::mt19937 gen(seed);
-    std::vector<int32_t> ids(n);
-    for (int32_t& t : ids) t = static_cast<int32_t>(gen() % vocab_);
-    return ids;
-  }
-
- private:
-  testing::TempDir dir_;
-  std::string path_;
-  int64_t vocab_ = 0;
-};
-
 // Feeds ids[from..] into `seq` in chunks, each step sharing the batch with a step of `other`
 // (when given); returns the logits of every fed position.
 std::vector<float> Feed(Engine& e, SequenceId seq, const std::vector<int32_t>& ids, size_t from,
@@ -224,7 +194,7 @@ void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, co
 }
 
 void CheckWarmEqualsCold(const std::string& preset, int tp) {
-  Fixture f(preset);
+  testing::SyntheticEngine f(preset);
   auto cold = f.Make({.prefix_caching = false, .tp = tp});
   auto warm = f.Make({.prefix_caching = true, .tp = tp});
   const std::vector<int32_t> doc = f.Tokens(53, 1);  // not on a page boundary (16)
@@ -252,7 +222,9 @@ void CheckWarmEqualsCold(const std::string& preset, int tp) {
                                  expected.end()),
               got, "warm vs cold");
           ASSERT_TRUE(warm->RemoveSequence(*seq).ok());
-          if (other) ASSERT_TRUE(warm->RemoveSequence(*other).ok());
+          if (other) {
+            ASSERT_TRUE(warm->RemoveSequence(*other).ok());
+          }
         }
       }
     }
@@ -268,7 +240,7 @@ TEST(PrefixCacheEngine, WarmEqualsColdSmall) { CheckWarmEqualsCold("small", 1); 
 TEST(PrefixCacheEngine, WarmEqualsColdTensorParallel) { CheckWarmEqualsCold("tiny", 2); }
 
 TEST(PrefixCacheEngine, RunningSequencesWinOverTheCacheAndNothingLeaks) {
-  Fixture f("tiny");
+  testing::SyntheticEngine f("tiny");
   // 12 pages of 16: two cached prefixes of 3 pages, then sequences that need every page.
   auto e = f.Make({.kv_pages = 12, .prefix_caching = true});
   auto cold = f.Make({.prefix_caching = false});
@@ -309,7 +281,7 @@ TEST(PrefixCacheEngine, RunningSequencesWinOverTheCacheAndNothingLeaks) {
 }
 
 TEST(PrefixCacheEngine, ConcurrentSequencesSharePagesAndEachFreesOnlyItsOwn) {
-  Fixture f("tiny");
+  testing::SyntheticEngine f("tiny");
   auto e = f.Make({.prefix_caching = true});
   const std::vector<int32_t> ids = f.Tokens(64, 9);
   std::vector<SequenceId> seqs;
@@ -335,7 +307,7 @@ TEST(PrefixCacheEngine, ConcurrentSequencesSharePagesAndEachFreesOnlyItsOwn) {
 }
 
 TEST(PrefixCacheEngine, OffMeansNoSharingAndNoLookups) {
-  Fixture f("tiny");
+  testing::SyntheticEngine f("tiny");
   auto e = f.Make({.prefix_caching = false});
   EXPECT_FALSE(e->prefix_caching());
   const std::vector<int32_t> ids = f.Tokens(40, 1);

@@ -210,6 +210,32 @@ absl::StatusOr<std::pair<double, double>> PrefixCounters(
   return std::make_pair(queries, hits);
 }
 
+// The fleet's prefix-cache hit rate over an interval: hit tokens over looked-up tokens between
+// Start and Rate, from the counters summed over the workers. Off without endpoints.
+class PrefixHitMeter {
+ public:
+  explicit PrefixHitMeter(std::vector<std::string> endpoints) : endpoints_(std::move(endpoints)) {}
+  bool on() const { return !endpoints_.empty(); }
+  absl::Status Start() {
+    if (!on()) return absl::OkStatus();
+    absl::StatusOr<std::pair<double, double>> now = PrefixCounters(endpoints_);
+    if (now.ok()) start_ = *now;
+    return now.status();
+  }
+  // -1 when off.
+  absl::StatusOr<double> Rate() const {
+    if (!on()) return -1.0;
+    absl::StatusOr<std::pair<double, double>> now = PrefixCounters(endpoints_);
+    if (!now.ok()) return now.status();
+    const double queries = now->first - start_.first;
+    return queries > 0 ? (now->second - start_.second) / queries : 0.0;
+  }
+
+ private:
+  std::vector<std::string> endpoints_;
+  std::pair<double, double> start_{0, 0};
+};
+
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -348,8 +374,12 @@ int ServeBenchMain(int argc, char** argv) {
   args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Generator::NewStub(channel);
-  std::vector<std::string> metrics_endpoints;
-  if (!prefix_metrics.empty()) metrics_endpoints = absl::StrSplit(prefix_metrics, ',');
+  PrefixHitMeter meter(prefix_metrics.empty() ? std::vector<std::string>{}
+                                              : absl::StrSplit(prefix_metrics, ','));
+  auto fail = [](const absl::Status& status) {
+    std::fprintf(stderr, "walsh-bench serve: %s\n", std::string(status.message()).c_str());
+    return 3;
+  };
   std::string error;
   const std::vector<Conversation> work =
       MakeWork(workload, requests, max_tokens, turns, document_tokens, *stub, api_key, &error);
@@ -360,13 +390,7 @@ int ServeBenchMain(int argc, char** argv) {
 
   // The reference: one stream at a time. Its prefix-cache hit rate is the workload's own (each
   // turn finds the one before); the levels after it repeat requests the caches have seen.
-  absl::StatusOr<std::pair<double, double>> reference_before = std::make_pair(0.0, 0.0);
-  if (!metrics_endpoints.empty()) reference_before = PrefixCounters(metrics_endpoints);
-  if (!reference_before.ok()) {
-    std::fprintf(stderr, "walsh-bench serve: %s\n",
-                 std::string(reference_before.status().message()).c_str());
-    return 3;
-  }
+  if (absl::Status started = meter.Start(); !started.ok()) return fail(started);
   std::vector<std::vector<int32_t>> reference;
   std::vector<double> reference_ttft;
   for (size_t i = 0; i < work.size(); ++i) {
@@ -392,18 +416,11 @@ int ServeBenchMain(int argc, char** argv) {
       "p99 inter-token %.0f ms\n",
       target.c_str(), workload.c_str(), reference.size(), static_cast<long long>(max_tokens),
       slo_ttft_ms, slo_itl_ms);
-  double reference_hit_rate = -1;
-  if (!metrics_endpoints.empty()) {
-    const auto after = PrefixCounters(metrics_endpoints);
-    if (!after.ok()) {
-      std::fprintf(stderr, "walsh-bench serve: %s\n",
-                   std::string(after.status().message()).c_str());
-      return 3;
-    }
-    const double queries = after->first - reference_before->first;
-    reference_hit_rate = queries > 0 ? (after->second - reference_before->second) / queries : 0;
+  const absl::StatusOr<double> reference_hit_rate = meter.Rate();
+  if (!reference_hit_rate.ok()) return fail(reference_hit_rate.status());
+  if (meter.on()) {
     std::printf("reference pass (one stream at a time): prefix-cache hit rate %.1f%%\n",
-                100 * reference_hit_rate);
+                100 * *reference_hit_rate);
   }
   std::printf(
       "| mode   |   level |  reqs | fail |   exact | output t/s |  TTFT p50 p90 p99 ms |  "
@@ -412,16 +429,10 @@ int ServeBenchMain(int argc, char** argv) {
       {"target", target},
       {"workload", workload},
       {"reference_prefix_cache_hit_rate",
-       reference_hit_rate >= 0 ? nlohmann::json(reference_hit_rate) : nlohmann::json()},
+       *reference_hit_rate >= 0 ? nlohmann::json(*reference_hit_rate) : nlohmann::json()},
       {"results", nlohmann::json::array()}};
   for (double level : levels) {
-    absl::StatusOr<std::pair<double, double>> counters_before = std::make_pair(0.0, 0.0);
-    if (!metrics_endpoints.empty()) counters_before = PrefixCounters(metrics_endpoints);
-    if (!counters_before.ok()) {
-      std::fprintf(stderr, "walsh-bench serve: %s\n",
-                   std::string(counters_before.status().message()).c_str());
-      return 3;
-    }
+    if (absl::Status started = meter.Start(); !started.ok()) return fail(started);
     std::vector<std::vector<Outcome>> conversations(work.size());
     std::atomic<size_t> next{0};
     const auto start = Clock::now();
@@ -470,16 +481,9 @@ int ServeBenchMain(int argc, char** argv) {
       good += o.ttft * 1e3 <= slo_ttft_ms && Percentile(o.gaps, 0.99) * 1e3 <= slo_itl_ms;
     }
     s.goodput = s.seconds > 0 ? good / s.seconds : 0;
-    if (!metrics_endpoints.empty()) {
-      const auto after = PrefixCounters(metrics_endpoints);
-      if (!after.ok()) {
-        std::fprintf(stderr, "walsh-bench serve: %s\n",
-                     std::string(after.status().message()).c_str());
-        return 3;
-      }
-      const double queries = after->first - counters_before->first;
-      s.prefix_hit_rate = queries > 0 ? (after->second - counters_before->second) / queries : 0;
-    }
+    const absl::StatusOr<double> hit_rate = meter.Rate();
+    if (!hit_rate.ok()) return fail(hit_rate.status());
+    s.prefix_hit_rate = *hit_rate;
     PrintRow(s);
     doc["results"].push_back(ToJson(s));
   }

@@ -1,0 +1,56 @@
+// A synthetic model preset written to a temporary GGUF file, and engines built on it with any
+// options: the fixture of the engine-level tests.
+#ifndef WALSH_TESTS_UTIL_SYNTHETIC_ENGINE_H_
+#define WALSH_TESTS_UTIL_SYNTHETIC_ENGINE_H_
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_model.h"
+#include "worker/engine/engine.h"
+
+namespace walsh::testing {
+
+class SyntheticEngine {
+ public:
+  explicit SyntheticEngine(const std::string& preset) {
+    auto model = SyntheticModel::Create({.preset = preset, .seed = 8});
+    EXPECT_TRUE(model.ok());
+    vocab_ = (*model)->preset().config.vocab_size;
+    path_ = dir_.File("m.gguf");
+    EXPECT_TRUE((*model)->WritePacked(path_).ok());
+  }
+
+  std::unique_ptr<Engine> Make(EngineOptions opts = {}) {
+    auto file = LoadModelFile(path_);
+    EXPECT_TRUE(file.ok());
+    auto bound = Model::Bind(std::move(*file));
+    EXPECT_TRUE(bound.ok());
+    auto engine = Engine::Create(std::move(*bound), opts);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return std::move(*engine);
+  }
+
+  // n token ids drawn uniformly from the vocabulary.
+  std::vector<int32_t> Tokens(int n, uint32_t seed) const {
+    std::mt19937 gen(seed);
+    std::vector<int32_t> ids(n);
+    for (int32_t& t : ids) t = static_cast<int32_t>(gen() % vocab_);
+    return ids;
+  }
+
+  int64_t vocab() const { return vocab_; }
+
+ private:
+  TempDir dir_;
+  std::string path_;
+  int64_t vocab_ = 0;
+};
+
+}  // namespace walsh::testing
+
+#endif  // WALSH_TESTS_UTIL_SYNTHETIC_ENGINE_H_
