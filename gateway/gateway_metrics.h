@@ -23,6 +23,8 @@ struct GatewayMetrics {
   MetricFamily& worker_inflight;  // per worker address (bounded by the pool)
   MetricFamily& worker_healthy;
   MetricFamily& worker_breaker;  // 0 closed, 1 open, 2 half-open
+  MetricFamily& http_requests;   // OpenAI-compatible API: by route and HTTP status
+  MetricFamily& http_duration;   // by route
 };
 
 }  // namespace walsh

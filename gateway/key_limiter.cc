@@ -19,6 +19,13 @@ std::string KeyLimiter::KeyOf(const grpc::ServerContextBase& context, bool by_ap
   }
   // "ipv4:127.0.0.1:54321" -> the address without the port: one client, many connections.
   const std::string peer = context.peer();
+  // The HTTP API calls in-process (no remote client can) and names its client's address.
+  if (absl::StartsWith(peer, "inproc")) {
+    const auto& md = context.client_metadata();
+    if (auto it = md.find("x-walsh-http-client"); it != md.end()) {
+      return "peer:http:" + std::string(it->second.data(), it->second.size());
+    }
+  }
   const size_t colon = peer.rfind(':');
   return "peer:" + (colon == std::string::npos ? peer : peer.substr(0, colon));
 }

@@ -16,6 +16,7 @@
 #include "common/tls_credentials.h"
 #include "gateway/api_keys.h"
 #include "gateway/gateway_service.h"
+#include "gateway/http/openai_server.h"
 #include "gateway/key_limiter.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -36,12 +37,23 @@ int Run(int argc, char** argv) {
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000, worker_keepalive_ms = 10000;
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
   double rate_limit = 0, rate_burst = 0;
+  std::string http_listen, served_model_name;
+  int64_t http_max_connections = 128, http_max_body_bytes = 8 << 20;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
   flags.String("listen", &listen, "gRPC address for clients");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
   flags.String("probe-listen", &probe_listen,
                "plaintext address serving only grpc.health.v1 Check, for probes that cannot "
                "speak TLS (off by default)");
+  flags.String("http-listen", &http_listen,
+               "address of the OpenAI-compatible HTTP API (/v1/chat/completions, "
+               "/v1/completions, /v1/models, /health); off by default");
+  flags.Int("http-max-connections", &http_max_connections,
+            "HTTP API connections served at once (one thread each); more wait to be accepted");
+  flags.Int("http-max-body-bytes", &http_max_body_bytes,
+            "largest HTTP API request body; beyond: 413");
+  flags.String("served-model-name", &served_model_name,
+               "the model's id in the HTTP API (default: the model's general.name)");
   flags.String("workers", &workers, "static worker addresses, comma-separated");
   flags.String("workers-dns", &workers_dns,
                "a DNS name:port resolving to the workers (re-resolved)");
@@ -101,6 +113,12 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr,
                  "walsh-gateway: --max-inflight and --max-buffered-responses must be at least 1, "
                  "--max-queue at least 0\n");
+    return 2;
+  }
+  if (http_max_connections < 1 || http_max_body_bytes < 1) {
+    std::fprintf(stderr,
+                 "walsh-gateway: --http-max-connections and --http-max-body-bytes must be at "
+                 "least 1\n");
     return 2;
   }
   if (worker_keepalive_ms != 0 && worker_keepalive_ms < 1000) {
@@ -186,10 +204,27 @@ int Run(int argc, char** argv) {
     }
     probe = std::move(*started);
   }
+  std::atomic<bool> draining{false}, stop{false};
+  std::unique_ptr<OpenAiServer> http;
+  if (!http_listen.empty()) {
+    OpenAiServerOptions ho;
+    ho.listen = http_listen;
+    ho.max_connections = http_max_connections;
+    ho.max_body_bytes = http_max_body_bytes;
+    ho.served_model_name = served_model_name;
+    ho.ready = [&] { return !draining && !pool.Candidates().empty(); };
+    auto started = OpenAiServer::Start(std::move(ho), server.get(), &pool, &metrics);
+    if (!started.ok()) {
+      LogJson("error", "listen_failed", {{"error", std::string(started.status().message())}});
+      return 1;
+    }
+    http = std::move(*started);
+  }
   // "liveness": the process answers (Kubernetes livenessProbe), whatever its workers do.
   server->GetHealthCheckService()->SetServingStatus("liveness", true);
   LogJson("info", "listening",
           {{"grpc_port", port},
+           {"http_port", http ? http->port() : 0},
            {"metrics_port", (*metrics_server)->port()},
            {"policy", policy_name},
            {"tls", !tls.cert.empty()},
@@ -200,9 +235,14 @@ int Run(int argc, char** argv) {
             {{"listen", listen},
              {"message", "serving clients without TLS beyond loopback: set --tls-cert-file"}});
   }
+  if (http && !IsLoopbackAddress(http_listen)) {
+    LogJson("warning", "plaintext",
+            {{"listen", http_listen},
+             {"message", "the HTTP API has no TLS of its own: put a TLS-terminating proxy or "
+                         "ingress in front of it"}});
+  }
 
   // SERVING while some worker can take traffic; NOT_SERVING when none can or while draining.
-  std::atomic<bool> draining{false}, stop{false};
   std::thread health([&] {
     bool last = false, first = true;
     while (!stop) {
@@ -234,6 +274,7 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   service->CancelAll();
+  http.reset();  // its handlers end with their calls
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stop = true;
   health.join();

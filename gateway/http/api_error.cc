@@ -1,0 +1,62 @@
+#include "gateway/http/api_error.h"
+
+#include "absl/strings/match.h"
+
+namespace walsh {
+
+nlohmann::json ApiError::ToJson() const {
+  nlohmann::json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return {{"error", std::move(e)}};
+}
+
+ApiError BadField(const std::string& param, const std::string& why) {
+  return ApiError{400, param + ": " + why, "invalid_request_error", param, ""};
+}
+
+ApiError FromGrpcStatus(const grpc::Status& s,
+                        const std::vector<std::pair<std::string, std::string>>& field_names) {
+  ApiError e;
+  e.message = s.error_message();
+  switch (s.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+      e.http_status = 400;
+      for (const auto& [proto_name, name] : field_names) {
+        if (absl::StartsWith(e.message, proto_name)) {
+          e.message = name + e.message.substr(proto_name.size());
+          const size_t colon = e.message.find(':');
+          e.param = e.message.substr(0, colon);
+          break;
+        }
+      }
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      e = {401, s.error_message(), "authentication_error", "", "invalid_api_key"};
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      e = {403, s.error_message(), "permission_error", "", ""};
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      e = {404, s.error_message(), "not_found_error", "", ""};
+      break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      e = {429, s.error_message(), "rate_limit_error", "", "rate_limit_exceeded"};
+      break;
+    case grpc::StatusCode::UNAVAILABLE:
+      e = {503, s.error_message(), "service_unavailable_error", "", ""};
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      e = {504, s.error_message(), "timeout_error", "", ""};
+      break;
+    case grpc::StatusCode::CANCELLED:
+      e = {499, s.error_message(), "cancelled", "", ""};
+      break;
+    default:
+      e = {500, s.error_message(), "internal_error", "", ""};
+  }
+  return e;
+}
+
+}  // namespace walsh

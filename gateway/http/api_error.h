@@ -1,0 +1,33 @@
+// An error as the OpenAI API reports it: an HTTP status and the body
+// {"error": {"message", "type", "param", "code"}}. `param` names the request field at fault.
+#ifndef WALSH_GATEWAY_HTTP_API_ERROR_H_
+#define WALSH_GATEWAY_HTTP_API_ERROR_H_
+
+#include <string>
+
+#include "grpcpp/support/status.h"
+#include "nlohmann/json.hpp"
+
+namespace walsh {
+
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+
+  nlohmann::json ToJson() const;
+};
+
+ApiError BadField(const std::string& param, const std::string& why);
+
+// A gRPC status from the gateway's service as the HTTP API reports it. INVALID_ARGUMENT names
+// a walsh.v1 field ("sampling.temperature: ..."); `field_names` maps those prefixes to the
+// request's own field names ({"sampling.temperature", "temperature"}).
+ApiError FromGrpcStatus(const grpc::Status& s,
+                        const std::vector<std::pair<std::string, std::string>>& field_names);
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_HTTP_API_ERROR_H_

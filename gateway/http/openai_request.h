@@ -1,0 +1,40 @@
+// OpenAI-API request bodies (POST /v1/chat/completions and /v1/completions) checked and turned
+// into a walsh.v1 GenerateRequest. Every refusal names the field, in the API's own names; what
+// walsh does not support (n > 1, response_format, ...) is refused, never ignored. The field
+// table is docs/openai.md §Fields.
+#ifndef WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_
+#define WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/types/variant.h"
+#include "gateway/http/api_error.h"
+#include "gateway/http/qwen_chat_template.h"
+#include "walsh/v1/generator.pb.h"
+
+namespace walsh {
+
+struct OpenAiRequest {
+  bool chat = true;   // /v1/chat/completions; else /v1/completions
+  std::string model;  // empty: the fleet's model
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  // Chat only: how the output is split (reasoning, content, tool calls).
+  bool thinking = false;
+  bool parse_tool_calls = false;  // tools given and tool_choice is not "none"
+  std::string forced_tool;        // a named tool_choice
+  v1::GenerateRequest generate;
+  // walsh.v1 field names in INVALID_ARGUMENT messages -> this request's field names.
+  std::vector<std::pair<std::string, std::string>> field_names;
+};
+
+// `body` is the raw request body (untrusted).
+absl::variant<OpenAiRequest, ApiError> ParseChatCompletionRequest(const std::string& body);
+absl::variant<OpenAiRequest, ApiError> ParseCompletionRequest(const std::string& body);
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_

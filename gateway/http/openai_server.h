@@ -1,0 +1,80 @@
+// The gateway's OpenAI-compatible HTTP API (docs/openai.md): POST /v1/chat/completions,
+// POST /v1/completions, GET /v1/models and GET /health, served by civetweb (one thread per
+// open connection, --http-max-connections of them). Generation requests become Generate calls
+// on the gateway's own gRPC service over an in-process channel, so API keys, limits,
+// admission, routing, retries and migration are the gRPC path's, unchanged. A client that
+// hangs up cancels its call, which frees the worker's slot.
+#ifndef WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_
+#define WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/http/http_exchange.h"
+#include "gateway/http/openai_request.h"
+#include "gateway/worker_pool.h"
+#include "grpcpp/grpcpp.h"
+#include "walsh/v1/generator.grpc.pb.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace walsh {
+
+struct OpenAiServerOptions {
+  std::string listen;                      // host:port; port 0 picks a free one
+  int64_t max_connections = 128;           // connections served at once (civetweb threads)
+  int64_t max_body_bytes = 8 << 20;        // beyond: 413
+  std::string served_model_name;           // empty: the model's general.name
+  std::chrono::milliseconds disconnect_poll{20};  // how often a waiting request checks its client
+  std::function<bool()> ready;             // /health: true while the gateway takes requests
+};
+
+class OpenAiServer {
+ public:
+  // `grpc_server` is the gateway's started gRPC server (its in-process channel carries the calls).
+  static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(OpenAiServerOptions options,
+                                                            grpc::Server* grpc_server,
+                                                            WorkerPool* pool,
+                                                            GatewayMetrics* metrics);
+  ~OpenAiServer();  // stops listening and waits for every handler to return
+  OpenAiServer(const OpenAiServer&) = delete;
+  OpenAiServer& operator=(const OpenAiServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, WorkerPool* pool,
+               GatewayMetrics* metrics);
+  static int Dispatch(mg_connection* conn, void* self);
+  void Serve(HttpExchange& x, const std::string& route);
+  void Generate(HttpExchange& x, bool chat);
+  void ListModels(HttpExchange& x);
+  // The fleet's model, asked of a worker once per contract fingerprint.
+  absl::variant<v1::ModelInfo, ApiError> ModelInfo(HttpExchange& x);
+  grpc::Status CallModelInfo(HttpExchange& x, v1::ModelInfo* info);
+  std::multimap<std::string, std::string> CallMetadata(const HttpExchange& x) const;
+  std::string ServedName(const v1::ModelInfo& info) const;
+
+  const OpenAiServerOptions options_;
+  WorkerPool* pool_;
+  GatewayMetrics* metrics_;
+  std::unique_ptr<v1::Generator::Stub> stub_;
+  const int64_t started_ = 0;  // unix time, the models' "created"
+  mg_context* ctx_ = nullptr;
+  int port_ = 0;
+
+  Mutex mu_;
+  std::string info_fingerprint_ ABSL_GUARDED_BY(mu_);
+  v1::ModelInfo info_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_

@@ -1,0 +1,42 @@
+// Chat messages and tools rendered into a prompt as the Qwen3 chat template does (docs/openai.md
+// §Prompt): ChatML turns; tools listed in the system turn inside <tools></tools>; an assistant's
+// tool calls as <tool_call>{"name": ..., "arguments": ...}</tool_call>; consecutive tool results
+// as one user turn of <tool_response> blocks; then the assistant's turn, with an empty think
+// block when thinking is off. For plain chats the text equals the worker's own ChatML
+// (worker/engine/chat_format.h), so a chat sent over HTTP and over gRPC is the same prompt.
+#ifndef WALSH_GATEWAY_HTTP_QWEN_CHAT_TEMPLATE_H_
+#define WALSH_GATEWAY_HTTP_QWEN_CHAT_TEMPLATE_H_
+
+#include <string>
+#include <vector>
+
+namespace walsh {
+
+struct RenderedToolCall {
+  std::string name;
+  std::string arguments_json;  // a JSON object, as text
+};
+
+struct ChatTurn {
+  std::string role;  // system, user, assistant or tool
+  std::string content;
+  std::vector<RenderedToolCall> tool_calls;  // assistant turns only
+};
+
+struct ChatPrompt {
+  std::vector<ChatTurn> turns;
+  std::vector<std::string> tools_json;  // each {"type": "function", "function": {...}}
+  bool enable_thinking = false;
+  // A named tool_choice: the assistant's turn is begun with this function's call, so the
+  // model writes only its arguments.
+  std::string forced_tool;
+};
+
+// The prefix of the assistant's output that a forced tool call puts in the prompt.
+std::string ForcedToolCallPrefix(const std::string& name);
+
+std::string RenderQwenChat(const ChatPrompt& prompt);
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_HTTP_QWEN_CHAT_TEMPLATE_H_

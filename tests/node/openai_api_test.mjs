@@ -1,0 +1,392 @@
+// The gateway's OpenAI-compatible HTTP API driven by the official `openai` npm SDK (a client
+// nobody here wrote) against real processes: walsh-worker fleets on a synthetic model, and a
+// scripted worker (scripted_worker.mjs) where the test needs the model to write reasoning or
+// tool calls. Run by ctest (openai_api) with the binaries' paths in the environment:
+//   WALSH_WORKER_BIN WALSH_GATEWAY_BIN WALSH_MKMODEL_BIN WALSH_SOURCE_DIR
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+import grpc from "@grpc/grpc-js";
+import protoLoader from "@grpc/proto-loader";
+import OpenAI from "openai";
+
+const { WALSH_WORKER_BIN, WALSH_GATEWAY_BIN, WALSH_MKMODEL_BIN, WALSH_SOURCE_DIR } = process.env;
+const KEY = "sk-walsh-test";
+const children = [];
+const work = mkdtempSync(path.join(tmpdir(), "walsh-openai-"));
+after(() => {
+  for (const c of children) c.kill("SIGKILL");
+  rmSync(work, { recursive: true, force: true });
+});
+
+// Starts a walsh process and resolves with its "listening" fields once it logs `readyEvent`.
+function startWalsh(bin, args, readyEvent = "serving") {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
+    children.push(child);
+    let fields = {};
+    const log = [];
+    const timer = setTimeout(() => reject(new Error(`${bin} did not start:\n${log.join("\n")}`)),
+                             30000);
+    readline.createInterface({ input: child.stderr }).on("line", (line) => {
+      log.push(line);
+      let j;
+      try { j = JSON.parse(line); } catch { return; }
+      if (j.event === "listening") fields = j;
+      if (j.event === readyEvent) { clearTimeout(timer); resolve({ child, ...fields }); }
+    });
+    child.on("exit", (code) => reject(new Error(`${bin} exited ${code}:\n${log.join("\n")}`)));
+  });
+}
+
+function startScriptedWorker() {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [
+      path.join(WALSH_SOURCE_DIR, "tests/node/scripted_worker.mjs"),
+      path.join(WALSH_SOURCE_DIR, "proto"), path.join(WALSH_SOURCE_DIR, "tests/protos")],
+      { stdio: ["ignore", "pipe", "inherit"] });
+    children.push(child);
+    readline.createInterface({ input: child.stdout }).once("line", (l) => resolve(JSON.parse(l)));
+    child.on("exit", (code) => reject(new Error(`scripted worker exited ${code}`)));
+  });
+}
+
+async function startGateway(workers, extra = [], readyEvent = "serving") {
+  const g = await startWalsh(WALSH_GATEWAY_BIN, ["--workers", workers, "--listen", "127.0.0.1:0",
+    "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", ...extra], readyEvent);
+  return { ...g, base: `http://127.0.0.1:${g.http_port}/v1` };
+}
+
+async function metric(port, name) {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.slice(0, l.lastIndexOf(" ")) === name);
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+async function eventually(what, check, ms = 15000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+// Collects a streamed chat: content, reasoning, tool calls (merged by index), finish, usage.
+async function collectChat(stream) {
+  const out = { content: "", reasoning: "", toolCalls: [], finish: null, usage: null, chunks: 0,
+                role: null };
+  for await (const chunk of stream) {
+    out.chunks += 1;
+    if (chunk.usage) out.usage = chunk.usage;
+    for (const c of chunk.choices) {
+      const d = c.delta || {};
+      if (d.role) out.role = d.role;
+      out.content += d.content || "";
+      out.reasoning += d.reasoning_content || "";
+      for (const t of d.tool_calls || []) {
+        const call = out.toolCalls[t.index] ||= { id: "", name: "", arguments: "" };
+        call.id += t.id || "";
+        call.name += t.function?.name || "";
+        call.arguments += t.function?.arguments || "";
+      }
+      if (c.finish_reason) out.finish = c.finish_reason;
+    }
+  }
+  return out;
+}
+
+describe("a fleet of walsh-workers behind the HTTP API", () => {
+  let gw, workers, client, model;
+  const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello!" }];
+
+  before(async () => {
+    const file = path.join(work, "tiny.gguf");
+    execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file]);
+    workers = await Promise.all([0, 1].map(() => startWalsh(WALSH_WORKER_BIN, ["--model", file,
+      "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])));
+    gw = await startGateway(workers.map((w) => `127.0.0.1:${w.grpc_port}`).join(","),
+                            ["--api-key", KEY]);
+    client = new OpenAI({ apiKey: KEY, baseURL: gw.base, maxRetries: 0 });
+    model = (await client.models.list()).data[0].id;
+  });
+
+  test("lists the fleet's model", async () => {
+    const list = await client.models.list();
+    assert.equal(list.data.length, 1);
+    assert.equal(list.data[0].id, "walsh synthetic tiny");
+    assert.equal(list.data[0].object, "model");
+  });
+
+  test("a streamed chat says what the whole answer says, and so does gRPC", async () => {
+    const req = { model, messages, max_tokens: 24, temperature: 0, seed: 7 };
+    const whole = await client.chat.completions.create(req);
+    const streamed = await collectChat(await client.chat.completions.create(
+      { ...req, stream: true, stream_options: { include_usage: true } }));
+    assert.equal(whole.object, "chat.completion");
+    assert.ok(whole.choices[0].message.content.length > 0);
+    assert.equal(streamed.role, "assistant");
+    assert.equal(streamed.content, whole.choices[0].message.content);
+    assert.equal(streamed.finish, whole.choices[0].finish_reason);
+    assert.deepEqual(streamed.usage, whole.usage);
+    assert.match(whole.id, /^chatcmpl-/);
+    assert.match(whole.system_fingerprint, /^walsh-[0-9a-f]{16}$/);
+
+    // The same chat over the gateway's gRPC API: the same prompt, so the same text.
+    const load = (f) => grpc.loadPackageDefinition(protoLoader.loadSync(f, {
+      includeDirs: [path.join(WALSH_SOURCE_DIR, "proto")], keepCase: true, longs: Number,
+      defaults: true, oneofs: true }));
+    const Generator = load("walsh/v1/generator.proto").walsh.v1.Generator;
+    const g = new Generator(`127.0.0.1:${gw.grpc_port}`, grpc.credentials.createInsecure());
+    const md = new grpc.Metadata();
+    md.set("authorization", `Bearer ${KEY}`);
+    const text = await new Promise((resolve, reject) => {
+      let t = "";
+      const call = g.Generate({ chat: { messages }, sampling: { temperature: 0, seed: 7 },
+                                stopping: { max_tokens: 24 } }, md);
+      call.on("data", (m) => { if (m.tokens) t += m.tokens.text; });
+      call.on("error", reject);
+      call.on("end", () => resolve(t));
+    });
+    g.close();
+    assert.equal(text, whole.choices[0].message.content);
+  });
+
+  test("completions from text and from token ids, streamed or not, with logprobs", async () => {
+    const req = { model, prompt: "Once upon a time", max_tokens: 12, temperature: 0, logprobs: 3 };
+    const whole = await client.completions.create(req);
+    assert.equal(whole.object, "text_completion");
+    let text = "";
+    let tokens = 0;
+    for await (const c of await client.completions.create({ ...req, stream: true })) {
+      text += c.choices[0]?.text || "";
+      tokens += c.choices[0]?.logprobs?.tokens?.length || 0;
+    }
+    assert.equal(text, whole.choices[0].text);
+    assert.equal(whole.choices[0].logprobs.tokens.length, whole.usage.completion_tokens);
+    assert.equal(tokens, whole.usage.completion_tokens);
+    assert.equal(Object.keys(whole.choices[0].logprobs.top_logprobs[0]).length, 3);
+    const ids = await client.completions.create({ model, prompt: [1, 2, 3], max_tokens: 4 });
+    assert.equal(ids.usage.prompt_tokens, 3);
+  });
+
+  test("a wrong or missing key is 401", async () => {
+    for (const apiKey of ["sk-wrong", ""]) {
+      const bad = new OpenAI({ apiKey, baseURL: gw.base, maxRetries: 0 });
+      await assert.rejects(bad.chat.completions.create({ model, messages }),
+                           (e) => e.status === 401 && e.type === "authentication_error");
+      await assert.rejects(bad.models.list(), (e) => e.status === 401);
+    }
+  });
+
+  test("bad fields are 400 naming the field; an unknown model is 404", async () => {
+    const cases = [
+      [{ temperature: 5 }, "temperature"],
+      [{ max_tokens: 1000000 }, "max_tokens"],
+      [{ n: 2 }, "n"],
+      [{ response_format: { type: "json_object" } }, "response_format"],
+      [{ messages: [{ role: "wizard", content: "x" }] }, "messages[0].role"],
+      [{ top_logprobs: 3 }, "top_logprobs"],
+      [{ logit_bias: { "99999": 5 } }, "logit_bias"],
+    ];
+    for (const [fields, param] of cases) {
+      await assert.rejects(client.chat.completions.create({ model, messages, ...fields }),
+                           (e) => e.status === 400 && e.param === param &&
+                                  e.message.includes(param), JSON.stringify(fields));
+    }
+    await assert.rejects(client.chat.completions.create({ model: "gpt-4o", messages }),
+                         (e) => e.status === 404 && e.code === "model_not_found");
+  });
+
+  test("x-request-id is the answer's id", async () => {
+    const res = await fetch(`${gw.base}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json",
+                 "x-request-id": "trace-42" },
+      body: JSON.stringify({ model, messages, max_tokens: 2 }),
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("x-request-id"), "trace-42");
+    assert.equal((await res.json()).id, "chatcmpl-trace-42");
+  });
+
+  test("aborting a stream frees the worker's slot", async () => {
+    const cancelled = async () => (await Promise.all(workers.map((w) =>
+      metric(w.metrics_port, 'walsh_worker_requests_total{finish_reason="cancelled"}'))))
+      .reduce((a, b) => a + b, 0);
+    const before = await cancelled();
+    const controller = new AbortController();
+    const stream = await client.chat.completions.create(
+      { model, messages, max_tokens: 4000, ignore_eos: true, stream: true },
+      { signal: controller.signal });
+    let chunks = 0;
+    for await (const _ of stream) {  // the SDK ends the iteration quietly on abort
+      if (++chunks === 3) controller.abort();
+    }
+    assert.ok(chunks < 100, `${chunks} chunks came after the abort`);
+    await eventually("the worker to cancel the request", async () => await cancelled() > before);
+    await eventually("every slot to be free", async () => {
+      const running = await Promise.all(workers.map((w) =>
+        metric(w.metrics_port, "walsh_worker_requests_running")));
+      return running.every((r) => r === 0) &&
+             await metric(gw.metrics_port, "walsh_gateway_inflight_streams") === 0;
+    });
+    assert.ok(await metric(gw.metrics_port,
+      'walsh_gateway_http_requests_total{route="/v1/chat/completions",code="499"}') >= 1);
+  });
+
+  test("hanging up on an unstreamed answer frees the worker's slot too", async () => {
+    const cancelled = async () => (await Promise.all(workers.map((w) =>
+      metric(w.metrics_port, 'walsh_worker_requests_total{finish_reason="cancelled"}'))))
+      .reduce((a, b) => a + b, 0);
+    const before = await cancelled();
+    const controller = new AbortController();
+    const pending = client.chat.completions.create(
+      { model, messages, max_tokens: 4000, ignore_eos: true }, { signal: controller.signal });
+    await eventually("the request to run", async () => (await Promise.all(workers.map((w) =>
+      metric(w.metrics_port, "walsh_worker_requests_running")))).some((r) => r > 0));
+    controller.abort();
+    await assert.rejects(pending, (e) => e.name === "APIUserAbortError");
+    await eventually("the worker to cancel the request", async () => await cancelled() > before);
+  });
+
+  test("50 concurrent streams each end whole and equal their unstreamed answer", async () => {
+    const req = (i) => ({ model, messages: [{ role: "user", content: `Stream ${i}` }],
+                          max_tokens: 16, temperature: 0.8, seed: i });
+    const streamed = await Promise.all(Array.from({ length: 50 }, async (_, i) =>
+      collectChat(await client.chat.completions.create({ ...req(i), stream: true }))));
+    for (const s of streamed) assert.ok(["stop", "length"].includes(s.finish));
+    for (let i = 0; i < 50; i += 7) {
+      const whole = await client.chat.completions.create(req(i));
+      assert.equal(streamed[i].content, whole.choices[0].message.content, `stream ${i}`);
+    }
+  });
+
+  test("the README's curl examples work as written", () => {
+    const readme = readFileSync(path.join(WALSH_SOURCE_DIR, "README.md"), "utf8");
+    const blocks = [...readme.matchAll(/<!-- openai-curl -->\n```sh\n([\s\S]*?)```/g)];
+    assert.ok(blocks.length >= 3, "README's curl examples are marked <!-- openai-curl -->");
+    for (const [, script] of blocks) {
+      const out = execFileSync("bash", ["-euo", "pipefail", "-c", script], {
+        env: { ...process.env, WALSH_API_KEY: KEY,
+               WALSH_URL: `http://127.0.0.1:${gw.http_port}` } }).toString();
+      assert.ok(out.includes("choices") || out.includes("data"), `${script}\n->\n${out}`);
+    }
+  });
+});
+
+describe("what the model writes: reasoning and tool calls (scripted worker)", () => {
+  let client;
+  const weather = { type: "function", function: { name: "get_weather",
+    description: "The weather in a city", parameters: { type: "object",
+      properties: { city: { type: "string" } }, required: ["city"] } } };
+  const call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+
+  before(async () => {
+    const w = await startScriptedWorker();
+    const gw = await startGateway(`127.0.0.1:${w.port}`);
+    client = new OpenAI({ apiKey: "unused", baseURL: gw.base, maxRetries: 0 });
+  });
+
+  test("thinking goes to reasoning_content, the answer to content", async () => {
+    const req = { model: "scripted", chat_template_kwargs: { enable_thinking: true },
+                  messages: [{ role: "user", content: "SCRIPT:<think>\nponder\n</think>\n\nanswer" }] };
+    const whole = await client.chat.completions.create(req);
+    assert.equal(whole.choices[0].message.reasoning_content, "\nponder\n");
+    assert.equal(whole.choices[0].message.content, "answer");
+    const streamed = await collectChat(await client.chat.completions.create({ ...req, stream: true }));
+    assert.equal(streamed.reasoning, "\nponder\n");
+    assert.equal(streamed.content, "answer");
+    // Thinking off: the text is all content.
+    const off = await client.chat.completions.create({ ...req, chat_template_kwargs: {} });
+    assert.equal(off.choices[0].message.content, "<think>\nponder\n</think>\n\nanswer");
+  });
+
+  test("a tool call round trip", async () => {
+    const messages = [{ role: "user", content: `SCRIPT:${call}` }];
+    const first = await client.chat.completions.create({ model: "scripted", messages,
+                                                         tools: [weather] });
+    const choice = first.choices[0];
+    assert.equal(choice.finish_reason, "tool_calls");
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.tool_calls.length, 1);
+    const tc = choice.message.tool_calls[0];
+    assert.equal(tc.type, "function");
+    assert.equal(tc.function.name, "get_weather");
+    assert.deepEqual(JSON.parse(tc.function.arguments), { city: "Paris" });
+
+    const streamed = await collectChat(await client.chat.completions.create(
+      { model: "scripted", messages, tools: [weather], stream: true }));
+    assert.equal(streamed.finish, "tool_calls");
+    assert.equal(streamed.content, "");
+    assert.equal(streamed.toolCalls.length, 1);
+    assert.match(streamed.toolCalls[0].id, /^call_/);
+    assert.equal(streamed.toolCalls[0].name, "get_weather");
+    assert.equal(streamed.toolCalls[0].arguments, tc.function.arguments);
+
+    const second = await client.chat.completions.create({ model: "scripted", tools: [weather],
+      messages: [...messages, choice.message,
+                 { role: "tool", tool_call_id: tc.id, content: "22 C and sunny" }] });
+    assert.equal(second.choices[0].message.content, "tool said: 22 C and sunny");
+    assert.equal(second.choices[0].finish_reason, "stop");
+  });
+
+  test("a named tool_choice makes the model call that function", async () => {
+    const r = await client.chat.completions.create({ model: "scripted", tools: [weather],
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+      messages: [{ role: "user", content: 'SCRIPT:{"city": "Rome"}}\n</tool_call>' }] });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.deepEqual(JSON.parse(r.choices[0].message.tool_calls[0].function.arguments),
+                     { city: "Rome" });
+  });
+
+  test("malformed tool JSON from the model stays content, never a 500", async () => {
+    const bad = '<tool_call>\n{"name": get_weather, "arguments": }\n</tool_call>';
+    const req = { model: "scripted", tools: [weather],
+                  messages: [{ role: "user", content: `SCRIPT:${bad}` }] };
+    const whole = await client.chat.completions.create(req);
+    assert.equal(whole.choices[0].message.content, bad);
+    assert.equal(whole.choices[0].finish_reason, "stop");
+    assert.equal(whole.choices[0].message.tool_calls, undefined);
+    const streamed = await collectChat(await client.chat.completions.create({ ...req, stream: true }));
+    assert.equal(streamed.content, bad);
+    // Without tools the text is never parsed as a call.
+    const plain = await client.chat.completions.create(
+      { model: "scripted", messages: [{ role: "user", content: `SCRIPT:${call}` }] });
+    assert.equal(plain.choices[0].message.content, call);
+  });
+});
+
+describe("a gateway that cannot serve", () => {
+  test("no worker ready: /health and requests are 503", async () => {
+    const gw = await startGateway("127.0.0.1:1", [], "listening");
+    const res = await fetch(`http://127.0.0.1:${gw.http_port}/health`);
+    assert.equal(res.status, 503);
+    const c = new OpenAI({ apiKey: "x", baseURL: gw.base, maxRetries: 0 });
+    await assert.rejects(c.chat.completions.create({ model: "m", messages: [{ role: "user",
+                                                     content: "hi" }] }),
+                         (e) => e.status === 503);
+  });
+
+  test("a full gateway is 429; an oversize body is 413", async () => {
+    const w = await startScriptedWorker();
+    const gw = await startGateway(`127.0.0.1:${w.port}`,
+                                  ["--max-inflight", "1", "--max-queue", "0",
+                                   "--http-max-body-bytes", "100000"]);
+    const c = new OpenAI({ apiKey: "x", baseURL: gw.base, maxRetries: 0 });
+    const slow = await c.chat.completions.create({ model: "scripted", stream: true,
+      messages: [{ role: "user", content: "DELAY_MS:100 SCRIPT:" + "z".repeat(40) }] });
+    const iter = slow[Symbol.asyncIterator]();
+    await iter.next();  // the slow stream holds the only slot
+    await assert.rejects(c.chat.completions.create({ model: "scripted",
+                                                     messages: [{ role: "user", content: "x" }] }),
+                         (e) => e.status === 429 && e.type === "rate_limit_error");
+    await assert.rejects(c.chat.completions.create({ model: "scripted",
+      messages: [{ role: "user", content: "y".repeat(200000) }] }), (e) => e.status === 413);
+    for (let r = await iter.next(); !r.done; r = await iter.next());
+  });
+});
