@@ -1,0 +1,280 @@
+// The OpenAI-compatible API's pure parts, in-process: request parsing and refusals, the Qwen
+// chat template, the reasoning and tool-call parser (split-invariant), error mapping.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gateway/http/api_error.h"
+#include "gateway/http/chat_output_parser.h"
+#include "gateway/http/openai_request.h"
+#include "gateway/http/qwen_chat_template.h"
+#include "gtest/gtest.h"
+#include "worker/engine/chat_format.h"
+
+namespace walsh {
+namespace {
+
+struct Parsed {
+  std::string reasoning, content;
+  std::vector<ParsedToolCall> calls;
+};
+
+void Append(Parsed& p, const ChatDelta& d) {
+  p.reasoning += d.reasoning;
+  p.content += d.content;
+  for (const auto& c : d.tool_calls) p.calls.push_back(c);
+}
+
+// Feeds `text` cut at the given sizes (cycled), then finishes.
+Parsed ParseInPieces(const std::string& text, bool thinking, bool tools, size_t piece,
+                     const std::string& forced = "") {
+  ChatOutputParser parser(thinking, tools, forced);
+  Parsed p;
+  for (size_t i = 0; i < text.size(); i += piece) Append(p, parser.Feed(text.substr(i, piece)));
+  Append(p, parser.Finish());
+  return p;
+}
+
+Parsed ParseWhole(const std::string& text, bool thinking, bool tools,
+                  const std::string& forced = "") {
+  return ParseInPieces(text, thinking, tools, text.size() + 1, forced);
+}
+
+void ExpectSame(const Parsed& a, const Parsed& b, const std::string& what) {
+  EXPECT_EQ(a.reasoning, b.reasoning) << what;
+  EXPECT_EQ(a.content, b.content) << what;
+  ASSERT_EQ(a.calls.size(), b.calls.size()) << what;
+  for (size_t i = 0; i < a.calls.size(); ++i) {
+    EXPECT_EQ(a.calls[i].name, b.calls[i].name) << what;
+    EXPECT_EQ(a.calls[i].arguments, b.calls[i].arguments) << what;
+    EXPECT_EQ(a.calls[i].index, b.calls[i].index) << what;
+  }
+}
+
+TEST(ChatOutputParser, ReasoningEndsAtTheCloseTag) {
+  Parsed p = ParseWhole("<think>\nponder</think>\n\nanswer", true, false);
+  EXPECT_EQ(p.reasoning, "\nponder");
+  EXPECT_EQ(p.content, "answer");
+  p = ParseWhole("ponder</think>answer <think>x", true, false);  // no opening tag written
+  EXPECT_EQ(p.reasoning, "ponder");
+  EXPECT_EQ(p.content, "answer <think>x");
+  p = ParseWhole("still pondering</thi", true, false);  // cut short: all of it is reasoning
+  EXPECT_EQ(p.reasoning, "still pondering</thi");
+  EXPECT_EQ(p.content, "");
+  p = ParseWhole("<think>a</think>b", false, false);  // thinking off: never split
+  EXPECT_EQ(p.content, "<think>a</think>b");
+}
+
+TEST(ChatOutputParser, ToolCallsBecomeCallsAndBadOnesStayContent) {
+  const std::string two =
+      "Let me look.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"b\", \"arguments\": \"{\\\"y\\\": 2}\"}\n</tool_call>\n";
+  Parsed p = ParseWhole(two, false, true);
+  EXPECT_EQ(p.content, "Let me look.\n");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "a");
+  EXPECT_EQ(p.calls[0].arguments, "{\"x\":1}");
+  EXPECT_EQ(p.calls[1].index, 1);
+  EXPECT_EQ(p.calls[1].arguments, "{\"y\": 2}");
+
+  const std::string bad = "<tool_call>\n{\"name\": oops}\n</tool_call>";
+  p = ParseWhole(bad, false, true);
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, bad);
+  const std::string unclosed = "<tool_call>\n{\"name\": \"a\"";
+  p = ParseWhole(unclosed, false, true);
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, unclosed);
+  p = ParseWhole(two, false, /*tools=*/false);  // no tools: text only
+  EXPECT_EQ(p.content, two);
+}
+
+TEST(ChatOutputParser, AForcedCallContinuesFromItsArguments) {
+  Parsed p = ParseWhole("{\"city\": \"Rome\"}}\n</tool_call>", false, true, "get_weather");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, "{\"city\":\"Rome\"}");
+  EXPECT_EQ(p.content, "");
+  p = ParseWhole("nonsense</tool_call>after", false, true, "get_weather");
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, "nonsense</tool_call>after");  // only what the model wrote
+}
+
+TEST(ChatOutputParser, HowTheTextIsCutNeverChangesTheResult) {
+  const std::vector<std::string> texts = {
+      "<think>\nponder <b>x</b> </thin k></think>\n\nI'll call.\n<tool_call>\n{\"name\": \"f\", "
+      "\"arguments\": {\"q\": \"</tool\"}}\n</tool_call>\n \n<tool_call>\n{\"name\": \"g\"}\n"
+      "</tool_call>done <tool_call>{bad}</tool_call>\n<tool_c",
+      "no tags at all, just < and </ and <tool and <think",
+      "\n\n\n</think>\n\n\n<tool_call>{\"name\":\"h\",\"arguments\":{}}</tool_call>   ",
+  };
+  std::mt19937 rng(7);
+  for (const std::string& t : texts) {
+    for (bool thinking : {false, true}) {
+      for (bool tools : {false, true}) {
+        const Parsed whole = ParseWhole(t, thinking, tools);
+        for (size_t piece : {1, 2, 3, 5, 8, 13}) {
+          ExpectSame(whole, ParseInPieces(t, thinking, tools, piece),
+                     t + " piece " + std::to_string(piece));
+        }
+        // Random cuts.
+        ChatOutputParser parser(thinking, tools);
+        Parsed p;
+        for (size_t i = 0; i < t.size();) {
+          const size_t n = 1 + rng() % 6;
+          Append(p, parser.Feed(t.substr(i, n)));
+          i += n;
+        }
+        Append(p, parser.Finish());
+        ExpectSame(whole, p, t + " random");
+      }
+    }
+  }
+}
+
+TEST(QwenChatTemplate, APlainChatIsTheWorkersChatMl) {
+  const std::vector<ChatMessage> messages = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  ChatPrompt p;
+  for (const auto& m : messages) p.turns.push_back({m.role, m.content, {}});
+  for (bool thinking : {false, true}) {
+    p.enable_thinking = thinking;
+    EXPECT_EQ(RenderQwenChat(p), *FormatChatMl(messages, thinking));
+  }
+}
+
+TEST(QwenChatTemplate, ToolsCallsAndResultsAreRenderedAsQwenDoes) {
+  ChatPrompt p;
+  p.turns = {{"system", "Sys.", {}},
+             {"user", "Weather?", {}},
+             {"assistant", "", {{"get_weather", "{\"city\":\"Paris\"}"}, {"now", "{}"}}},
+             {"tool", "22 C", {}},
+             {"tool", "noon", {}}};
+  p.tools_json = {"{\"function\":{\"name\":\"get_weather\"},\"type\":\"function\"}"};
+  EXPECT_EQ(RenderQwenChat(p),
+            "<|im_start|>system\nSys.\n\n# Tools\n\nYou may call one or more functions to assist "
+            "with the user query.\n\nYou are provided with function signatures within "
+            "<tools></tools> XML tags:\n<tools>\n"
+            "{\"function\":{\"name\":\"get_weather\"},\"type\":\"function\"}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments "
+            "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+            "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\nWeather?<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+            "{\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": "
+            "{}}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n22 C\n</tool_response>\n<tool_response>\nnoon\n"
+            "</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  p.forced_tool = "get_weather";
+  EXPECT_TRUE(absl::EndsWith(RenderQwenChat(p),
+                             "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n"
+                             "{\"name\": \"get_weather\", \"arguments\": "));
+}
+
+std::string RefusedParam(const std::string& body, bool chat = true) {
+  auto r = chat ? ParseChatCompletionRequest(body) : ParseCompletionRequest(body);
+  const ApiError* e = absl::get_if<ApiError>(&r);
+  if (e == nullptr) return "(accepted)";
+  EXPECT_EQ(e->http_status, 400) << body;
+  if (!e->param.empty()) {
+    EXPECT_NE(e->message.find(e->param), std::string::npos) << e->message;
+  }
+  return e->param.empty() ? "(no param) " + e->message : e->param;
+}
+
+TEST(OpenAiRequest, RefusalsNameTheField) {
+  const std::string m = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(RefusedParam("[1]"), "(no param) the body must be a JSON object");
+  EXPECT_EQ(RefusedParam("{\"messages\": "), "(no param) the body is not valid JSON");
+  EXPECT_EQ(RefusedParam("{}"), "messages");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "temperature": "hot"})"), "temperature");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "top_p": 1.5})"), "top_p");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "max_tokens": 0})"), "max_tokens");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "max_tokens": -1})"), "max_tokens");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "max_tokens": 1e30})"), "max_tokens");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "n": 3})"), "n");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "stop": [1]})"), "stop[0]");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "logit_bias": {"x": 1}})"), "logit_bias");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "logit_bias": {"5": 101}})"), "logit_bias.5");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "response_format": {"type": "json_schema"}})"),
+            "response_format");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "stream_options": {"include_usage": true}})"),
+            "stream_options");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "tool_choice": "required", "tools": []})"),
+            "tool_choice");
+  EXPECT_EQ(RefusedParam("{" + m +
+                         R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
+                              "tool_choice": {"type": "function", "function": {"name": "g"}}})"),
+            "tool_choice.function.name");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "tools": [{"type": "retrieval"}]})"), "tools[0].type");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+            "messages[0].content[0].type");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "assistant", "tool_calls": [{"function":
+               {"name": "f", "arguments": "{oops"}}]}]})"),
+            "messages[0].tool_calls[0].function.arguments");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "chat_template_kwargs": {"x": 1}})"),
+            "chat_template_kwargs.x");
+  EXPECT_EQ(RefusedParam(R"({"prompt": ["a", "b"]})", false), "prompt");
+  EXPECT_EQ(RefusedParam(R"({"prompt": [1, -2]})", false), "prompt[1]");
+  EXPECT_EQ(RefusedParam(R"({"prompt": "a", "echo": true})", false), "echo");
+  EXPECT_EQ(RefusedParam(R"({"prompt": "a", "logprobs": 21})", false), "logprobs");
+}
+
+TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
+  auto r = ParseChatCompletionRequest(R"({
+      "model": "m", "messages": [{"role": "developer", "content": "Sys"},
+                                 {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                              {"type": "text", "text": "b"}]}],
+      "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.1, "seed": 18446744073709551615,
+      "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.2,
+      "max_tokens": 5, "max_completion_tokens": 7, "stop": "END", "logit_bias": {"42": -100},
+      "ignore_eos": true, "logprobs": true, "top_logprobs": 3, "stream": true,
+      "stream_options": {"include_usage": true}, "user": "u1"})");
+  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
+  const OpenAiRequest& q = absl::get<OpenAiRequest>(r);
+  EXPECT_EQ(q.model, "m");
+  EXPECT_TRUE(q.stream && q.include_usage && q.logprobs);
+  const v1::GenerateRequest& g = q.generate;
+  EXPECT_EQ(g.text(),
+            "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nab<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_EQ(g.sampling().top_k(), 40);
+  EXPECT_EQ(g.sampling().seed(), 18446744073709551615ull);
+  EXPECT_FLOAT_EQ(g.sampling().logit_bias().at(42), -100.0f);
+  EXPECT_EQ(g.stopping().max_tokens(), 7u);  // max_completion_tokens wins
+  EXPECT_EQ(g.stopping().stop(0), "END");
+  EXPECT_TRUE(g.stopping().ignore_eos());
+  EXPECT_EQ(g.logprobs(), 3u);
+
+  auto c = ParseCompletionRequest(R"({"prompt": [[5, 6, 7]], "logprobs": 0})");
+  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(c));
+  EXPECT_EQ(absl::get<OpenAiRequest>(c).generate.tokens().ids_size(), 3);
+  EXPECT_TRUE(absl::get<OpenAiRequest>(c).logprobs);
+}
+
+TEST(ApiError, GrpcStatusesBecomeOpenAiErrors) {
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"sampling.", ""}, {"stopping.max_tokens", "max_completion_tokens"}};
+  ApiError e = FromGrpcStatus(
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_k: 9 is outside [0, 8]"), names);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "top_k");
+  EXPECT_EQ(e.message, "top_k: 9 is outside [0, 8]");
+  e = FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "stopping.max_tokens: big"),
+                     names);
+  EXPECT_EQ(e.param, "max_completion_tokens");
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "k"), {}).http_status,
+            401);
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "f"), {}).http_status,
+            429);
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "d"), {}).http_status, 503);
+  const nlohmann::json j = e.ToJson();
+  EXPECT_EQ(j["error"]["param"], "max_completion_tokens");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+}
+
+}  // namespace
+}  // namespace walsh
