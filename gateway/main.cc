@@ -47,7 +47,7 @@ int Run(int argc, char** argv) {
                "speak TLS (off by default)");
   flags.String("http-listen", &http_listen,
                "address of the OpenAI-compatible HTTP API (/v1/chat/completions, "
-               "/v1/completions, /v1/models, /health); off by default");
+               "/v1/completions, /v1/models, /health), plaintext; off by default");
   flags.Int("http-max-connections", &http_max_connections,
             "HTTP API connections served at once (one thread each); more wait to be accepted");
   flags.Int("http-max-body-bytes", &http_max_body_bytes,
@@ -238,8 +238,9 @@ int Run(int argc, char** argv) {
   if (http && !IsLoopbackAddress(http_listen)) {
     LogJson("warning", "plaintext",
             {{"listen", http_listen},
-             {"message", "the HTTP API has no TLS of its own: put a TLS-terminating proxy or "
-                         "ingress in front of it"}});
+             {"message",
+              "the HTTP API has no TLS of its own: put a TLS-terminating proxy or "
+              "ingress in front of it"}});
   }
 
   // SERVING while some worker can take traffic; NOT_SERVING when none can or while draining.

@@ -18,7 +18,7 @@ RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-ins
     && useradd --system --uid 10001 --no-create-home walsh
 COPY --from=build /build/gateway/walsh-gateway /build/tools/walsh-cli /usr/local/bin/
 USER 10001
-EXPOSE 8080 9091
+EXPOSE 8080 8000 9091
 HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
   CMD ["/usr/local/bin/walsh-cli", "health", "--target", "127.0.0.1:8080"]
 ENTRYPOINT ["/usr/local/bin/walsh-gateway"]

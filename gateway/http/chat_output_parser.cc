@@ -58,14 +58,14 @@ std::string ChatOutputParser::ModelCallText(bool closed) const {
 
 void ChatOutputParser::EndToolCall(ChatDelta& out) {
   const nlohmann::json j = nlohmann::json::parse(call_, nullptr, false);
-  const bool ok = j.is_object() && j.contains("name") && j["name"].is_string() &&
-                  (!j.contains("arguments") || j["arguments"].is_object() ||
-                   j["arguments"].is_string());
+  const bool ok =
+      j.is_object() && j.contains("name") && j["name"].is_string() &&
+      (!j.contains("arguments") || j["arguments"].is_object() || j["arguments"].is_string());
   if (ok) {
     ParsedToolCall call{next_index_++, j["name"].get<std::string>(), "{}"};
     if (j.contains("arguments")) {
-      call.arguments = j["arguments"].is_string() ? j["arguments"].get<std::string>()
-                                                  : j["arguments"].dump();
+      call.arguments =
+          j["arguments"].is_string() ? j["arguments"].get<std::string>() : j["arguments"].dump();
     }
     out.tool_calls.push_back(std::move(call));
   } else {

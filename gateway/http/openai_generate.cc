@@ -114,8 +114,8 @@ class Answer {
     if (r_.chat) {
       nlohmann::json message = {{"role", "assistant"}};
       const bool calls = !all_.tool_calls.empty();
-      message["content"] = calls && all_.content.empty() ? nlohmann::json(nullptr)
-                                                         : nlohmann::json(all_.content);
+      message["content"] =
+          calls && all_.content.empty() ? nlohmann::json(nullptr) : nlohmann::json(all_.content);
       if (r_.thinking) message["reasoning_content"] = all_.reasoning;
       if (calls) {
         message["tool_calls"] = nlohmann::json::array();
@@ -161,9 +161,9 @@ void OpenAiServer::Generate(HttpExchange& x, bool chat) {
   const v1::ModelInfo& model = absl::get<v1::ModelInfo>(info);
   const std::string name = ServedName(model);
   if (!r.model.empty() && r.model != name) {
-    return x.SendError({404, absl::StrCat("model: \"", r.model, "\" is not served here (\"", name,
-                                          "\" is)"),
-                        "invalid_request_error", "model", "model_not_found"});
+    return x.SendError(
+        {404, absl::StrCat("model: \"", r.model, "\" is not served here (\"", name, "\" is)"),
+         "invalid_request_error", "model", "model_not_found"});
   }
   r.generate.set_request_id(x.request_id());
   ResponseHeader header{chat, absl::StrCat(chat ? "chatcmpl-" : "cmpl-", x.request_id()),

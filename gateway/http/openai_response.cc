@@ -10,8 +10,8 @@ std::string TokenString(int32_t id) { return absl::StrCat("token_id:", id); }
 }  // namespace
 
 nlohmann::json ResponseBase(const ResponseHeader& h, bool chunk) {
-  const char* object = h.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                              : "text_completion";
+  const char* object =
+      h.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   return {{"id", h.id},
           {"object", object},
           {"created", h.created},

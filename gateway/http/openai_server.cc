@@ -10,6 +10,9 @@
 namespace walsh {
 namespace {
 
+// An idle keep-alive connection holds its thread this long (clients reuse sooner: Node's 4 s).
+constexpr int kKeepAliveTimeoutMs = 5000;
+
 // The route label of a path: one of the API's, or "other" (bounded label values).
 std::string RouteOf(const std::string& path) {
   for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"}) {
@@ -20,8 +23,8 @@ std::string RouteOf(const std::string& path) {
 
 }  // namespace
 
-OpenAiServer::OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server,
-                           WorkerPool* pool, GatewayMetrics* metrics)
+OpenAiServer::OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, WorkerPool* pool,
+                           GatewayMetrics* metrics)
     : options_(std::move(options)),
       pool_(pool),
       metrics_(metrics),
@@ -32,25 +35,22 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
                                                                   grpc::Server* grpc_server,
                                                                   WorkerPool* pool,
                                                                   GatewayMetrics* metrics) {
-  std::unique_ptr<OpenAiServer> s(
-      new OpenAiServer(std::move(options), grpc_server, pool, metrics));
+  std::unique_ptr<OpenAiServer> s(new OpenAiServer(std::move(options), grpc_server, pool, metrics));
+  // Plaintext only: Debian's civetweb 1.15 loads OpenSSL 3 at run time and calls
+  // SSL_get_peer_certificate, which OpenSSL 3 no longer exports (its first HTTPS request
+  // crashes), so TLS is a proxy's or an ingress's job (docs/openai.md §Limits).
   mg_init_library(0);
   const std::string threads = std::to_string(s->options_.max_connections);
-  const char* mg_options[] = {"listening_ports",
-                              s->options_.listen.c_str(),
-                              "num_threads",
-                              threads.c_str(),
-                              "enable_keep_alive",
-                              "yes",
-                              "keep_alive_timeout_ms",
-                              "30000",
-                              nullptr};
+  const std::string keep_alive = std::to_string(kKeepAliveTimeoutMs);
+  const char* mg_options[] = {"listening_ports",       s->options_.listen.c_str(), "num_threads",
+                              threads.c_str(),         "enable_keep_alive",        "yes",
+                              "keep_alive_timeout_ms", keep_alive.c_str(),         nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof callbacks);
   s->ctx_ = mg_start(&callbacks, nullptr, mg_options);
   if (s->ctx_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("--http-listen: cannot listen on ",
-                                               s->options_.listen));
+    return absl::UnavailableError(
+        absl::StrCat("--http-listen: cannot listen on ", s->options_.listen));
   }
   mg_set_request_handler(s->ctx_, "/", &OpenAiServer::Dispatch, s.get());
   mg_server_port ports[4];

@@ -28,21 +28,21 @@ struct mg_connection;
 namespace walsh {
 
 struct OpenAiServerOptions {
-  std::string listen;                      // host:port; port 0 picks a free one
-  int64_t max_connections = 128;           // connections served at once (civetweb threads)
-  int64_t max_body_bytes = 8 << 20;        // beyond: 413
-  std::string served_model_name;           // empty: the model's general.name
+  std::string listen;                             // host:port; port 0 picks a free one
+  int64_t max_connections = 128;                  // connections served at once (civetweb threads)
+  int64_t max_body_bytes = 8 << 20;               // beyond: 413
+  std::string served_model_name;                  // empty: the model's general.name
   std::chrono::milliseconds disconnect_poll{20};  // how often a waiting request checks its client
-  std::function<bool()> ready;             // /health: true while the gateway takes requests
+  std::function<bool()> ready;                    // /health: true while the gateway takes requests
 };
 
 class OpenAiServer {
  public:
   // `grpc_server` is the gateway's started gRPC server (its in-process channel carries the calls).
   static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(OpenAiServerOptions options,
-                                                            grpc::Server* grpc_server,
-                                                            WorkerPool* pool,
-                                                            GatewayMetrics* metrics);
+                                                             grpc::Server* grpc_server,
+                                                             WorkerPool* pool,
+                                                             GatewayMetrics* metrics);
   ~OpenAiServer();  // stops listening and waits for every handler to return
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;

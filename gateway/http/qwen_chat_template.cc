@@ -55,7 +55,8 @@ std::string RenderQwenChat(const ChatPrompt& p) {
     absl::StrAppend(&out, "<|im_end|>\n");
   }
   absl::StrAppend(&out, "<|im_start|>assistant\n");
-  if (!p.enable_thinking || !p.forced_tool.empty()) absl::StrAppend(&out, "<think>\n\n</think>\n\n");
+  if (!p.enable_thinking || !p.forced_tool.empty())
+    absl::StrAppend(&out, "<think>\n\n</think>\n\n");
   if (!p.forced_tool.empty()) absl::StrAppend(&out, ForcedToolCallPrefix(p.forced_tool));
   return out;
 }

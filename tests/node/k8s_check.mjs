@@ -117,6 +117,20 @@ for (const overlay of overlays) {
 
   // The gateway finds the workers through the headless service's DNS name.
   const gwArgs = expand(gateway.spec.template.spec.containers[0].args);
+
+  // The HTTP API, where enabled: its port is the container's and the Service's "http" port, and
+  // it never sits plaintext beside a TLS gRPC port.
+  const httpListen = flag(gwArgs, "http-listen");
+  if (httpListen) {
+    const gwPort = (n) => gateway.spec.template.spec.containers[0].ports.find((p) => p.name === n);
+    const svc = find("Service", "walsh-gateway");
+    check(portOf(httpListen) === gwPort("http")?.containerPort,
+          `${overlay}: gateway --http-listen port equals its http containerPort`);
+    check(svc?.spec.ports.some((p) => p.name === "http" && p.targetPort === "http"),
+          `${overlay}: the gateway Service exposes the http port`);
+    check(!flag(gwArgs, "tls-cert-file"),
+          `${overlay}: a gateway serving TLS does not also serve the plaintext HTTP API`);
+  }
   const dns = flag(gwArgs, "workers-dns");
   check(headless.spec.clusterIP === "None", `${overlay}: the worker service is headless`);
   check(dns && dns.split(":")[0].split(".")[0] === headless.metadata.name,

@@ -202,8 +202,7 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
             "response_format");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "stream_options": {"include_usage": true}})"),
             "stream_options");
-  EXPECT_EQ(RefusedParam("{" + m + R"(, "tool_choice": "required", "tools": []})"),
-            "tool_choice");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "tool_choice": "required", "tools": []})"), "tool_choice");
   EXPECT_EQ(RefusedParam("{" + m +
                          R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
                               "tool_choice": {"type": "function", "function": {"name": "g"}}})"),
@@ -259,7 +258,8 @@ TEST(ApiError, GrpcStatusesBecomeOpenAiErrors) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"sampling.", ""}, {"stopping.max_tokens", "max_completion_tokens"}};
   ApiError e = FromGrpcStatus(
-      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_k: 9 is outside [0, 8]"), names);
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_k: 9 is outside [0, 8]"),
+      names);
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.param, "top_k");
   EXPECT_EQ(e.message, "top_k: 9 is outside [0, 8]");
