@@ -1,6 +1,7 @@
 #include "gateway/http/chat_output_parser.h"
 
 #include "absl/strings/ascii.h"
+#include "gateway/http/json_depth.h"
 #include "gateway/http/qwen_chat_template.h"
 #include "nlohmann/json.hpp"
 
@@ -59,7 +60,8 @@ std::string ChatOutputParser::ModelCallText(bool closed) const {
 void ChatOutputParser::EndToolCall(ChatDelta& out) {
   const nlohmann::json j = nlohmann::json::parse(call_, nullptr, false);
   const bool ok =
-      j.is_object() && j.contains("name") && j["name"].is_string() &&
+      j.is_object() && JsonDepthAtMost(j, kMaxJsonDepth) && j.contains("name") &&
+      j["name"].is_string() &&
       (!j.contains("arguments") || j["arguments"].is_object() || j["arguments"].is_string());
   if (ok) {
     ParsedToolCall call{next_index_++, j["name"].get<std::string>(), "{}"};

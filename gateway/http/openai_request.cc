@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gateway/http/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {
@@ -76,6 +77,10 @@ Json ParseObject(const std::string& body) {
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Refusal{ApiError{400, "the body is not valid JSON"}};
   if (!j.is_object()) throw Refusal{ApiError{400, "the body must be a JSON object"}};
+  if (!JsonDepthAtMost(j, kMaxJsonDepth)) {
+    throw Refusal{
+        ApiError{400, absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels")}};
+  }
   return j;
 }
 
@@ -203,7 +208,7 @@ std::vector<RenderedToolCall> MessageToolCalls(const Json& m, size_t i) {
     if (args != fn->end() && !args->is_null()) {
       if (!args->is_string()) Refuse(cf + ".function.arguments", "expected a JSON string");
       const Json parsed = Json::parse(args->get<std::string>(), nullptr, false);
-      if (parsed.is_discarded() || !parsed.is_object()) {
+      if (parsed.is_discarded() || !parsed.is_object() || !JsonDepthAtMost(parsed, kMaxJsonDepth)) {
         Refuse(cf + ".function.arguments", "is not a JSON object");
       }
       out.arguments_json = parsed.dump();

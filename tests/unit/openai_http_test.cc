@@ -82,6 +82,12 @@ TEST(ChatOutputParser, ToolCallsBecomeCallsAndBadOnesStayContent) {
   p = ParseWhole(bad, false, true);
   EXPECT_TRUE(p.calls.empty());
   EXPECT_EQ(p.content, bad);
+  const std::string deep =
+      "<tool_call>{\"name\": \"a\", \"arguments\": {\"x\": " + std::string(100000, '[') +
+      std::string(100000, ']') + "}}</tool_call>";
+  p = ParseWhole(deep, false, true);  // too deep to copy safely: content, not a call
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, deep);
   const std::string unclosed = "<tool_call>\n{\"name\": \"a\"";
   p = ParseWhole(unclosed, false, true);
   EXPECT_TRUE(p.calls.empty());
@@ -215,6 +221,13 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
             "messages[0].tool_calls[0].function.arguments");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "chat_template_kwargs": {"x": 1}})"),
             "chat_template_kwargs.x");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "assistant", "tool_calls": [{"function":
+               {"name": "f", "arguments": "{\"a\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"}}]}]})"),
+            "messages[0].tool_calls[0].function.arguments");
+  // A million levels: refused before anything copies or prints it (both recurse).
+  const std::string deep =
+      "{\"tools\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  EXPECT_EQ(RefusedParam(deep), "(no param) the body nests deeper than 64 levels");
   EXPECT_EQ(RefusedParam(R"({"prompt": ["a", "b"]})", false), "prompt");
   EXPECT_EQ(RefusedParam(R"({"prompt": [1, -2]})", false), "prompt[1]");
   EXPECT_EQ(RefusedParam(R"({"prompt": "a", "echo": true})", false), "echo");
