@@ -279,6 +279,38 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
   });
 });
 
+describe("a worker killed mid-stream", () => {
+  test("the HTTP stream migrates exactly: the same text as without the failure", async () => {
+    const file = path.join(work, "tiny-migrate.gguf");
+    execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file]);
+    const ws = await Promise.all([0, 1].map(() => startWalsh(WALSH_WORKER_BIN, ["--model", file,
+      "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])));
+    const gw = await startGateway(ws.map((w) => `127.0.0.1:${w.grpc_port}`).join(","));
+    const c = new OpenAI({ apiKey: "x", baseURL: gw.base, maxRetries: 0 });
+    const req = { model: "walsh synthetic tiny", max_tokens: 1500, ignore_eos: true,
+                  temperature: 0.8, seed: 11, messages: [{ role: "user", content: "Go on." }] };
+    const stream = await c.chat.completions.create({ ...req, stream: true });
+    let content = "";
+    let finish = null;
+    let killed = false;
+    for await (const chunk of stream) {
+      content += chunk.choices[0]?.delta?.content || "";
+      finish = chunk.choices[0]?.finish_reason || finish;
+      if (!killed && content.length > 0) {
+        killed = true;  // SIGKILL the worker that serves the stream
+        const running = await Promise.all(ws.map((w) =>
+          metric(w.metrics_port, "walsh_worker_requests_running")));
+        ws[running.findIndex((r) => r > 0)].child.kill("SIGKILL");
+      }
+    }
+    assert.equal(finish, "length");
+    assert.ok(await metric(gw.metrics_port, "walsh_gateway_migrations_total") >= 1,
+              "the stream was not migrated (it ended before the kill?)");
+    const whole = await c.chat.completions.create(req);  // on the surviving worker
+    assert.equal(content, whole.choices[0].message.content);
+  });
+});
+
 describe("what the model writes: reasoning and tool calls (scripted worker)", () => {
   let client;
   const weather = { type: "function", function: { name: "get_weather",
@@ -376,16 +408,21 @@ describe("a gateway that cannot serve", () => {
     const w = await startScriptedWorker();
     const gw = await startGateway(`127.0.0.1:${w.port}`,
                                   ["--max-inflight", "1", "--max-queue", "0",
-                                   "--http-max-body-bytes", "100000"]);
+                                   "--http-max-body-bytes", "100000",
+                                   "--served-model-name", "my-model"]);
     const c = new OpenAI({ apiKey: "x", baseURL: gw.base, maxRetries: 0 });
-    const slow = await c.chat.completions.create({ model: "scripted", stream: true,
+    assert.equal((await c.models.list()).data[0].id, "my-model");
+    await assert.rejects(c.chat.completions.create({ model: "scripted",
+                                                     messages: [{ role: "user", content: "x" }] }),
+                         (e) => e.status === 404 && e.message.includes("my-model"));
+    const slow = await c.chat.completions.create({ model: "my-model", stream: true,
       messages: [{ role: "user", content: "DELAY_MS:100 SCRIPT:" + "z".repeat(40) }] });
     const iter = slow[Symbol.asyncIterator]();
     await iter.next();  // the slow stream holds the only slot
-    await assert.rejects(c.chat.completions.create({ model: "scripted",
+    await assert.rejects(c.chat.completions.create({ model: "my-model",
                                                      messages: [{ role: "user", content: "x" }] }),
                          (e) => e.status === 429 && e.type === "rate_limit_error");
-    await assert.rejects(c.chat.completions.create({ model: "scripted",
+    await assert.rejects(c.chat.completions.create({ model: "my-model",
       messages: [{ role: "user", content: "y".repeat(200000) }] }), (e) => e.status === 413);
     for (let r = await iter.next(); !r.done; r = await iter.next());
   });
