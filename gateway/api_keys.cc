@@ -48,15 +48,23 @@ size_t ApiKeys::count() const {
 
 grpc::Status ApiKeys::Check(const grpc::ServerContextBase& context) const {
   if (!enabled()) return grpc::Status::OK;
-  const auto& md = context.client_metadata();
-  const auto range = md.equal_range("authorization");
-  const size_t headers = static_cast<size_t>(std::distance(range.first, range.second));
-  if (headers != 1) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        headers == 0 ? "authorization: a \"Bearer <api key>\" header is required"
-                                     : "authorization: send exactly one header, not several");
+  std::vector<std::string> values;
+  const auto range = context.client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    values.emplace_back(it->second.data(), it->second.size());
   }
-  const std::string value(range.first->second.data(), range.first->second.size());
+  return CheckValues(values);
+}
+
+grpc::Status ApiKeys::CheckValues(const std::vector<std::string>& authorization) const {
+  if (!enabled()) return grpc::Status::OK;
+  if (authorization.size() != 1) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        authorization.empty()
+                            ? "authorization: a \"Bearer <api key>\" header is required"
+                            : "authorization: send exactly one header, not several");
+  }
+  const std::string& value = authorization[0];
   const std::string presented = absl::StartsWith(value, "Bearer ") ? value.substr(7) : "";
   bool match = false;
   {

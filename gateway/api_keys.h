@@ -26,6 +26,9 @@ class ApiKeys {
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
   // OK, or UNAUTHENTICATED saying what is wrong (missing, repeated or unknown key).
   grpc::Status Check(const grpc::ServerContextBase& context) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same check on the values of the authorization headers (the HTTP API's).
+  grpc::Status CheckValues(const std::vector<std::string>& authorization) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string key_, file_;

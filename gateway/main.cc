@@ -38,7 +38,7 @@ int Run(int argc, char** argv) {
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
   double rate_limit = 0, rate_burst = 0;
   std::string http_listen, served_model_name;
-  int64_t http_max_connections = 128, http_max_body_bytes = 8 << 20;
+  int64_t http_max_connections = 128, http_max_body_bytes = 3 << 20;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
   flags.String("listen", &listen, "gRPC address for clients");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
@@ -51,9 +51,10 @@ int Run(int argc, char** argv) {
   flags.Int("http-max-connections", &http_max_connections,
             "HTTP API connections served at once (one thread each); more wait to be accepted");
   flags.Int("http-max-body-bytes", &http_max_body_bytes,
-            "largest HTTP API request body; beyond: 413");
+            "largest HTTP API request body; beyond: 413 (gRPC's 4 MiB message limit is the "
+            "ceiling)");
   flags.String("served-model-name", &served_model_name,
-               "the model's id in the HTTP API (default: the model's general.name)");
+               "the model's id in the HTTP API; empty: the model's general.name");
   flags.String("workers", &workers, "static worker addresses, comma-separated");
   flags.String("workers-dns", &workers_dns,
                "a DNS name:port resolving to the workers (re-resolved)");
@@ -212,6 +213,7 @@ int Run(int argc, char** argv) {
     ho.max_connections = http_max_connections;
     ho.max_body_bytes = http_max_body_bytes;
     ho.served_model_name = served_model_name;
+    ho.api_keys = &keys;
     ho.ready = [&] { return !draining && !pool.Candidates().empty(); };
     auto started = OpenAiServer::Start(std::move(ho), server.get(), &pool, &metrics);
     if (!started.ok()) {
@@ -275,7 +277,8 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   service->CancelAll();
-  http.reset();  // its handlers end with their calls
+  if (http) http->WaitForHandlers(std::chrono::seconds(2));  // their streams' last events
+  http.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stop = true;
   health.join();

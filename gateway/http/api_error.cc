@@ -42,7 +42,21 @@ ApiError FromGrpcStatus(const grpc::Status& s,
       e = {404, s.error_message(), "not_found_error", "", ""};
       break;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      e = {429, s.error_message(), "rate_limit_error", "", "rate_limit_exceeded"};
+      // gRPC's own refusal of a message over its 4 MiB limit: the request is too large.
+      if (absl::StartsWith(s.error_message(), "Received message larger than max")) {
+        e = {413, s.error_message(), "invalid_request_error", "", "request_too_large"};
+      } else {
+        e = {429, s.error_message(), "rate_limit_error", "", "rate_limit_exceeded"};
+      }
+      break;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      e = {400, s.error_message(), "invalid_request_error", "", ""};
+      break;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      e = {409, s.error_message(), "invalid_request_error", "", "conflict"};
+      break;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      e = {501, s.error_message(), "not_implemented_error", "", ""};
       break;
     case grpc::StatusCode::UNAVAILABLE:
       e = {503, s.error_message(), "service_unavailable_error", "", ""};

@@ -4,6 +4,8 @@
 #define WALSH_GATEWAY_HTTP_API_ERROR_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "grpcpp/support/status.h"
 #include "nlohmann/json.hpp"

@@ -1,7 +1,7 @@
 #include "gateway/http/chat_output_parser.h"
 
-#include "absl/strings/ascii.h"
-#include "gateway/http/json_depth.h"
+#include "absl/types/optional.h"
+#include "gateway/http/json_shape.h"
 #include "gateway/http/qwen_chat_template.h"
 #include "nlohmann/json.hpp"
 
@@ -21,10 +21,34 @@ size_t PartialTagAtEnd(const std::string& s, const std::string& tag) {
   return 0;
 }
 
+// {"name": "f", "arguments": {...}}, the arguments also as a string holding a JSON object;
+// nullopt when the text is anything else (or too big to handle safely).
+absl::optional<ParsedToolCall> ParseToolCall(const std::string& body) {
+  if (CheckJsonShape(body) != JsonShape::kOk) return absl::nullopt;
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return absl::nullopt;
+  ParsedToolCall call{0, j["name"].get<std::string>(), "{}"};
+  if (j.contains("arguments")) {
+    const nlohmann::ordered_json& args = j["arguments"];
+    if (args.is_object()) {
+      call.arguments = TemplateJson(args);  // as vLLM's json.dumps writes it
+    } else if (args.is_string() && CheckJsonShape(args.get<std::string>()) == JsonShape::kOk &&
+               nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false).is_object()) {
+      call.arguments = args.get<std::string>();
+    } else {
+      return absl::nullopt;
+    }
+  }
+  return call;
+}
+
 }  // namespace
 
-ChatOutputParser::ChatOutputParser(bool thinking, bool tool_calls, const std::string& forced_tool)
-    : state_(thinking ? State::kReasoning : State::kContent), tool_calls_(tool_calls) {
+ChatOutputParser::ChatOutputParser(bool thinking, bool tool_calls, const std::string& forced_tool,
+                                   bool parallel)
+    : state_(thinking ? State::kReasoning : State::kContent),
+      tool_calls_(tool_calls),
+      parallel_(parallel) {
   if (!forced_tool.empty()) {
     state_ = State::kToolCall;
     call_ = ForcedToolCallPrefix(forced_tool).substr(sizeof(kCallOpen) - 1);
@@ -42,10 +66,13 @@ ChatDelta ChatOutputParser::Feed(const std::string& text) {
 ChatDelta ChatOutputParser::Finish() {
   ChatDelta out;
   Run(true, out);
-  if (state_ == State::kToolCall) {  // never closed: what the model wrote is content
-    out.content += ModelCallText(false);
-    call_.clear();
-    prompt_part_ = 0;
+  if (state_ == State::kToolCall) {  // never closed
+    if (prompt_part_ > 0) {
+      EndToolCall(out, /*closed=*/false);  // a forced call may end with the output
+    } else {
+      out.content += ModelCallText(false);
+      call_.clear();
+    }
     state_ = State::kContent;
   }
   return out;
@@ -57,21 +84,12 @@ std::string ChatOutputParser::ModelCallText(bool closed) const {
   return s;
 }
 
-void ChatOutputParser::EndToolCall(ChatDelta& out) {
-  const nlohmann::json j = nlohmann::json::parse(call_, nullptr, false);
-  const bool ok =
-      j.is_object() && JsonDepthAtMost(j, kMaxJsonDepth) && j.contains("name") &&
-      j["name"].is_string() &&
-      (!j.contains("arguments") || j["arguments"].is_object() || j["arguments"].is_string());
-  if (ok) {
-    ParsedToolCall call{next_index_++, j["name"].get<std::string>(), "{}"};
-    if (j.contains("arguments")) {
-      call.arguments =
-          j["arguments"].is_string() ? j["arguments"].get<std::string>() : j["arguments"].dump();
-    }
-    out.tool_calls.push_back(std::move(call));
+void ChatOutputParser::EndToolCall(ChatDelta& out, bool closed) {
+  if (absl::optional<ParsedToolCall> call = ParseToolCall(call_)) {
+    call->index = next_index_++;
+    if (parallel_ || call->index == 0) out.tool_calls.push_back(std::move(*call));
   } else {
-    out.content += ModelCallText(true);
+    out.content += ModelCallText(closed);
   }
   call_.clear();
   prompt_part_ = 0;
@@ -99,16 +117,9 @@ void ChatOutputParser::Run(bool final, ChatDelta& out) {
       out.reasoning += pending_.substr(0, close);
       pending_.erase(0, close + sizeof(kThinkClose) - 1);
       state_ = State::kContent;
-      after_think_ = true;
       continue;
     }
     if (state_ == State::kContent) {
-      if (after_think_) {  // the blank lines between the think block and the answer
-        const size_t text = pending_.find_first_not_of('\n');
-        pending_.erase(0, text == std::string::npos ? pending_.size() : text);
-        if (pending_.empty()) return;
-        after_think_ = false;
-      }
       if (after_call_) {  // whitespace after a call, before the next call or the end, is neither
         const size_t text = pending_.find_first_not_of(" \n");
         if (text == std::string::npos) {
@@ -145,7 +156,7 @@ void ChatOutputParser::Run(bool final, ChatDelta& out) {
     }
     call_ += pending_.substr(0, close);
     pending_.erase(0, close + sizeof(kCallClose) - 1);
-    EndToolCall(out);
+    EndToolCall(out, /*closed=*/true);
     state_ = State::kContent;
     after_call_ = true;
   }

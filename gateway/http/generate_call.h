@@ -31,7 +31,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
   // (then status() says how).
   Next Wait(std::chrono::milliseconds wait, v1::GenerateResponse* out) ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status status() ABSL_LOCKS_EXCLUDED(mu_);
-  void Cancel() { context_.TryCancel(); }
+  // Stops reading and cancels the call; Wait() then drains what was read and reports kDone.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnDone(const grpc::Status& s) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -45,8 +46,10 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
   Mutex mu_;
   CondVar changed_;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
-  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a read is outstanding
-  bool reads_over_ ABSL_GUARDED_BY(mu_) = false;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;     // a read is outstanding
+  bool reads_over_ ABSL_GUARDED_BY(mu_) = false;  // a read returned false
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;     // Cancel(): no more reads
+  bool held_ ABSL_GUARDED_BY(mu_) = false;        // our AddHold is not yet removed
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };

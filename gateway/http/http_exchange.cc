@@ -31,40 +31,50 @@ HttpExchange::HttpExchange(mg_connection* conn)
       method_(Info(conn).request_method),
       path_(Info(conn).local_uri != nullptr ? Info(conn).local_uri : ""),
       request_id_(RequestIdFrom(mg_get_header(conn, "x-request-id"))),
-      remote_addr_(Info(conn).remote_addr),
-      peer_(Info(conn).remote_addr, Info(conn).remote_port, Info(conn).server_port) {}
+      remote_addr_(Info(conn).remote_addr) {}
 
-int HttpExchange::HeaderCount(const char* name) const {
+std::vector<std::string> HttpExchange::HeaderValues(const char* name) const {
   const mg_request_info& info = Info(conn_);
-  int n = 0;
+  std::vector<std::string> values;
   for (int i = 0; i < info.num_headers; ++i) {
-    n += mg_strcasecmp(info.http_headers[i].name, name) == 0;
+    if (mg_strcasecmp(info.http_headers[i].name, name) == 0) {
+      values.emplace_back(info.http_headers[i].value);
+    }
   }
-  return n;
+  return values;
 }
 
-absl::optional<std::string> HttpExchange::Header(const char* name) const {
-  if (HeaderCount(name) != 1) return absl::nullopt;
-  return std::string(mg_get_header(conn_, name));
+bool HttpExchange::PeerGone() {
+  if (!peer_) peer_.emplace(remote_addr_, Info(conn_).remote_port, Info(conn_).server_port);
+  return peer_->PeerGone();
 }
 
-absl::optional<std::string> HttpExchange::ReadBody(int64_t limit) {
+absl::optional<std::string> HttpExchange::ReadBody(int64_t limit, std::chrono::seconds deadline) {
   const long long declared = Info(conn_).content_length;
   std::string body;
-  if (declared > limit) {
-    SendError({413, absl::StrCat("the body is ", declared, " bytes; the limit is ", limit),
-               "invalid_request_error", "", "request_too_large"});
+  // The connection is closed after a refusal: the rest of the body is not worth reading.
+  auto refuse = [&](ApiError e) {
+    mg_disable_connection_keep_alive(conn_);
+    SendError(e);
     return absl::nullopt;
+  };
+  if (declared > limit) {
+    return refuse({413, absl::StrCat("the body is ", declared, " bytes; the limit is ", limit),
+                   "invalid_request_error", "", "request_too_large"});
   }
+  const auto end = std::chrono::steady_clock::now() + deadline;
   char buf[16384];
   for (;;) {
     const int n = mg_read(conn_, buf, sizeof buf);
     if (n <= 0) break;
     body.append(buf, static_cast<size_t>(n));
     if (static_cast<int64_t>(body.size()) > limit) {
-      SendError({413, absl::StrCat("the body exceeds the limit of ", limit, " bytes"),
-                 "invalid_request_error", "", "request_too_large"});
-      return absl::nullopt;
+      return refuse({413, absl::StrCat("the body exceeds the limit of ", limit, " bytes"),
+                     "invalid_request_error", "", "request_too_large"});
+    }
+    if (std::chrono::steady_clock::now() > end) {
+      return refuse({408, absl::StrCat("the body took longer than ", deadline.count(), " s"),
+                     "invalid_request_error", "", "request_timeout"});
     }
   }
   return body;
@@ -79,6 +89,7 @@ void HttpExchange::SendHeaders(int status, const std::string& content_type, int6
     mg_response_header_add(conn_, "Content-Length", std::to_string(length).c_str(), -1);
   } else {
     mg_response_header_add(conn_, "Cache-Control", "no-cache", -1);
+    mg_response_header_add(conn_, "X-Accel-Buffering", "no", -1);  // nginx: do not buffer events
     mg_response_header_add(conn_, "Transfer-Encoding", "chunked", -1);
   }
   mg_response_header_send(conn_);
@@ -86,7 +97,7 @@ void HttpExchange::SendHeaders(int status, const std::string& content_type, int6
 
 void HttpExchange::SendText(int status, const std::string& content_type, const std::string& body) {
   SendHeaders(status, content_type, static_cast<int64_t>(body.size()));
-  mg_write(conn_, body.data(), body.size());
+  if (method_ != "HEAD") mg_write(conn_, body.data(), body.size());
 }
 
 void HttpExchange::SendJson(int status, const nlohmann::json& body) {

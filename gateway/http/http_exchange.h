@@ -5,8 +5,10 @@
 #ifndef WALSH_GATEWAY_HTTP_HTTP_EXCHANGE_H_
 #define WALSH_GATEWAY_HTTP_HTTP_EXCHANGE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/types/optional.h"
 #include "gateway/http/api_error.h"
@@ -25,12 +27,13 @@ class HttpExchange {
   const std::string& path() const { return path_; }
   const std::string& request_id() const { return request_id_; }
   std::string remote_address() const { return remote_addr_; }
-  // The value of a request header, if it was sent exactly once.
-  absl::optional<std::string> Header(const char* name) const;
-  int HeaderCount(const char* name) const;
-  // Reads the body; nullopt (after answering 413) when it exceeds `limit` bytes.
-  absl::optional<std::string> ReadBody(int64_t limit);
-  const PeerSocket& peer() const { return peer_; }
+  // Every value of a request header, in order.
+  std::vector<std::string> HeaderValues(const char* name) const;
+  // Reads the body; nullopt (after answering 413, or 408 when it takes longer than `deadline`
+  // in all: a client trickling bytes would otherwise hold the thread) when it exceeds `limit`.
+  absl::optional<std::string> ReadBody(int64_t limit, std::chrono::seconds deadline);
+  // Whether the client has hung up (its socket is looked up on the first call).
+  bool PeerGone();
 
   void SendJson(int status, const nlohmann::json& body);
   void SendError(const ApiError& e) { SendJson(e.http_status, e.ToJson()); }
@@ -51,7 +54,7 @@ class HttpExchange {
 
   mg_connection* conn_;
   std::string method_, path_, request_id_, remote_addr_;
-  PeerSocket peer_;
+  absl::optional<PeerSocket> peer_;
   int status_ = 0;
   bool write_failed_ = false;
   bool client_gone_ = false;

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions and /v1/completions: one Generate call, answered whole or as a
 // stream of Server-Sent Events (docs/openai.md §Streaming).
 #include <ctime>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gateway/http/chat_output_parser.h"
@@ -10,6 +11,11 @@
 
 namespace walsh {
 namespace {
+
+std::string RandomHex() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16));
+}
 
 std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -23,7 +29,7 @@ class Answer {
       : x_(x),
         r_(r),
         header_(std::move(header)),
-        parser_(r.thinking, r.parse_tool_calls, r.forced_tool),
+        parser_(r.thinking, r.parse_tool_calls, r.forced_tool, r.parallel_tool_calls),
         logprobs_(r.chat) {}
 
   // False once the client cannot be written to.
@@ -89,7 +95,7 @@ class Answer {
       return true;
     }
     if (d.empty() && logprobs_.empty()) return true;
-    return Emit(Choice(DeltaJson(d, x_->request_id()), finish));
+    return Emit(Choice(DeltaJson(d, call_id_base_), finish));
   }
 
   // One choice of a chunk: a chat delta (object) or a completion's text (string).
@@ -121,7 +127,7 @@ class Answer {
         message["tool_calls"] = nlohmann::json::array();
         for (const ParsedToolCall& c : all_.tool_calls) {
           message["tool_calls"].push_back(
-              {{"id", ToolCallId(x_->request_id(), c.index)},
+              {{"id", ToolCallId(call_id_base_, c.index)},
                {"type", "function"},
                {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
         }
@@ -142,8 +148,9 @@ class Answer {
   const ResponseHeader header_;
   ChatOutputParser parser_;
   LogprobsBuilder logprobs_;
-  ChatDelta all_;     // a whole chat answer
-  std::string text_;  // a whole completion
+  const std::string call_id_base_ = RandomHex();  // tool-call ids, unique per answer
+  ChatDelta all_;                                 // a whole chat answer
+  std::string text_;                              // a whole completion
   std::string reason_ = "stop";
   uint32_t prompt_tokens_ = 0, completion_tokens_ = 0;
 };
@@ -151,12 +158,12 @@ class Answer {
 }  // namespace
 
 void OpenAiServer::Generate(HttpExchange& x, bool chat) {
-  absl::optional<std::string> body = x.ReadBody(options_.max_body_bytes);
+  absl::optional<std::string> body = x.ReadBody(options_.max_body_bytes, options_.body_deadline);
   if (!body) return;
   auto parsed = chat ? ParseChatCompletionRequest(*body) : ParseCompletionRequest(*body);
   if (const ApiError* e = absl::get_if<ApiError>(&parsed)) return x.SendError(*e);
   OpenAiRequest& r = absl::get<OpenAiRequest>(parsed);
-  auto info = ModelInfo(x);
+  auto info = FleetModel(x);
   if (const ApiError* e = absl::get_if<ApiError>(&info)) return x.SendError(*e);
   const v1::ModelInfo& model = absl::get<v1::ModelInfo>(info);
   const std::string name = ServedName(model);
@@ -177,16 +184,18 @@ void OpenAiServer::Generate(HttpExchange& x, bool chat) {
   for (;;) {
     const GenerateCall::Next next = call.Wait(options_.disconnect_poll, &m);
     if (next == GenerateCall::Next::kDone) break;
-    bool writable = client_gone || !x.peer().PeerGone();
-    if (next == GenerateCall::Next::kIdle || !writable) {
-    } else if (m.has_started()) {
-      writable = answer.OnStarted(m.started());
-    } else if (m.has_tokens()) {
-      writable = answer.OnTokens(m.tokens());
-    } else if (m.has_finished()) {
-      answer.OnFinished(m.finished());
+    if (client_gone) continue;  // drain what was read until the cancelled call ends
+    bool writable = !x.PeerGone();
+    if (writable && next == GenerateCall::Next::kMessage) {
+      if (m.has_started()) {
+        writable = answer.OnStarted(m.started());
+      } else if (m.has_tokens()) {
+        writable = answer.OnTokens(m.tokens());
+      } else if (m.has_finished()) {
+        answer.OnFinished(m.finished());
+      }
     }
-    if (!writable && !client_gone) {
+    if (!writable) {
       client_gone = true;
       x.set_client_gone();
       call.Cancel();  // the worker frees the slot; the call ends CANCELLED

@@ -1,17 +1,18 @@
 #include "gateway/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "gateway/http/json_depth.h"
+#include "gateway/http/json_shape.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keeps the client's key order for the prompt
 
 // Thrown only inside this file, caught by the two entry points.
 struct Refusal {
@@ -74,13 +75,21 @@ std::optional<std::string> String(const Json& obj, const char* key) {
 }
 
 Json ParseObject(const std::string& body) {
+  switch (CheckJsonShape(body)) {
+    case JsonShape::kOk:
+      break;
+    case JsonShape::kInvalid:
+      throw Refusal{ApiError{400, "the body is not valid JSON"}};
+    case JsonShape::kTooDeep:
+      throw Refusal{
+          ApiError{400, absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels")}};
+    case JsonShape::kTooManyValues:
+      throw Refusal{
+          ApiError{400, absl::StrCat("the body holds more than ", kMaxJsonValues, " values")}};
+  }
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Refusal{ApiError{400, "the body is not valid JSON"}};
   if (!j.is_object()) throw Refusal{ApiError{400, "the body must be a JSON object"}};
-  if (!JsonDepthAtMost(j, kMaxJsonDepth)) {
-    throw Refusal{
-        ApiError{400, absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels")}};
-  }
   return j;
 }
 
@@ -206,12 +215,14 @@ std::vector<RenderedToolCall> MessageToolCalls(const Json& m, size_t i) {
     RenderedToolCall out{name->get<std::string>(), "{}"};
     auto args = fn->find("arguments");
     if (args != fn->end() && !args->is_null()) {
-      if (!args->is_string()) Refuse(cf + ".function.arguments", "expected a JSON string");
-      const Json parsed = Json::parse(args->get<std::string>(), nullptr, false);
-      if (parsed.is_discarded() || !parsed.is_object() || !JsonDepthAtMost(parsed, kMaxJsonDepth)) {
-        Refuse(cf + ".function.arguments", "is not a JSON object");
+      // A string goes into the prompt as written, as the template does; an object as tojson.
+      if (args->is_string()) {
+        out.arguments_json = args->get<std::string>();
+      } else if (args->is_object()) {
+        out.arguments_json = TemplateJson(*args);
+      } else {
+        Refuse(cf + ".function.arguments", "expected a JSON string");
       }
-      out.arguments_json = parsed.dump();
     }
     calls.push_back(std::move(out));
   }
@@ -261,7 +272,7 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
         Refuse(f + ".function.name", "expected a non-empty string");
       }
       names.push_back(name->get<std::string>());
-      prompt.tools_json.push_back(Json{{"type", "function"}, {"function", *fn}}.dump());
+      prompt.tools_json.push_back(TemplateJson(t));
     }
   }
   std::string choice = names.empty() ? "none" : "auto";
@@ -297,6 +308,7 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
     r.parse_tool_calls = true;
   }
   prompt.forced_tool = r.forced_tool;
+  if (auto parallel = Bool(j, "parallel_tool_calls")) r.parallel_tool_calls = *parallel;
 }
 
 template <typename F>
@@ -305,8 +317,9 @@ absl::variant<OpenAiRequest, ApiError> Guarded(F parse) {
     return parse();
   } catch (const Refusal& r) {
     return r.error;
-  } catch (const Json::exception& e) {  // a type this file did not check: still the client's
-    return ApiError{400, absl::StrCat("the body does not match the API: ", e.what())};
+  } catch (const Json::exception& e) {  // a field this file forgot to check: a bug here
+    return ApiError{500, absl::StrCat("the request could not be read: ", e.what()),
+                    "internal_error"};
   }
 }
 
@@ -387,6 +400,7 @@ absl::variant<OpenAiRequest, ApiError> ParseCompletionRequest(const std::string&
     r.field_names.emplace_back("logprobs", "logprobs");
     r.field_names.emplace_back("tokens.ids", "prompt");
     r.field_names.emplace_back("text", "prompt");
+    r.field_names.emplace_back("prompt", "prompt");
     return r;
   });
 }

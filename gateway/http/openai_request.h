@@ -1,7 +1,7 @@
 // OpenAI-API request bodies (POST /v1/chat/completions and /v1/completions) checked and turned
-// into a walsh.v1 GenerateRequest. Every refusal names the field, in the API's own names; what
-// walsh does not support (n > 1, response_format, ...) is refused, never ignored. The field
-// table is docs/openai.md §Fields.
+// into a walsh.v1 GenerateRequest. Every refusal names the field, in the API's own names. A
+// field walsh knows but cannot honour (n > 1, response_format, ...) is refused, never ignored;
+// fields it does not know are ignored, as vLLM does. The field table is docs/openai.md §Fields.
 #ifndef WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_
 #define WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_
 
@@ -24,8 +24,9 @@ struct OpenAiRequest {
   bool logprobs = false;
   // Chat only: how the output is split (reasoning, content, tool calls).
   bool thinking = false;
-  bool parse_tool_calls = false;  // tools given and tool_choice is not "none"
-  std::string forced_tool;        // a named tool_choice
+  bool parse_tool_calls = false;    // tools given and tool_choice is not "none"
+  std::string forced_tool;          // a named tool_choice
+  bool parallel_tool_calls = true;  // false: only the first tool call is returned
   v1::GenerateRequest generate;
   // walsh.v1 field names in INVALID_ARGUMENT messages -> this request's field names.
   std::vector<std::pair<std::string, std::string>> field_names;

@@ -26,11 +26,11 @@ nlohmann::json Usage(uint32_t prompt_tokens, uint32_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-std::string ToolCallId(const std::string& request_id, int index) {
-  return absl::StrCat("call_", request_id, "_", index);
+std::string ToolCallId(const std::string& call_id_base, int index) {
+  return absl::StrCat("call_", call_id_base, "_", index);
 }
 
-nlohmann::json DeltaJson(const ChatDelta& d, const std::string& request_id) {
+nlohmann::json DeltaJson(const ChatDelta& d, const std::string& call_id_base) {
   nlohmann::json j = nlohmann::json::object();
   if (!d.reasoning.empty()) j["reasoning_content"] = d.reasoning;
   if (!d.content.empty()) j["content"] = d.content;
@@ -38,7 +38,7 @@ nlohmann::json DeltaJson(const ChatDelta& d, const std::string& request_id) {
     nlohmann::json calls = nlohmann::json::array();
     for (const ParsedToolCall& c : d.tool_calls) {
       calls.push_back({{"index", c.index},
-                       {"id", ToolCallId(request_id, c.index)},
+                       {"id", ToolCallId(call_id_base, c.index)},
                        {"type", "function"},
                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     }

@@ -25,8 +25,9 @@ struct ResponseHeader {
 nlohmann::json ResponseBase(const ResponseHeader& h, bool chunk);
 nlohmann::json Usage(uint32_t prompt_tokens, uint32_t completion_tokens);
 // A chat delta's fields ("reasoning_content", "content", "tool_calls" as stream deltas).
-nlohmann::json DeltaJson(const ChatDelta& d, const std::string& request_id);
-std::string ToolCallId(const std::string& request_id, int index);
+nlohmann::json DeltaJson(const ChatDelta& d, const std::string& call_id_base);
+// "call_<base>_<index>"; the base is random per answer, so ids never repeat across turns.
+std::string ToolCallId(const std::string& call_id_base, int index);
 
 // Log-probabilities of some tokens, in the chat shape ({"content": [...]}) or the completions
 // shape ({"tokens", "token_logprobs", "top_logprobs"}); null when there are none.

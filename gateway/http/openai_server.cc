@@ -2,6 +2,7 @@
 
 #include <civetweb.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -65,9 +66,22 @@ OpenAiServer::~OpenAiServer() {
   if (ctx_ != nullptr) mg_stop(ctx_);
 }
 
+void OpenAiServer::WaitForHandlers(std::chrono::milliseconds timeout) {
+  MutexLock l(&mu_);
+  const absl::Time end = absl::Now() + absl::FromChrono(timeout);
+  while (handlers_ > 0) {
+    const absl::Duration left = end - absl::Now();
+    if (left <= absl::ZeroDuration() || idle_.WaitWithTimeout(&mu_, left)) break;
+  }
+}
+
 int OpenAiServer::Dispatch(mg_connection* conn, void* self) {
   auto* server = static_cast<OpenAiServer*>(self);
   const auto start = std::chrono::steady_clock::now();
+  {
+    MutexLock l(&server->mu_);
+    ++server->handlers_;
+  }
   HttpExchange x(conn);
   const std::string route = RouteOf(x.path());
   server->Serve(x, route);
@@ -76,6 +90,10 @@ int OpenAiServer::Dispatch(mg_connection* conn, void* self) {
   server->metrics_->http_requests.counter({route, std::to_string(code)}).Inc();
   server->metrics_->http_duration.histogram({route}).Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  {
+    MutexLock l(&server->mu_);
+    if (--server->handlers_ == 0) server->idle_.SignalAll();
+  }
   return code;
 }
 
@@ -94,6 +112,8 @@ void OpenAiServer::Serve(HttpExchange& x, const std::string& route) {
       x.SendError({503, "no worker is ready, or the gateway is draining",
                    "service_unavailable_error", "", ""});
     }
+  } else if (grpc::Status auth = Authorize(x); !auth.ok()) {
+    x.SendError(FromGrpcStatus(auth, {}));  // before the body is read or parsed
   } else if (route == "/v1/models") {
     ListModels(x);
   } else {
@@ -101,13 +121,19 @@ void OpenAiServer::Serve(HttpExchange& x, const std::string& route) {
   }
 }
 
+grpc::Status OpenAiServer::Authorize(const HttpExchange& x) const {
+  if (options_.api_keys == nullptr) return grpc::Status::OK;
+  return options_.api_keys->CheckValues(x.HeaderValues("Authorization"));
+}
+
 std::multimap<std::string, std::string> OpenAiServer::CallMetadata(const HttpExchange& x) const {
   std::multimap<std::string, std::string> md;
-  if (auto auth = x.Header("Authorization")) {
-    md.emplace("authorization", *auth);
-  } else if (x.HeaderCount("Authorization") > 1) {
-    md.emplace("authorization", "(several)");  // refused as several headers would be
-    md.emplace("authorization", "(several)");
+  // gRPC aborts the process on a metadata value outside printable ASCII: such a header is not
+  // a key anyway (a gateway with keys refused it already), so it is not passed on.
+  for (const std::string& value : x.HeaderValues("Authorization")) {
+    const bool printable =
+        std::all_of(value.begin(), value.end(), [](char ch) { return ch >= 0x20 && ch <= 0x7e; });
+    if (printable) md.emplace("authorization", value);
   }
   md.emplace("x-walsh-http-client", x.remote_address());
   return md;
@@ -125,7 +151,7 @@ grpc::Status OpenAiServer::CallModelInfo(HttpExchange& x, v1::ModelInfo* info) {
   return stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), info);
 }
 
-absl::variant<v1::ModelInfo, ApiError> OpenAiServer::ModelInfo(HttpExchange& x) {
+absl::variant<v1::ModelInfo, ApiError> OpenAiServer::FleetModel(HttpExchange& x) {
   if (pool_->Candidates().empty()) {
     return ApiError{503, "no worker is ready", "service_unavailable_error", "", ""};
   }

@@ -7,7 +7,6 @@
 #ifndef WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_
 #define WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -15,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "gateway/api_keys.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/http/http_exchange.h"
 #include "gateway/http/openai_request.h"
@@ -30,10 +30,12 @@ namespace walsh {
 struct OpenAiServerOptions {
   std::string listen;                             // host:port; port 0 picks a free one
   int64_t max_connections = 128;                  // connections served at once (civetweb threads)
-  int64_t max_body_bytes = 8 << 20;               // beyond: 413
+  int64_t max_body_bytes = 3 << 20;               // beyond: 413 (gRPC messages stop at 4 MiB)
   std::string served_model_name;                  // empty: the model's general.name
   std::chrono::milliseconds disconnect_poll{20};  // how often a waiting request checks its client
   std::function<bool()> ready;                    // /health: true while the gateway takes requests
+  const ApiKeys* api_keys = nullptr;              // checked before a /v1 request's body is read
+  std::chrono::seconds body_deadline{30};         // the most a request body may take to arrive
 };
 
 class OpenAiServer {
@@ -48,6 +50,9 @@ class OpenAiServer {
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
   int port() const { return port_; }
+  // Waits until no request is being handled, or `timeout` (the drain: after the gateway's
+  // streams were ended, their handlers write the final events before the server stops).
+  void WaitForHandlers(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, WorkerPool* pool,
@@ -56,8 +61,9 @@ class OpenAiServer {
   void Serve(HttpExchange& x, const std::string& route);
   void Generate(HttpExchange& x, bool chat);
   void ListModels(HttpExchange& x);
+  grpc::Status Authorize(const HttpExchange& x) const;
   // The fleet's model, asked of a worker once per contract fingerprint.
-  absl::variant<v1::ModelInfo, ApiError> ModelInfo(HttpExchange& x);
+  absl::variant<v1::ModelInfo, ApiError> FleetModel(HttpExchange& x);
   grpc::Status CallModelInfo(HttpExchange& x, v1::ModelInfo* info);
   std::multimap<std::string, std::string> CallMetadata(const HttpExchange& x) const;
   std::string ServedName(const v1::ModelInfo& info) const;
@@ -73,6 +79,8 @@ class OpenAiServer {
   Mutex mu_;
   std::string info_fingerprint_ ABSL_GUARDED_BY(mu_);
   v1::ModelInfo info_ ABSL_GUARDED_BY(mu_);
+  int64_t handlers_ ABSL_GUARDED_BY(mu_) = 0;  // requests being handled
+  CondVar idle_;
 };
 
 }  // namespace walsh

@@ -21,6 +21,26 @@ std::string ToolCallText(const RenderedToolCall& call) {
 
 }  // namespace
 
+std::string TemplateJson(const nlohmann::ordered_json& v) {
+  if (v.is_object()) {
+    std::string out = "{";
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (it != v.begin()) out += ", ";
+      absl::StrAppend(&out, nlohmann::json(it.key()).dump(), ": ", TemplateJson(it.value()));
+    }
+    return out + "}";
+  }
+  if (v.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += TemplateJson(v[i]);
+    }
+    return out + "]";
+  }
+  return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 std::string ForcedToolCallPrefix(const std::string& name) {
   return absl::StrCat("<tool_call>\n{\"name\": ", nlohmann::json(name).dump(), ", \"arguments\": ");
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace walsh {
 
 struct RenderedToolCall {
@@ -25,12 +27,17 @@ struct ChatTurn {
 
 struct ChatPrompt {
   std::vector<ChatTurn> turns;
-  std::vector<std::string> tools_json;  // each {"type": "function", "function": {...}}
+  std::vector<std::string> tools_json;  // each {"type": "function", "function": {...}}, tojson
   bool enable_thinking = false;
   // A named tool_choice: the assistant's turn is begun with this function's call, so the
   // model writes only its arguments.
   std::string forced_tool;
 };
+
+// A value as the template's `tojson` (Python's json.dumps) writes it: keys in the given order,
+// ", " and ": " between items, non-ASCII characters as they are. `v` must be shallow enough to
+// print recursively (json_shape.h).
+std::string TemplateJson(const nlohmann::ordered_json& v);
 
 // The prefix of the assistant's output that a forced tool call puts in the prompt.
 std::string ForcedToolCallPrefix(const std::string& name);

@@ -7,6 +7,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import readline from "node:readline";
@@ -181,6 +182,19 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
                            (e) => e.status === 401 && e.type === "authentication_error");
       await assert.rejects(bad.models.list(), (e) => e.status === 401);
     }
+    // No header at all, and a broken body: the key is checked first.
+    const res = await fetch(`${gw.base}/chat/completions`, { method: "POST", body: "{oops" });
+    assert.equal(res.status, 401);
+    assert.match((await res.json()).error.message, /required/);
+    // A header gRPC could not carry (not ASCII) is a wrong key, not a crash.
+    const status = await new Promise((resolve, reject) => {
+      const r = http.request(`${gw.base}/models`, { headers: { authorization: "Bearer caf\xe9" } },
+                             (res) => { res.resume(); resolve(res.statusCode); });
+      r.on("error", reject);
+      r.end();
+    });
+    assert.equal(status, 401);
+    assert.equal((await client.models.list()).data.length, 1);  // still serving
   });
 
   test("bad fields are 400 naming the field; an unknown model is 404", async () => {
@@ -252,6 +266,8 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
     controller.abort();
     await assert.rejects(pending, /aborted/i);
     await eventually("the worker to cancel the request", async () => await cancelled() > before);
+    await eventually("every slot to be free", async () => (await Promise.all(workers.map((w) =>
+      metric(w.metrics_port, "walsh_worker_requests_running")))).every((r) => r === 0));
   });
 
   test("50 concurrent streams each end whole and equal their unstreamed answer", async () => {
@@ -274,7 +290,15 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
       const out = execFileSync("bash", ["-euo", "pipefail", "-c", script], {
         env: { ...process.env, WALSH_API_KEY: KEY,
                WALSH_URL: `http://127.0.0.1:${gw.http_port}` } }).toString();
-      assert.ok(out.includes("choices") || out.includes("data"), `${script}\n->\n${out}`);
+      if (out.startsWith("data: ")) {  // a stream: every event parses, no error, then [DONE]
+        const events = out.split("\n\n").filter((e) => e).map((e) => e.slice("data: ".length));
+        assert.equal(events.at(-1).trim(), "[DONE]", out);
+        for (const e of events.slice(0, -1)) assert.equal(JSON.parse(e).error, undefined, out);
+      } else {
+        const body = JSON.parse(out);
+        assert.equal(body.error, undefined, out);
+        assert.ok(body.choices || body.data, out);
+      }
     }
   });
 });
@@ -300,7 +324,9 @@ describe("a worker killed mid-stream", () => {
         killed = true;  // SIGKILL the worker that serves the stream
         const running = await Promise.all(ws.map((w) =>
           metric(w.metrics_port, "walsh_worker_requests_running")));
-        ws[running.findIndex((r) => r > 0)].child.kill("SIGKILL");
+        const serving = running.findIndex((r) => r > 0);
+        assert.notEqual(serving, -1, "no worker runs the stream");
+        ws[serving].child.kill("SIGKILL");
       }
     }
     assert.equal(finish, "length");
@@ -329,10 +355,10 @@ describe("what the model writes: reasoning and tool calls (scripted worker)", ()
                   messages: [{ role: "user", content: "SCRIPT:<think>\nponder\n</think>\n\nanswer" }] };
     const whole = await client.chat.completions.create(req);
     assert.equal(whole.choices[0].message.reasoning_content, "\nponder\n");
-    assert.equal(whole.choices[0].message.content, "answer");
+    assert.equal(whole.choices[0].message.content, "\n\nanswer");  // as vLLM's parser gives it
     const streamed = await collectChat(await client.chat.completions.create({ ...req, stream: true }));
     assert.equal(streamed.reasoning, "\nponder\n");
-    assert.equal(streamed.content, "answer");
+    assert.equal(streamed.content, "\n\nanswer");
     // Thinking off: the text is all content.
     const off = await client.chat.completions.create({ ...req, chat_template_kwargs: {} });
     assert.equal(off.choices[0].message.content, "<think>\nponder\n</think>\n\nanswer");
@@ -402,6 +428,26 @@ describe("a gateway that cannot serve", () => {
     await assert.rejects(c.chat.completions.create({ model: "m", messages: [{ role: "user",
                                                      content: "hi" }] }),
                          (e) => e.status === 503);
+  });
+
+  test("a draining gateway ends an open stream with an error event, then [DONE]", async () => {
+    const w = await startScriptedWorker();
+    const gw = await startGateway(`127.0.0.1:${w.port}`, ["--drain-grace-seconds", "1"]);
+    const res = await fetch(`${gw.base}/chat/completions`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "scripted", stream: true, messages: [{ role: "user",
+        content: "DELAY_MS:100 SCRIPT:" + "z".repeat(400) }] }) });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    await reader.read();  // the stream is open
+    gw.child.kill("SIGTERM");
+    let text = "";
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      text += new TextDecoder().decode(r.value);
+    }
+    const events = text.split("\n\n").filter((e) => e);
+    assert.equal(events.at(-1), "data: [DONE]", text);
+    assert.match(events.at(-2), /"error".*shutting down/, text);
   });
 
   test("a full gateway is 429; an oversize body is 413", async () => {

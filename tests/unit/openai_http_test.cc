@@ -55,7 +55,7 @@ void ExpectSame(const Parsed& a, const Parsed& b, const std::string& what) {
 TEST(ChatOutputParser, ReasoningEndsAtTheCloseTag) {
   Parsed p = ParseWhole("<think>\nponder</think>\n\nanswer", true, false);
   EXPECT_EQ(p.reasoning, "\nponder");
-  EXPECT_EQ(p.content, "answer");
+  EXPECT_EQ(p.content, "\n\nanswer");  // as vLLM's Qwen3 parser returns it
   p = ParseWhole("ponder</think>answer <think>x", true, false);  // no opening tag written
   EXPECT_EQ(p.reasoning, "ponder");
   EXPECT_EQ(p.content, "answer <think>x");
@@ -74,7 +74,7 @@ TEST(ChatOutputParser, ToolCallsBecomeCallsAndBadOnesStayContent) {
   EXPECT_EQ(p.content, "Let me look.\n");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[0].name, "a");
-  EXPECT_EQ(p.calls[0].arguments, "{\"x\":1}");
+  EXPECT_EQ(p.calls[0].arguments, "{\"x\": 1}");
   EXPECT_EQ(p.calls[1].index, 1);
   EXPECT_EQ(p.calls[1].arguments, "{\"y\": 2}");
 
@@ -94,14 +94,29 @@ TEST(ChatOutputParser, ToolCallsBecomeCallsAndBadOnesStayContent) {
   EXPECT_EQ(p.content, unclosed);
   p = ParseWhole(two, false, /*tools=*/false);  // no tools: text only
   EXPECT_EQ(p.content, two);
+  ChatOutputParser one_call(false, true, "", /*parallel=*/false);
+  ChatDelta d = one_call.Feed(two);
+  EXPECT_EQ(d.tool_calls.size(), 1u);  // parallel_tool_calls: false keeps the first
+  // Arguments keep the model's key order, written as json.dumps writes them.
+  p = ParseWhole(
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"z\":1,\"a\":[true,\"é\"]}}"
+      "</tool_call>",
+      false, true);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].arguments, "{\"z\": 1, \"a\": [true, \"é\"]}");
+  p = ParseWhole("<tool_call>{\"name\": \"f\", \"arguments\": \"oops\"}</tool_call>", false, true);
+  EXPECT_TRUE(p.calls.empty());  // string arguments must hold a JSON object
 }
 
 TEST(ChatOutputParser, AForcedCallContinuesFromItsArguments) {
   Parsed p = ParseWhole("{\"city\": \"Rome\"}}\n</tool_call>", false, true, "get_weather");
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(p.calls[0].name, "get_weather");
-  EXPECT_EQ(p.calls[0].arguments, "{\"city\":\"Rome\"}");
+  EXPECT_EQ(p.calls[0].arguments, "{\"city\": \"Rome\"}");
   EXPECT_EQ(p.content, "");
+  p = ParseWhole("{\"city\":\"Oslo\"}}", false, true, "get_weather");  // the output just ends
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].arguments, "{\"city\": \"Oslo\"}");
   p = ParseWhole("nonsense</tool_call>after", false, true, "get_weather");
   EXPECT_TRUE(p.calls.empty());
   EXPECT_EQ(p.content, "nonsense</tool_call>after");  // only what the model wrote
@@ -217,21 +232,48 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
             "messages[0].content[0].type");
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "assistant", "tool_calls": [{"function":
-               {"name": "f", "arguments": "{oops"}}]}]})"),
+               {"name": "f", "arguments": 7}}]}]})"),
             "messages[0].tool_calls[0].function.arguments");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "chat_template_kwargs": {"x": 1}})"),
             "chat_template_kwargs.x");
-  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "assistant", "tool_calls": [{"function":
-               {"name": "f", "arguments": "{\"a\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"}}]}]})"),
-            "messages[0].tool_calls[0].function.arguments");
   // A million levels: refused before anything copies or prints it (both recurse).
   const std::string deep =
       "{\"tools\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
   EXPECT_EQ(RefusedParam(deep), "(no param) the body nests deeper than 64 levels");
+  std::string wide = "{\"x\": [0";
+  for (int i = 0; i < 100000; ++i) wide += ",0";
+  EXPECT_EQ(RefusedParam(wide + "]}"), "(no param) the body holds more than 100000 values");
   EXPECT_EQ(RefusedParam(R"({"prompt": ["a", "b"]})", false), "prompt");
   EXPECT_EQ(RefusedParam(R"({"prompt": [1, -2]})", false), "prompt[1]");
   EXPECT_EQ(RefusedParam(R"({"prompt": "a", "echo": true})", false), "echo");
   EXPECT_EQ(RefusedParam(R"({"prompt": "a", "logprobs": 21})", false), "logprobs");
+}
+
+TEST(OpenAiRequest, ToolsAndPastCallsAreWrittenAsTheTemplatesTojson) {
+  auto r = ParseChatCompletionRequest(R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+          "function": {"name": "w", "arguments": "{\"city\":\"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+    "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}}, "description": "Weather"}}]})");
+  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
+  const std::string& text = absl::get<OpenAiRequest>(r).generate.text();
+  // The client's key order, json.dumps's separators.
+  EXPECT_NE(text.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"w\", "
+                      "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+                      "{\"type\": \"string\"}}}, \"description\": \"Weather\"}}\n</tools>"),
+            std::string::npos)
+      << text;
+  // A past call's arguments as the client sent them.
+  EXPECT_NE(text.find("{\"name\": \"w\", \"arguments\": {\"city\":\"Paris\"}}"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>"),
+            std::string::npos);
+  auto p = ParseChatCompletionRequest(R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "w"}}], "parallel_tool_calls": false})");
+  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(p));
+  EXPECT_FALSE(absl::get<OpenAiRequest>(p).parallel_tool_calls);
 }
 
 TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
@@ -284,6 +326,14 @@ TEST(ApiError, GrpcStatusesBecomeOpenAiErrors) {
   EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "f"), {}).http_status,
             429);
   EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "d"), {}).http_status, 503);
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                        "Received message larger than max (5 vs. 4)"),
+                           {})
+                .http_status,
+            413);
+  EXPECT_EQ(
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "t"), {}).http_status,
+      400);
   const nlohmann::json j = e.ToJson();
   EXPECT_EQ(j["error"]["param"], "max_completion_tokens");
   EXPECT_TRUE(j["error"]["code"].is_null());
