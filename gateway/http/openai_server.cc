@@ -43,9 +43,17 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
   mg_init_library(0);
   const std::string threads = std::to_string(s->options_.max_connections);
   const std::string keep_alive = std::to_string(kKeepAliveTimeoutMs);
-  const char* mg_options[] = {"listening_ports",       s->options_.listen.c_str(), "num_threads",
-                              threads.c_str(),         "enable_keep_alive",        "yes",
-                              "keep_alive_timeout_ms", keep_alive.c_str(),         nullptr};
+  // Headers and body go out as separate writes: without tcp_nodelay, Nagle holds the body
+  // for the client's delayed ACK (~40 ms per whole answer).
+  // clang-format off
+  const char* mg_options[] = {
+      "listening_ports", s->options_.listen.c_str(),
+      "num_threads", threads.c_str(),
+      "enable_keep_alive", "yes",
+      "keep_alive_timeout_ms", keep_alive.c_str(),
+      "tcp_nodelay", "1",
+      nullptr};
+  // clang-format on
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof callbacks);
   s->ctx_ = mg_start(&callbacks, nullptr, mg_options);
