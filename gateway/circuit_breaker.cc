@@ -4,7 +4,7 @@ namespace walsh {
 
 bool CircuitBreaker::Allow() {
   MutexLock l(&mu_);
-  if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) {
+  if (state_ == State::kOpen && now_() - opened_at_ >= cool_down_) {
     state_ = State::kHalfOpen;
     trial_in_flight_ = false;
   }
@@ -28,7 +28,7 @@ void CircuitBreaker::RecordFailure() {
   ++failures_;
   if (state_ == State::kHalfOpen || failures_ >= threshold_) {
     state_ = State::kOpen;
-    opened_at_ = Clock::now();
+    opened_at_ = now_();
     trial_in_flight_ = false;
   }
 }
@@ -40,7 +40,7 @@ void CircuitBreaker::ReleaseTrial() {
 
 CircuitBreaker::State CircuitBreaker::state() const {
   MutexLock l(&mu_);
-  if (state_ == State::kOpen && Clock::now() - opened_at_ >= cool_down_) return State::kHalfOpen;
+  if (state_ == State::kOpen && now_() - opened_at_ >= cool_down_) return State::kHalfOpen;
   return state_;
 }
 

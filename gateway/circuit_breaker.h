@@ -5,19 +5,27 @@
 #define WALSH_GATEWAY_CIRCUIT_BREAKER_H_
 
 #include <chrono>
+#include <functional>
 
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 
 namespace walsh {
 
+struct BreakerOptions {
+  int failures = 3;                           // consecutive failures that open it
+  std::chrono::milliseconds cool_down{2000};  // open this long before a trial call
+};
+
 class CircuitBreaker {
  public:
   enum class State { kClosed, kOpen, kHalfOpen };
   using Clock = std::chrono::steady_clock;
 
-  CircuitBreaker(int failure_threshold, std::chrono::milliseconds cool_down)
-      : threshold_(failure_threshold), cool_down_(cool_down) {}
+  // `now` is a seam for tests; the gateway uses the steady clock.
+  explicit CircuitBreaker(const BreakerOptions& options,
+                          std::function<Clock::time_point()> now = Clock::now)
+      : threshold_(options.failures), cool_down_(options.cool_down), now_(std::move(now)) {}
 
   // May a call go to this worker now? In half-open state only one trial at a time.
   bool Allow() ABSL_LOCKS_EXCLUDED(mu_);
@@ -32,6 +40,7 @@ class CircuitBreaker {
   mutable Mutex mu_;
   const int threshold_;
   const std::chrono::milliseconds cool_down_;
+  const std::function<Clock::time_point()> now_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kClosed;
   int failures_ ABSL_GUARDED_BY(mu_) = 0;
   Clock::time_point opened_at_ ABSL_GUARDED_BY(mu_){};

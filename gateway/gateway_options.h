@@ -17,8 +17,15 @@ struct GatewayOptions {
   int max_retries = 3;                    // before the first token
   int max_migrations = 5;                 // after it
   std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff
-  const ApiKeys* api_keys = nullptr;      // if set and enabled: every call needs a key
-  KeyLimiter* limiter = nullptr;          // if set: per-client stream and rate limits
+  // Rounds over every worker (each failed the stream once) before it fails.
+  int max_rounds = 5;
+  // A stream with no routable worker waits this long for one, at most max_worker_waits times.
+  std::chrono::milliseconds worker_wait{2000};
+  int max_worker_waits = 3;
+  // Deadline of the unary calls forwarded to a worker (GetModelInfo, Tokenize, Detokenize).
+  std::chrono::milliseconds unary_timeout{10000};
+  const ApiKeys* api_keys = nullptr;  // if set and enabled: every call needs a key
+  KeyLimiter* limiter = nullptr;      // if set: per-client stream and rate limits
 };
 
 }  // namespace walsh

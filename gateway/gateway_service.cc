@@ -177,6 +177,7 @@ namespace {
 
 template <typename Req, typename Resp, typename Call>
 grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const grpc::Status& auth,
+                                  std::chrono::milliseconds timeout,
                                   std::shared_ptr<WorkerEndpoint> w, const Req* request,
                                   Resp* response, Call call) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
@@ -189,7 +190,7 @@ grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const gr
     return r;
   }
   auto* upstream = new grpc::ClientContext();
-  upstream->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  upstream->set_deadline(std::chrono::system_clock::now() + timeout);
   call(w.get(), upstream, request, response, [r, upstream, w](grpc::Status s) {
     delete upstream;
     r->Finish(s);
@@ -205,7 +206,8 @@ grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* 
   auto messages = std::make_shared<std::pair<v1::TokenizeRequest, v1::TokenizeResponse>>();
   grpc::Status admitted = Admit(context, nullptr);
   if (admitted.ok()) admitted = ParseRequest(*raw, &messages->first);
-  return Forward(context, admitted, PickAny(), &messages->first, &messages->second,
+  return Forward(context, admitted, options_.unary_timeout, PickAny(), &messages->first,
+                 &messages->second,
                  [messages, raw_response](WorkerEndpoint* w, grpc::ClientContext* c,
                                           const v1::TokenizeRequest* q, v1::TokenizeResponse* p,
                                           std::function<void(grpc::Status)> cb) {
@@ -220,7 +222,8 @@ grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext* context,
                                                      const v1::DetokenizeRequest* request,
                                                      v1::DetokenizeResponse* response) {
-  return Forward(context, Admit(context, nullptr), PickAny(), request, response,
+  return Forward(context, Admit(context, nullptr), options_.unary_timeout, PickAny(), request,
+                 response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::DetokenizeRequest* q,
                     v1::DetokenizeResponse* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->Detokenize(c, q, p, std::move(cb));
@@ -230,7 +233,8 @@ grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* GatewayService::GetModelInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetModelInfoRequest* request,
                                                        v1::ModelInfo* response) {
-  return Forward(context, Admit(context, nullptr), PickAny(), request, response,
+  return Forward(context, Admit(context, nullptr), options_.unary_timeout, PickAny(), request,
+                 response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::GetModelInfoRequest* q,
                     v1::ModelInfo* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->GetModelInfo(c, q, p, std::move(cb));

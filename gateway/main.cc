@@ -36,6 +36,8 @@ int Run(int argc, char** argv) {
           max_migrations = 5;
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000, worker_keepalive_ms = 10000;
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
+  int64_t retry_rounds = 5, worker_wait_ms = 2000, max_worker_waits = 3, unary_timeout_ms = 10000;
+  int64_t breaker_failures = 3, breaker_cool_down_ms = 2000;
   double rate_limit = 0, rate_burst = 0;
   std::string http_listen, served_model_name;
   int64_t http_max_connections = 128, http_max_body_bytes = 3 << 20;
@@ -74,6 +76,18 @@ int Run(int argc, char** argv) {
   flags.Int("max-retries", &max_retries, "retries on other workers before the first token");
   flags.Int("max-migrations", &max_migrations,
             "resumes on other workers after a mid-stream failure");
+  flags.Int("retry-rounds", &retry_rounds,
+            "rounds over every worker (each failed the stream once) before the stream fails");
+  flags.Int("worker-wait-ms", &worker_wait_ms,
+            "how long a stream with no routable worker waits for one");
+  flags.Int("max-worker-waits", &max_worker_waits,
+            "how many such waits a stream may make before it fails UNAVAILABLE");
+  flags.Int("unary-timeout-ms", &unary_timeout_ms,
+            "deadline of GetModelInfo, Tokenize and Detokenize forwarded to a worker");
+  flags.Int("breaker-failures", &breaker_failures,
+            "consecutive failures of a worker that open its circuit breaker");
+  flags.Int("breaker-cool-down-ms", &breaker_cool_down_ms,
+            "how long an open breaker keeps its worker out before one trial call");
   flags.String("api-key", &api_key,
                "require 'authorization: Bearer KEY' on every call (default: $WALSH_API_KEY)");
   flags.String("api-key-file", &api_key_file,
@@ -114,6 +128,14 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr,
                  "walsh-gateway: --max-inflight and --max-buffered-responses must be at least 1, "
                  "--max-queue at least 0\n");
+    return 2;
+  }
+  if (retry_rounds < 0 || worker_wait_ms < 0 || max_worker_waits < 0 || unary_timeout_ms < 1 ||
+      breaker_failures < 1 || breaker_cool_down_ms < 0) {
+    std::fprintf(stderr,
+                 "walsh-gateway: --unary-timeout-ms and --breaker-failures must be at least 1; "
+                 "--retry-rounds, --worker-wait-ms, --max-worker-waits and "
+                 "--breaker-cool-down-ms at least 0\n");
     return 2;
   }
   if (http_max_connections < 1 || http_max_body_bytes < 1) {
@@ -160,6 +182,8 @@ int Run(int argc, char** argv) {
   po.channel.credentials = *worker_credentials;
   po.channel.tls_server_name = worker_tls_server_name;
   po.channel.keepalive = std::chrono::milliseconds(worker_keepalive_ms);
+  po.breaker.failures = static_cast<int>(breaker_failures);
+  po.breaker.cool_down = std::chrono::milliseconds(breaker_cool_down_ms);
   WorkerPool pool(po);
 
   MetricsRegistry registry;
@@ -176,6 +200,10 @@ int Run(int argc, char** argv) {
   go.max_buffered_responses = max_buffered_responses;
   go.max_retries = static_cast<int>(max_retries);
   go.max_migrations = static_cast<int>(max_migrations);
+  go.max_rounds = static_cast<int>(retry_rounds);
+  go.worker_wait = std::chrono::milliseconds(worker_wait_ms);
+  go.max_worker_waits = static_cast<int>(max_worker_waits);
+  go.unary_timeout = std::chrono::milliseconds(unary_timeout_ms);
   go.api_keys = &keys;
   KeyLimiter limiter(max_streams_per_key, rate_limit, rate_burst > 0 ? rate_burst : rate_limit);
   if (max_streams_per_key > 0 || rate_limit > 0) go.limiter = &limiter;

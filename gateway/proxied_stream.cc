@@ -54,12 +54,8 @@ bool IsClientError(grpc::StatusCode c) {
   }
 }
 
-// How long a stream with no routable worker waits for one, a few times, before it fails.
-constexpr auto kWorkerWait = std::chrono::milliseconds(2000);
+// How often a stream waiting for a routable worker looks again (GatewayOptions::worker_wait).
 constexpr auto kWorkerPoll = std::chrono::milliseconds(20);
-constexpr int kMaxWorkerWaits = 3;
-// Rounds over every worker (each failed this request once) before the stream fails.
-constexpr int kMaxRounds = 5;
 
 }  // namespace
 
@@ -187,15 +183,15 @@ void ProxiedStream::Step() {
     if (candidates.empty() && !failed_.empty()) {
       // Every worker failed this request once: try them again after a pause, a few times.
       failed_.clear();
-      if (++rounds_ > kMaxRounds) return End(last_);
+      if (++rounds_ > env_.options->max_rounds) return End(last_);
       return Sleep(env_.options->backoff * rounds_);
     }
     if (candidates.empty()) {
       // No worker can take it now: wait a little for one (a restart, a recovery), bounded.
       if (!waiting_for_worker_) {
-        if (++waits_ > kMaxWorkerWaits) return End(last_);
+        if (++waits_ > env_.options->max_worker_waits) return End(last_);
         waiting_for_worker_ = true;
-        wait_until_ = Clock::now() + kWorkerWait;
+        wait_until_ = Clock::now() + env_.options->worker_wait;
       }
       if (Clock::now() >= wait_until_) return End(last_);
       return Sleep(kWorkerPoll);

@@ -11,8 +11,9 @@
 
 namespace walsh {
 
-WorkerEndpoint::WorkerEndpoint(std::string addr, const WorkerChannelOptions& options)
-    : address(std::move(addr)) {
+WorkerEndpoint::WorkerEndpoint(std::string addr, const WorkerChannelOptions& options,
+                               const BreakerOptions& breaker_options)
+    : address(std::move(addr)), breaker(breaker_options) {
   const auto keepalive = options.keepalive;
   grpc::ChannelArguments args;
   // Fail fast on a dead worker instead of waiting for reconnect backoff.
@@ -39,7 +40,7 @@ WorkerEndpoint::WorkerEndpoint(std::string addr, const WorkerChannelOptions& opt
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
   fingerprint_ = options_.expected_fingerprint;
   for (const std::string& a : options_.static_workers) {
-    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.channel);
+    workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.channel, options_.breaker);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -108,7 +109,7 @@ void WorkerPool::Resolve() {
   std::set<std::string> statics(options_.static_workers.begin(), options_.static_workers.end());
   for (const std::string& a : found) {
     if (!workers_.count(a)) {
-      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.channel);
+      workers_[a] = std::make_shared<WorkerEndpoint>(a, options_.channel, options_.breaker);
       LogJson("info", "worker_discovered", {{"worker", a}});
     }
   }

@@ -40,13 +40,14 @@ struct WorkerChannelOptions {
 };
 
 struct WorkerEndpoint {
-  WorkerEndpoint(std::string address, const WorkerChannelOptions& options);
+  WorkerEndpoint(std::string address, const WorkerChannelOptions& options,
+                 const BreakerOptions& breaker_options = {});
 
   const std::string address;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Generator::Stub> generator;
   std::unique_ptr<v1::Worker::Stub> worker;
-  CircuitBreaker breaker{3, std::chrono::milliseconds(2000)};
+  CircuitBreaker breaker;
   std::atomic<int64_t> outstanding{0};          // streams the gateway has open to it
   std::atomic<bool> serving{false};             // last health check said SERVING
   std::atomic<bool> refused{false};             // its fingerprint differs from the pool's
@@ -64,6 +65,7 @@ struct WorkerPoolOptions {
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds dns_interval{2000};
   WorkerChannelOptions channel;
+  BreakerOptions breaker;  // each worker's
 };
 
 class WorkerPool {

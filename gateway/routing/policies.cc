@@ -15,6 +15,11 @@
 namespace walsh {
 namespace {
 
+// Points per worker on the ring: enough that keys spread within a few percent of even.
+constexpr int kRingPointsPerWorker = 64;
+// A worker this far above the mean load (times, plus one stream) is passed over on the ring.
+constexpr double kLoadBound = 1.25;
+
 uint64_t Hash(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
@@ -55,11 +60,13 @@ class ConsistentHash : public RoutingPolicy {
     if (!key) return nullptr;
     std::map<uint64_t, size_t> ring;
     for (size_t i = 0; i < c.size(); ++i) {
-      for (int v = 0; v < 64; ++v) ring[Hash(absl::StrCat(c[i]->address, "#", v))] = i;
+      for (int v = 0; v < kRingPointsPerWorker; ++v)
+        ring[Hash(absl::StrCat(c[i]->address, "#", v))] = i;
     }
     int64_t total = 0;
     for (const auto& w : c) total += w->outstanding;
-    const double bound = 1.25 * static_cast<double>(total + 1) / static_cast<double>(c.size()) + 1;
+    const double bound =
+        kLoadBound * static_cast<double>(total + 1) / static_cast<double>(c.size()) + 1;
     auto it = ring.lower_bound(*key);
     for (size_t steps = 0; steps < ring.size(); ++steps, ++it) {
       if (it == ring.end()) it = ring.begin();

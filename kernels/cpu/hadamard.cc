@@ -6,10 +6,14 @@ namespace walsh {
 namespace {
 
 void Blocks(CpuIsa isa, float* v, int64_t n, int64_t block) {
+#if WALSH_X86_KERNELS
   if (isa != CpuIsa::kScalar && block >= 8) {
     FwhtBlocksAvx2(v, n, block);
     return;
   }
+#else
+  (void)isa;
+#endif
   for (int64_t b = 0; b < n; b += block) FwhtBlockRef(v + b, block);
 }
 

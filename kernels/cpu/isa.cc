@@ -1,15 +1,20 @@
 #include "kernels/cpu/isa.h"
 
+#if WALSH_X86_KERNELS
 #include <cpuid.h>
+#endif
 
 namespace walsh {
 namespace {
+
+#if WALSH_X86_KERNELS
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
 bool HasF16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
+#endif
 
 }  // namespace
 
@@ -26,6 +31,9 @@ const char* CpuIsaName(CpuIsa isa) {
 }
 
 bool CpuSupports(CpuIsa isa) {
+#if !WALSH_X86_KERNELS
+  return isa == CpuIsa::kScalar;
+#else
   __builtin_cpu_init();
   switch (isa) {
     case CpuIsa::kScalar:
@@ -37,6 +45,7 @@ bool CpuSupports(CpuIsa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   }
   return false;
+#endif
 }
 
 CpuIsa BestCpuIsa() {

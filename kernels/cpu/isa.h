@@ -2,6 +2,14 @@
 #ifndef WALSH_KERNELS_CPU_ISA_H_
 #define WALSH_KERNELS_CPU_ISA_H_
 
+// Whether the AVX2 and AVX-512 kernels are built: on x86-64 unless the build asks for the
+// portable scalar path alone (cmake -DWALSH_NATIVE_ISA=OFF defines WALSH_SCALAR_ONLY).
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(WALSH_SCALAR_ONLY)
+#define WALSH_X86_KERNELS 1
+#else
+#define WALSH_X86_KERNELS 0
+#endif
+
 namespace walsh {
 
 enum class CpuIsa {
@@ -11,6 +19,7 @@ enum class CpuIsa {
 };
 
 const char* CpuIsaName(CpuIsa isa);
+// True when this build has the path and this CPU can run it.
 bool CpuSupports(CpuIsa isa);
 // The path that runs by default: the fastest this CPU supports, as measured (isa.cc).
 CpuIsa BestCpuIsa();

@@ -23,7 +23,9 @@ float SumScalar(const float* p, int64_t n) {
 double MeasureReadBandwidth(int threads, int64_t bytes, int passes) {
   const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (64 * threads) * (64 * threads);
   std::vector<float> buffer(n, 1.0f);  // touched: every page is resident before timing
+#if WALSH_X86_KERNELS
   const bool avx2 = CpuSupports(CpuIsa::kAvx2);
+#endif
   std::vector<float> sums(threads);
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
@@ -32,7 +34,11 @@ double MeasureReadBandwidth(int threads, int64_t bytes, int passes) {
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         const float* part = buffer.data() + n / threads * t;
+#if WALSH_X86_KERNELS
         sums[t] = avx2 ? SumFourStreamsAvx2(part, n / threads) : SumScalar(part, n / threads);
+#else
+        sums[t] = SumScalar(part, n / threads);
+#endif
       });
     }
     for (auto& th : pool) th.join();

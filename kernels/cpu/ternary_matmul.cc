@@ -9,13 +9,15 @@ namespace walsh {
 
 void TernaryMatMulQ8(CpuIsa isa, const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
   switch (isa) {
+#if WALSH_X86_KERNELS
     case CpuIsa::kAvx512Vnni:
       TernaryMatMulQ8Avx512Vnni(p, row_begin, row_end);
       return;
     case CpuIsa::kAvx2:
       TernaryMatMulQ8Avx2(p, row_begin, row_end);
       return;
-    case CpuIsa::kScalar:
+#endif
+    default:  // the scalar path, and the only one a scalar-only build has
       TernaryMatMulQ8Scalar(p, row_begin, row_end);
       return;
   }

@@ -9,7 +9,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "gateway/circuit_breaker.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/gateway_fixture.h"
@@ -398,30 +397,6 @@ TEST(Gateway, DnsDiscoveryAndDrain) {
     EXPECT_EQ(res.result.ids.size(), 300u);
   }
   EXPECT_EQ(gw.Wait(std::chrono::seconds(15)), 0) << gw.stderr_text();
-}
-
-TEST(CircuitBreaker, OpensHalfOpensAndCloses) {
-  CircuitBreaker b(3, std::chrono::milliseconds(50));
-  EXPECT_TRUE(b.Allow());
-  b.RecordFailure();
-  b.RecordFailure();
-  EXPECT_EQ(b.state(), CircuitBreaker::State::kClosed);
-  b.RecordFailure();
-  EXPECT_EQ(b.state(), CircuitBreaker::State::kOpen);
-  EXPECT_FALSE(b.Allow());
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  EXPECT_TRUE(b.Allow());   // the one trial
-  EXPECT_FALSE(b.Allow());  // no second trial while it runs
-  b.RecordFailure();        // the trial failed: open again
-  EXPECT_EQ(b.state(), CircuitBreaker::State::kOpen);
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  EXPECT_TRUE(b.Allow());  // a trial whose client cancels it says nothing of the worker:
-  b.ReleaseTrial();        // it gives the trial back, half-open still
-  EXPECT_EQ(b.state(), CircuitBreaker::State::kHalfOpen);
-  EXPECT_TRUE(b.Allow());  // so the next call is the trial
-  b.RecordSuccess();
-  EXPECT_EQ(b.state(), CircuitBreaker::State::kClosed);
-  EXPECT_TRUE(b.Allow());
 }
 
 TEST(Gateway, PythonAndNodeClientsWorkThroughIt) {

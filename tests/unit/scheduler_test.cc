@@ -21,19 +21,22 @@ namespace {
 // Records what the scheduler sends one request; thread-safe like a real stream.
 class RecordingSink final : public ResponseSink {
  public:
-  void Push(v1::GenerateResponse response) override {
+  void Started(const RequestStarted&) override {}
+  void Token(const GeneratedToken& token) override {
     std::lock_guard<std::mutex> l(mu_);
-    for (const auto& t : response.tokens().tokens()) ids_.push_back(t.id());
-    if (response.has_finished()) finish_reason_ = response.finished().reason();
+    ids_.push_back(token.id);
   }
-  void Complete(const grpc::Status& status) override {
+  void Finished(const RequestFinished& finished) override {
     std::lock_guard<std::mutex> l(mu_);
-    ++completions_;
-    status_ = status;
-    cv_.notify_all();
+    finish_reason_ = FinishReasonName(finished.reason);
+    End(absl::OkStatus());
+  }
+  void Failed(const absl::Status& status) override {
+    std::lock_guard<std::mutex> l(mu_);
+    End(status);
   }
   // Waits for the end; returns the ids, the finish reason and the status.
-  std::tuple<std::vector<int32_t>, std::string, grpc::Status> Wait() {
+  std::tuple<std::vector<int32_t>, std::string, absl::Status> Wait() {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return completions_ > 0; });
     return {ids_, finish_reason_, status_};
@@ -44,11 +47,17 @@ class RecordingSink final : public ResponseSink {
   }
 
  private:
+  void End(const absl::Status& status) {
+    ++completions_;
+    status_ = status;
+    cv_.notify_all();
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> ids_;
   std::string finish_reason_;
-  grpc::Status status_;
+  absl::Status status_;
   int completions_ = 0;
 };
 
@@ -157,7 +166,7 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
     } else {
       ++cancelled;
       EXPECT_TRUE(r->cancelled.load())
-          << r->request_id << " ended '" << reason << "' " << status.error_message();
+          << r->request_id << " ended '" << reason << "' " << status.message();
     }
   }
   for (int i = 0; i < 200 && scheduler.Load().running + scheduler.Load().waiting > 0; ++i) {

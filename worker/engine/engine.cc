@@ -19,7 +19,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   if (options.page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
   if (options.isa && !CpuSupports(*options.isa)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("this CPU does not support the ", CpuIsaName(*options.isa), " kernels"));
+        absl::StrCat("this CPU does not support the ", CpuIsaName(*options.isa), " kernels",
+                     WALSH_X86_KERNELS ? "" : " (this build has the scalar path only)"));
   }
   if (options.device == Device::kCuda && options.tp != 1) {
     return absl::UnimplementedError(

@@ -1,5 +1,7 @@
-// A request the scheduler runs, and the stream it answers on. The gRPC reactor and the
-// scheduler thread share it; the scheduler alone touches the generation state.
+// A request the scheduler runs, and where its results go, in the engine's and the scheduler's
+// own terms: the service edge (services.cc) turns them into walsh.v1 responses and gRPC
+// statuses. The gRPC reactor and the scheduler thread share it; the scheduler alone touches the
+// generation state.
 #ifndef WALSH_WORKER_SERVER_ACTIVE_REQUEST_H_
 #define WALSH_WORKER_SERVER_ACTIVE_REQUEST_H_
 
@@ -12,21 +14,39 @@
 #include <string>
 #include <vector>
 
-#include "grpcpp/support/status.h"
-#include "walsh/v1/generator.pb.h"
+#include "absl/status/status.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
 #include "worker/server/snapshot_policy.h"
 
 namespace walsh {
 
-// Where a request's responses go. Thread-safe; calls after the stream ended are dropped.
+// The prompt is in the engine and the first token is on its way.
+struct RequestStarted {
+  std::string request_id;
+  int64_t prompt_tokens = 0;
+  uint64_t seed = 0;
+  std::vector<int32_t> prompt_ids;  // empty unless the request asked for them
+};
+
+// How a request ended normally, and what it cost.
+struct RequestFinished {
+  FinishReason reason = FinishReason::kNone;
+  std::string matched_stop;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  double queue_seconds = 0, time_to_first_token_seconds = 0, total_seconds = 0;
+};
+
+// Where a request's results go. Thread-safe; calls after the end are dropped. Exactly one of
+// Finished and Failed ends it.
 class ResponseSink {
  public:
   virtual ~ResponseSink() = default;
-  virtual void Push(v1::GenerateResponse response) = 0;
-  // Ends the stream with this status (after the queued responses).
-  virtual void Complete(const grpc::Status& status) = 0;
+  virtual void Started(const RequestStarted& started) = 0;
+  virtual void Token(const GeneratedToken& token) = 0;
+  virtual void Finished(const RequestFinished& finished) = 0;
+  // Ends it with an error: cancelled, past its deadline, refused, the engine failed.
+  virtual void Failed(const absl::Status& status) = 0;
 };
 
 using Clock = std::chrono::steady_clock;

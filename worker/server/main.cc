@@ -266,7 +266,7 @@ int Run(int argc, char** argv) {
     if (load.running == 0 && load.waiting == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  scheduler.CancelAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
+  scheduler.CancelAll(absl::UnavailableError("the worker is shutting down"));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   LogJson("info", "stopped");
   return 0;

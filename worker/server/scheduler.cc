@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
+#include "worker/server/scheduling_policy.h"
 
 namespace walsh {
 namespace {
@@ -33,10 +34,8 @@ Scheduler::~Scheduler() {
   }
   cv_.SignalAll();
   thread_.join();
-  for (auto& r : running_)
-    EndWithStatus(*r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker stopped"), "error");
-  for (auto& r : waiting_)
-    EndWithStatus(*r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker stopped"), "error");
+  for (auto& r : running_) EndWithStatus(*r, absl::UnavailableError("worker stopped"), "error");
+  for (auto& r : waiting_) EndWithStatus(*r, absl::UnavailableError("worker stopped"), "error");
 }
 
 absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
@@ -63,7 +62,7 @@ void Scheduler::StopAdmitting() {
 
 void Scheduler::Wake() { cv_.SignalAll(); }
 
-void Scheduler::CancelAll(const grpc::Status& status) {
+void Scheduler::CancelAll(const absl::Status& status) {
   MutexLock l(&mu_);
   for (auto& r : waiting_) r->cancelled = true;
   // Running requests are ended by the loop at its next step; mark them.
@@ -104,15 +103,15 @@ void Scheduler::Release(ActiveRequest& r) {
   r.fed = 0;
 }
 
-void Scheduler::EndWithStatus(ActiveRequest& r, const grpc::Status& status, const char* reason) {
+void Scheduler::EndWithStatus(ActiveRequest& r, const absl::Status& status, const char* reason) {
   Release(r);
   metrics_->requests.counter({reason}).Inc();
   metrics_->e2e_latency.Observe(Since(r.arrived_at));
   LogJson("info", "request_end",
           {{"request_id", r.request_id},
            {"finish_reason", reason},
-           {"status", status.error_message()}});
-  r.sink->Complete(status);
+           {"status", std::string(status.message())}});
+  r.sink->Failed(status);
 }
 
 void Scheduler::TakeSnapshot(ActiveRequest& r, const char* at) {
@@ -130,18 +129,16 @@ void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string&
     TakeSnapshot(r, "finish");
   }
   Release(r);
-  v1::GenerateResponse resp;
-  v1::Finished* f = resp.mutable_finished();
-  f->set_reason(FinishReasonName(reason));
-  f->set_matched_stop(matched);
-  f->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(r.prompt.size()));
-  f->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(r.generation->output().size()));
+  RequestFinished f;
+  f.reason = reason;
+  f.matched_stop = matched;
+  f.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  f.completion_tokens = static_cast<int64_t>(r.generation->output().size());
   const double total = Since(r.arrived_at);
-  f->mutable_timings()->set_queue_seconds(
-      std::chrono::duration<double>(r.admitted_at - r.arrived_at).count());
-  f->mutable_timings()->set_time_to_first_token_seconds(
-      std::chrono::duration<double>(r.first_token_at - r.arrived_at).count());
-  f->mutable_timings()->set_total_seconds(total);
+  f.queue_seconds = std::chrono::duration<double>(r.admitted_at - r.arrived_at).count();
+  f.time_to_first_token_seconds =
+      std::chrono::duration<double>(r.first_token_at - r.arrived_at).count();
+  f.total_seconds = total;
   metrics_->requests.counter({FinishReasonName(reason)}).Inc();
   metrics_->e2e_latency.Observe(total);
   LogJson("info", "request_end",
@@ -149,8 +146,7 @@ void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string&
            {"finish_reason", FinishReasonName(reason)},
            {"completion_tokens", r.generation->output().size()},
            {"seconds", total}});
-  r.sink->Push(std::move(resp));
-  r.sink->Complete(grpc::Status::OK);
+  r.sink->Finished(f);
 }
 
 void Scheduler::DropFinished() {
@@ -159,10 +155,9 @@ void Scheduler::DropFinished() {
     if (cancel_all_) {
       EndWithStatus(r, cancel_all_status_, "cancelled");
     } else if (r.cancelled) {
-      EndWithStatus(r, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"), "cancelled");
+      EndWithStatus(r, absl::CancelledError("cancelled"), "cancelled");
     } else if (Expired(r)) {
-      EndWithStatus(r, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"),
-                    "cancelled");
+      EndWithStatus(r, absl::DeadlineExceededError("deadline exceeded"), "cancelled");
     } else {
       return false;
     }
@@ -176,27 +171,31 @@ void Scheduler::DropFinished() {
 }
 
 void Scheduler::Admit() {
-  // Called with mu_ held. Highest priority first, then arrival order.
+  // Called with mu_ held.
   std::stable_sort(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
-    return a->priority != b->priority ? a->priority > b->priority : a->arrival < b->arrival;
+    return AdmittedBefore({a->priority, a->arrival}, {b->priority, b->arrival});
   });
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
+  while (!waiting_.empty()) {
     ActiveRequest& r = *waiting_.front();
     const EngineStats s = engine_->Stats();
-    const int64_t page = engine_->page_size();
-    const int64_t pages_needed = (static_cast<int64_t>(r.tokens.size()) + 1 + page - 1) / page;
-    if (s.state_slots_used >= s.state_slots_total) break;
-    if (engine_->model().attention_layers() > 0 &&
-        pages_needed > s.kv_pages_total - s.kv_pages_used) {
-      if (running_.empty() && pages_needed > s.kv_pages_total) {
-        EndWithStatus(r,
-                      grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   "the request needs more KV cache than the worker has"),
-                      "error");
-        waiting_.pop_front();
-        continue;
-      }
-      break;
+    const Capacity capacity{.running = static_cast<int64_t>(running_.size()),
+                            .max_running = options_.max_running,
+                            .state_slots_free = s.state_slots_total - s.state_slots_used,
+                            .kv_pages_free = s.kv_pages_total - s.kv_pages_used,
+                            .kv_pages_total = s.kv_pages_total,
+                            .page_size = engine_->page_size(),
+                            .uses_kv = engine_->model().attention_layers() > 0};
+    const Admission admission = walsh::Admit(static_cast<int64_t>(r.tokens.size()), capacity);
+    if (admission == Admission::kWait) break;
+    if (admission == Admission::kNeverFits) {
+      EndWithStatus(
+          r,
+          absl::ResourceExhaustedError(absl::StrCat(
+              "the request's ", r.tokens.size(), " tokens need more KV cache than the worker has (",
+              capacity.kv_pages_total, " pages of ", capacity.page_size, " tokens)")),
+          "error");
+      waiting_.pop_front();
+      continue;
     }
     auto seq = engine_->AddSequence(r.tokens, &r.prefix);
     if (!seq.ok()) break;
@@ -207,8 +206,8 @@ void Scheduler::Admit() {
       metrics_->prefix_hits.Inc(static_cast<double>(r.prefix.hit_tokens));
       metrics_->prefix_lookups.counter({PrefixOutcomeName(r.prefix.outcome)}).Inc();
     }
-    r.snapshot_points = PlanSnapshots(static_cast<int64_t>(r.tokens.size()), r.prefix, page,
-                                      options_.prefix_min_tokens);
+    r.snapshot_points = PlanSnapshots(static_cast<int64_t>(r.tokens.size()), r.prefix,
+                                      capacity.page_size, options_.prefix_min_tokens);
     if (r.admitted_at == Clock::time_point{}) {
       r.admitted_at = Clock::now();
       metrics_->queue_time.Observe(Since(r.arrived_at));
@@ -219,11 +218,12 @@ void Scheduler::Admit() {
 }
 
 bool Scheduler::Preempt() {
-  if (running_.size() <= 1) return false;
-  // The request that arrived last gives way; it keeps its outputs and recomputes.
-  auto victim =
-      std::max_element(running_.begin(), running_.end(),
-                       [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
+  std::vector<uint64_t> arrivals;
+  for (const auto& r : running_) arrivals.push_back(r->arrival);
+  const int64_t index = PreemptionVictim(arrivals);
+  if (index < 0) return false;
+  // It keeps its outputs and recomputes.
+  auto victim = running_.begin() + index;
   std::shared_ptr<ActiveRequest> r = *victim;
   running_.erase(victim);
   Release(*r);
@@ -281,30 +281,33 @@ void Scheduler::Step() {
   if (running_.empty()) return;
 
   // Build the batch: decode tokens first, then prefill chunks, within the token budget.
+  std::vector<BatchCandidate> candidates;
+  for (auto& rp : running_) {
+    ActiveRequest& r = *rp;
+    while (!r.snapshot_points.empty() &&
+           r.snapshot_points.front().position <= static_cast<int64_t>(r.fed)) {
+      r.snapshot_points.erase(r.snapshot_points.begin());
+    }
+    const int64_t remaining = static_cast<int64_t>(r.tokens.size() - r.fed);
+    candidates.push_back(
+        {.remaining = remaining,
+         .decode = remaining == 1 && !r.generation->output().empty(),
+         .until_snapshot = r.snapshot_points.empty()
+                               ? -1
+                               : r.snapshot_points.front().position - static_cast<int64_t>(r.fed)});
+  }
+  const std::vector<int64_t> take = PlanBatch(candidates, options_.max_batch_tokens);
   std::vector<SequenceInput> batch;
   std::vector<ActiveRequest*> members;
-  int64_t budget = options_.max_batch_tokens;
-  for (int pass = 0; pass < 2 && budget > 0; ++pass) {
-    for (auto& rp : running_) {
-      ActiveRequest& r = *rp;
-      const size_t remaining = r.tokens.size() - r.fed;
-      const bool decode = remaining == 1 && !r.generation->output().empty();
-      if ((pass == 0) != decode || remaining == 0 || budget == 0) continue;
-      size_t take = std::min<size_t>(remaining, static_cast<size_t>(budget));
-      // A chunk ends where a snapshot is due (the engine is schedule-invariant, so where a
-      // prefill is cut never changes a result).
-      while (!r.snapshot_points.empty() &&
-             r.snapshot_points.front().position <= static_cast<int64_t>(r.fed)) {
-        r.snapshot_points.erase(r.snapshot_points.begin());
-      }
-      if (!r.snapshot_points.empty()) {
-        take = std::min<size_t>(take, r.snapshot_points.front().position - r.fed);
-      }
+  for (size_t pass = 0; pass < 2; ++pass) {  // the engine sees decodes first, as planned
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (take[i] == 0 || candidates[i].decode != (pass == 0)) continue;
+      ActiveRequest& r = *running_[i];
       batch.push_back(
           {*r.sequence,
-           std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take), false});
+           std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take[i]),
+           false});
       members.push_back(&r);
-      budget -= static_cast<int64_t>(take);
     }
   }
   if (batch.empty()) return;
@@ -331,9 +334,7 @@ void Scheduler::Step() {
       return;
     }
     for (ActiveRequest* r : members) {
-      EndWithStatus(*r,
-                    grpc::Status(grpc::StatusCode::INTERNAL, std::string(out.status().message())),
-                    "error");
+      EndWithStatus(*r, absl::InternalError(out.status().message()), "error");
     }
     std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
     return;
@@ -359,15 +360,9 @@ void Scheduler::Step() {
     }
     if (r.fed < r.tokens.size()) continue;  // more prefill to come
     if (!r.started_sent) {
-      v1::GenerateResponse started;
-      v1::Started* s = started.mutable_started();
-      s->set_request_id(r.request_id);
-      s->set_prompt_tokens(static_cast<uint32_t>(r.prompt.size()));
-      s->set_seed(r.seed);
-      if (r.return_prompt_ids) {
-        for (int32_t id : r.prompt) s->add_prompt_ids(id);
-      }
-      r.sink->Push(std::move(started));
+      RequestStarted started{r.request_id, static_cast<int64_t>(r.prompt.size()), r.seed, {}};
+      if (r.return_prompt_ids) started.prompt_ids = r.prompt;
+      r.sink->Started(started);
       r.started_sent = true;
     }
     const GeneratedToken& t = *sampled[i];
@@ -382,19 +377,7 @@ void Scheduler::Step() {
           std::chrono::duration<double>(now - r.last_token_at).count());
     }
     r.last_token_at = now;
-    v1::GenerateResponse resp;
-    v1::Tokens* tokens = resp.mutable_tokens();
-    v1::Token* tok = tokens->add_tokens();
-    tok->set_id(t.id);
-    tok->set_index(static_cast<uint64_t>(t.index));
-    tok->set_logprob(t.logprob);
-    for (const auto& [id, lp] : t.top_logprobs) {
-      v1::TokenLogprob* top = tok->add_top_logprobs();
-      top->set_id(id);
-      top->set_logprob(lp);
-    }
-    tokens->set_text(t.text);
-    r.sink->Push(std::move(resp));
+    r.sink->Token(t);
     if (t.finish != FinishReason::kNone) Finish(r, t.finish, t.matched_stop);
   }
   metrics_->generation_tokens.Inc(static_cast<double>(generated));

@@ -5,7 +5,9 @@
 // out mid-flight the request that arrived last is preempted by recompute (vLLM's rule: the
 // youngest gives way, and stays the first to give way when it comes back): its sequence is freed
 // and it re-queues with prompt + outputs, which, the engine being schedule-invariant, continues
-// exactly where it was.
+// exactly where it was. The decisions themselves are pure functions (scheduling_policy.h); this
+// class holds the state, the thread and the engine. It speaks engine and domain types only:
+// responses and gRPC statuses are made at the service edge (services.cc).
 #ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
 #define WALSH_WORKER_SERVER_SCHEDULER_H_
 
@@ -47,7 +49,7 @@ class Scheduler {
   // Stops admitting new requests (Submit answers UNAVAILABLE).
   void StopAdmitting() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every request still queued or running with `status`.
-  void CancelAll(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void CancelAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes the loop (a reactor marked a request cancelled).
   void Wake();
   SchedulerLoad Load() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -59,7 +61,7 @@ class Scheduler {
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Preempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched);
-  void EndWithStatus(ActiveRequest& r, const grpc::Status& status, const char* reason);
+  void EndWithStatus(ActiveRequest& r, const absl::Status& status, const char* reason);
   void Release(ActiveRequest& r);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeSnapshot(ActiveRequest& r, const char* at);
@@ -81,7 +83,7 @@ class Scheduler {
   PrefixCacheStats prefix_seen_ ABSL_GUARDED_BY(mu_){};  // evictions already counted
   bool admitting_ ABSL_GUARDED_BY(mu_) = true;
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status cancel_all_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status cancel_all_status_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -12,13 +12,53 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-// A request's sink: its stream's StreamWriter (common/stream_writer.h). The scheduler may push
-// after the client left: those are dropped.
+// A request's sink: the scheduler's events as walsh.v1 responses on its stream's StreamWriter
+// (common/stream_writer.h). The scheduler may send after the client left: those are dropped.
 class StreamSink final : public ResponseSink {
  public:
   explicit StreamSink(std::shared_ptr<StreamWriter> writer) : writer_(std::move(writer)) {}
-  void Push(v1::GenerateResponse response) override { writer_->Push(response); }
-  void Complete(const grpc::Status& status) override { writer_->Complete(status); }
+
+  void Started(const RequestStarted& started) override {
+    v1::GenerateResponse response;
+    v1::Started* s = response.mutable_started();
+    s->set_request_id(started.request_id);
+    s->set_prompt_tokens(static_cast<uint32_t>(started.prompt_tokens));
+    s->set_seed(started.seed);
+    for (int32_t id : started.prompt_ids) s->add_prompt_ids(id);
+    writer_->Push(response);
+  }
+
+  void Token(const GeneratedToken& t) override {
+    v1::GenerateResponse response;
+    v1::Tokens* tokens = response.mutable_tokens();
+    v1::Token* token = tokens->add_tokens();
+    token->set_id(t.id);
+    token->set_index(static_cast<uint64_t>(t.index));
+    token->set_logprob(t.logprob);
+    for (const auto& [id, logprob] : t.top_logprobs) {
+      v1::TokenLogprob* top = token->add_top_logprobs();
+      top->set_id(id);
+      top->set_logprob(logprob);
+    }
+    tokens->set_text(t.text);
+    writer_->Push(response);
+  }
+
+  void Finished(const RequestFinished& finished) override {
+    v1::GenerateResponse response;
+    v1::Finished* f = response.mutable_finished();
+    f->set_reason(FinishReasonName(finished.reason));
+    f->set_matched_stop(finished.matched_stop);
+    f->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(finished.prompt_tokens));
+    f->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(finished.completion_tokens));
+    f->mutable_timings()->set_queue_seconds(finished.queue_seconds);
+    f->mutable_timings()->set_time_to_first_token_seconds(finished.time_to_first_token_seconds);
+    f->mutable_timings()->set_total_seconds(finished.total_seconds);
+    writer_->Push(response);
+    writer_->Complete(grpc::Status::OK);
+  }
+
+  void Failed(const absl::Status& status) override { writer_->Complete(ToGrpc(status)); }
 
  private:
   std::shared_ptr<StreamWriter> writer_;
