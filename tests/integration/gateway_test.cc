@@ -260,9 +260,9 @@ TEST(Gateway, DiscoveryHealthAndFingerprints) {
   EXPECT_EQ(seen.size(), 2u);
   // A worker that goes NOT_SERVING (draining, with a stream still open on it) leaves routing.
   std::thread hold([&] { (void)RunGenerate(*b.Generator(), Request("long", 3000, 0, 1)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(testing::WaitForRunning(*b.Worker(), 1));
   b.process().Signal(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_worker_healthy{worker=\"" + late + "\"}", 0));
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(RunRouted(*stub, Request("after drain " + std::to_string(i), 2, 0, 1)).worker,
               a.target());
@@ -389,7 +389,7 @@ TEST(Gateway, DnsDiscoveryAndDrain) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i)
     threads.emplace_back([&, i] { results[i] = RunRouted(*stub, Request("drain", 300, 0, 1)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(testing::WaitForRunning(*a.Worker(), 3));
   gw.Signal(SIGTERM);
   for (auto& t : threads) t.join();
   for (const Routed& res : results) {
@@ -522,6 +522,7 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
                             {"--worker-tls-ca-file", pki + "ca.pem", "--worker-tls-cert-file",
                              pki + "client.pem", "--worker-tls-key-file", pki + "client.key",
                              "--worker-tls-server-name", "walsh-worker.example"});
+  // Nothing to wait for: the check is that nothing happens in a window of several polls.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(wrong_name.Metric("walsh_gateway_worker_healthy{worker=\"" + target + "\"}"), 0);
 }
@@ -596,7 +597,7 @@ TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
     generate("alpha", 1000);
     long_done = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", 1));
   const grpc::Status second = generate("alpha", 2);
   EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(second.error_message().find("--max-streams-per-key"), std::string::npos)
@@ -621,7 +622,7 @@ TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
   std::thread hold([&] { (void)RunGenerate(*stub, Request("hold the slot", 1500, 0.0f, 1)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", 1));
   {  // queued behind it, then cancelled by its deadline
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
@@ -631,7 +632,7 @@ TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
     }
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_queue_depth", 0));
   // The queue has room again while the first stream still runs.
   const StreamResult next = RunGenerate(*stub, Request("next", 2, 0.0f, 3));
   EXPECT_NE(next.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)

@@ -20,10 +20,12 @@ const std::string& TinyModelPath() {
   return path;
 }
 
-WorkerProcess::WorkerProcess(std::vector<std::string> extra_args) {
-  std::vector<std::string> argv = {WALSH_WORKER_BIN, "--model",     TinyModelPath(),
-                                   "--listen",       "127.0.0.1:0", "--metrics-listen",
-                                   "127.0.0.1:0"};
+WorkerProcess::WorkerProcess(std::vector<std::string> extra_args)
+    : WorkerProcess(WALSH_WORKER_BIN, std::move(extra_args)) {}
+
+WorkerProcess::WorkerProcess(const std::string& binary, std::vector<std::string> extra_args) {
+  std::vector<std::string> argv = {binary,        "--model",          TinyModelPath(), "--listen",
+                                   "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   process_ = std::make_unique<ChildProcess>(argv);
   const auto listening = process_->WaitForStderrLine(
@@ -77,6 +79,16 @@ std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target) {
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   return v1::Generator::NewStub(
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+}
+
+bool WaitForRunning(v1::Worker::Stub& worker, uint32_t running) {
+  for (int i = 0; i < 1000; ++i) {
+    grpc::ClientContext ctx;
+    v1::Load load;
+    if (worker.GetLoad(&ctx, {}, &load).ok() && load.running() >= running) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 v1::Load WaitForIdle(v1::Worker::Stub& worker) {

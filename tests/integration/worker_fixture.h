@@ -20,6 +20,8 @@ const std::string& TinyModelPath();
 class WorkerProcess {
  public:
   explicit WorkerProcess(std::vector<std::string> extra_args = {});
+  // Another build of the worker (walsh-worker-faults).
+  WorkerProcess(const std::string& binary, std::vector<std::string> extra_args);
   bool ok() const { return grpc_port_ > 0 && serving_; }
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
@@ -56,6 +58,10 @@ std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target);
 // Polls GetLoad until nothing runs, waits or holds pages or slots (about 10 s at most); returns
 // the last load seen.
 v1::Load WaitForIdle(v1::Worker::Stub& worker);
+
+// Polls GetLoad until at least `running` requests run (about 10 s at most); false if they never
+// did.
+bool WaitForRunning(v1::Worker::Stub& worker, uint32_t running);
 
 // Generate (a non-UTF-8 string at the top level and nested) and Tokenize with non-UTF-8 text,
 // through `stub`: each is refused INVALID_ARGUMENT naming the field; the same requests well

@@ -16,14 +16,15 @@ namespace walsh {
 namespace {
 
 // The engine, or null after a test failure naming why.
-std::unique_ptr<Engine> MakeEngine(const std::string& path, EngineOptions opts) {
+std::unique_ptr<Engine> MakeEngine(const std::string& path, EngineOptions opts,
+                                   EngineFaults faults = {}) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return nullptr;
   auto bound = Model::Bind(std::move(*file));
   EXPECT_TRUE(bound.ok()) << bound.status();
   if (!bound.ok()) return nullptr;
-  auto e = Engine::Create(std::move(*bound), opts);
+  auto e = Engine::Create(std::move(*bound), opts, faults);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
 }
@@ -221,9 +222,9 @@ TEST(TensorParallel, AStalledRankFailsTheStepWithinTheTimeout) {
   auto m = SyntheticModel::Create({.preset = "tiny"});
   testing::TempDir dir;
   ASSERT_TRUE((*m)->WritePacked(dir.File("m.gguf")).ok());
-  auto e = MakeEngine(
-      dir.File("m.gguf"),
-      {.tp = 2, .collective_timeout = std::chrono::milliseconds(300), .debug_stall_rank = 1});
+  auto e = MakeEngine(dir.File("m.gguf"),
+                      {.tp = 2, .collective_timeout = std::chrono::milliseconds(300)},
+                      {.stall_rank = 1});
   ASSERT_NE(e, nullptr);
   auto seq = e->AddSequence();
   const auto start = std::chrono::steady_clock::now();

@@ -12,7 +12,8 @@ namespace walsh {
 Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> model,
-                                                       const EngineOptions& options) {
+                                                       const EngineOptions& options,
+                                                       const EngineFaults& faults) {
   if (options.threads < 1 || options.threads > 1024) {
     return absl::InvalidArgumentError("engine threads must be 1..1024");
   }
@@ -33,8 +34,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   const int ranks = options.tp;
   if (ranks > 1) {
     engine->comm_ = std::make_unique<CpuCommunicator>(ranks);
-    engine->threads_ = std::make_unique<RankThreads>(ranks, options.collective_timeout * 2,
-                                                     options.debug_stall_rank);
+    engine->threads_ =
+        std::make_unique<RankThreads>(ranks, options.collective_timeout * 2, faults.stall_rank);
   }
   for (int r = 0; r < ranks; ++r) {
     EngineOptions rank_options = options;

@@ -86,7 +86,8 @@ struct PrefixCacheStats {
 class Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model,
-                                                        const EngineOptions& options);
+                                                        const EngineOptions& options,
+                                                        const EngineFaults& faults = {});
   ~Engine();
 
   const Model& model() const { return *model_; }

@@ -47,8 +47,12 @@ struct EngineOptions {
   // per worker/parallel/shard_plan.h. CPU only.
   int tp = 1;
   std::chrono::milliseconds collective_timeout{10000};
-  // A test seam: this rank stops taking steps after its first two (rank_threads.h).
-  int debug_stall_rank = -1;
+};
+
+// Faults a test injects into an engine: a seam for tests, never set by walsh-worker (only the
+// walsh-worker-faults test build has flags for them).
+struct EngineFaults {
+  int stall_rank = -1;  // this CPU rank stops taking steps after its first two (rank_threads.h)
 };
 
 }  // namespace walsh

@@ -15,39 +15,53 @@ class Qwen35Graph::ProjectionInput {
   int64_t width() const { return plain_.cols; }
 
   absl::StatusOr<Q8Tensor> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
-    const int index = static_cast<int>(t) * 2 + static_cast<int>(layout);
-    if (have_q8_[index] && q8_signs_[index] != signs) {
+    const int index = static_cast<int>(t) * kQ8Layouts + static_cast<int>(layout);
+    Q8Form& form = int8_forms_[index];
+    if (form.made && form.signs != signs) {
       return absl::InternalError("one input rotated with two sign vectors");
     }
-    if (!have_q8_[index]) {
-      q8_signs_[index] = signs;
-      ASSIGN_OR_RETURN(q8_[index], backend_.Quantized(index, plain_.rows, plain_.cols, layout));
-      RETURN_IF_ERROR(backend_.RotateQuantize(plain_, t, signs, q8_[index]));
-      have_q8_[index] = true;
+    if (!form.made) {
+      form.signs = signs;
+      ASSIGN_OR_RETURN(form.tensor, backend_.Quantized(index, plain_.rows, plain_.cols, layout));
+      RETURN_IF_ERROR(backend_.RotateQuantize(plain_, t, signs, form.tensor));
+      form.made = true;
     }
-    return q8_[index];
+    return form.tensor;
   }
 
   absl::StatusOr<Tensor> Rotated(Transform t, const int8_t* signs) {
     if (t == Transform::kPlain) return plain_;
-    const int index = static_cast<int>(t);
-    if (!have_f32_[index]) {
-      const Buffer id = static_cast<Buffer>(static_cast<int>(Buffer::kRotated0) + index);
-      ASSIGN_OR_RETURN(f32_[index], backend_.Activation(id, plain_.rows, plain_.cols));
-      RETURN_IF_ERROR(backend_.Rotate(plain_, t, signs, f32_[index]));
-      have_f32_[index] = true;
+    F32Form& form = f32_forms_[static_cast<int>(t)];
+    if (!form.made) {
+      const Buffer id =
+          static_cast<Buffer>(static_cast<int>(Buffer::kRotated0) + static_cast<int>(t));
+      ASSIGN_OR_RETURN(form.tensor, backend_.Activation(id, plain_.rows, plain_.cols));
+      RETURN_IF_ERROR(backend_.Rotate(plain_, t, signs, form.tensor));
+      form.made = true;
     }
-    return f32_[index];
+    return form.tensor;
   }
 
  private:
+  static constexpr int kTransforms = 3;  // Transform's values
+  static constexpr int kQ8Layouts = 2;   // Q8Layout's values
+
+  // The input transformed and quantized to int8 blocks, made on first use.
+  struct Q8Form {
+    Q8Tensor tensor;
+    const int8_t* signs = nullptr;  // the sign vector it was rotated with
+    bool made = false;
+  };
+  // The input transformed, in fp32 (the --no-activation-quant path).
+  struct F32Form {
+    Tensor tensor;
+    bool made = false;
+  };
+
   Backend& backend_;
   Tensor plain_;
-  Q8Tensor q8_[6];  // per (Transform, Q8Layout)
-  const int8_t* q8_signs_[6] = {};
-  bool have_q8_[6] = {};
-  Tensor f32_[3];
-  bool have_f32_[3] = {};
+  Q8Form int8_forms_[kTransforms * kQ8Layouts];  // per (Transform, Q8Layout)
+  F32Form f32_forms_[kTransforms];               // per Transform
 };
 
 namespace {

@@ -40,7 +40,7 @@ struct Flags {
   double gpu_memory_utilization = 0.9;
   int64_t tp = 1;
   int64_t collective_timeout_ms = 10000;
-  int64_t debug_stall_rank = -1;
+  int64_t debug_stall_rank = -1;  // walsh-worker-faults only
   ServerTlsFiles tls;
 };
 
@@ -95,7 +95,9 @@ int Run(int argc, char** argv) {
   flags.Int(
       "collective-timeout-ms", &f.collective_timeout_ms,
       "a tensor-parallel collective slower than this fails the step; the worker turns NOT_SERVING");
-  flags.Int("debug-stall-rank", &f.debug_stall_rank, "tests only: this rank stops answering");
+#ifdef WALSH_FAULT_INJECTION
+  flags.Int("debug-stall-rank", &f.debug_stall_rank, "this rank stops answering");
+#endif
   flags.String("tls-cert-file", &f.tls.cert, "PEM certificate chain: serve over TLS");
   flags.String("tls-key-file", &f.tls.key, "PEM private key of --tls-cert-file");
   flags.String("tls-client-ca-file", &f.tls.client_ca,
@@ -203,10 +205,10 @@ int Run(int argc, char** argv) {
   eo.max_context = context;
   eo.tp = static_cast<int>(f.tp);
   eo.collective_timeout = std::chrono::milliseconds(f.collective_timeout_ms);
-  eo.debug_stall_rank = static_cast<int>(f.debug_stall_rank);
   eo.device = device;
   eo.gpu_memory_utilization = f.gpu_memory_utilization;
-  auto engine = Engine::Create(std::move(*bound), eo);
+  const EngineFaults faults{.stall_rank = static_cast<int>(f.debug_stall_rank)};
+  auto engine = Engine::Create(std::move(*bound), eo, faults);
   if (!engine.ok()) return Fail("engine_failed", std::string(engine.status().message()));
   {
     auto seq = (*engine)->AddSequence();
