@@ -1,0 +1,178 @@
+// The worker pool's state machine against stand-in workers in this process: a worker takes
+// traffic only while it is SERVING, reports the pool's fingerprint (checked on every poll) and
+// its breaker is not open; its load is copied from GetLoad.
+#include "gateway/worker_pool.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "gtest/gtest.h"
+
+namespace walsh {
+namespace {
+
+// A gRPC server answering health, GetModelInfo and GetLoad with what the test sets.
+class StandInWorker {
+ public:
+  explicit StandInWorker(std::string fingerprint) : generator_(this), worker_(this) {
+    SetFingerprint(std::move(fingerprint));
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&generator_);
+    builder.RegisterService(&worker_);
+    server_ = builder.BuildAndStart();
+    SetServing(true);
+  }
+  ~StandInWorker() {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void SetServing(bool serving) { server_->GetHealthCheckService()->SetServingStatus("", serving); }
+  void SetFingerprint(std::string fingerprint) {
+    absl::MutexLock l(&mu_);
+    fingerprint_ = std::move(fingerprint);
+  }
+  void SetLoad(uint32_t waiting, uint32_t running) {
+    absl::MutexLock l(&mu_);
+    waiting_ = waiting;
+    running_ = running;
+  }
+
+ private:
+  class Generator final : public v1::Generator::CallbackService {
+   public:
+    explicit Generator(StandInWorker* w) : w_(w) {}
+    grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                           const v1::GetModelInfoRequest*,
+                                           v1::ModelInfo* info) override {
+      absl::MutexLock l(&w_->mu_);
+      info->set_contract_fingerprint(w_->fingerprint_);
+      auto* r = context->DefaultReactor();
+      r->Finish(grpc::Status::OK);
+      return r;
+    }
+
+   private:
+    StandInWorker* w_;
+  };
+  class Worker final : public v1::Worker::CallbackService {
+   public:
+    explicit Worker(StandInWorker* w) : w_(w) {}
+    grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
+                                      const v1::GetLoadRequest*, v1::Load* load) override {
+      absl::MutexLock l(&w_->mu_);
+      load->set_waiting(w_->waiting_);
+      load->set_running(w_->running_);
+      auto* r = context->DefaultReactor();
+      r->Finish(grpc::Status::OK);
+      return r;
+    }
+
+   private:
+    StandInWorker* w_;
+  };
+
+  absl::Mutex mu_;
+  std::string fingerprint_ ABSL_GUARDED_BY(mu_);
+  uint32_t waiting_ ABSL_GUARDED_BY(mu_) = 0, running_ ABSL_GUARDED_BY(mu_) = 0;
+  Generator generator_;
+  Worker worker_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+// Waits for `condition` with a deadline (the pool polls every 20 ms here).
+bool Eventually(const std::function<bool()>& condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return condition();
+}
+
+WorkerPoolOptions Options(std::vector<std::string> workers, std::string expected = "") {
+  WorkerPoolOptions o;
+  o.static_workers = std::move(workers);
+  o.expected_fingerprint = std::move(expected);
+  o.poll_interval = std::chrono::milliseconds(20);
+  o.channel.keepalive = std::chrono::milliseconds(0);
+  return o;
+}
+
+std::vector<std::string> Addresses(const std::vector<std::shared_ptr<WorkerEndpoint>>& ws) {
+  std::vector<std::string> out;
+  for (const auto& w : ws) out.push_back(w->address);
+  return out;
+}
+
+TEST(WorkerPool, AServingWorkerIsACandidateWithItsLoad) {
+  StandInWorker a("fp-a");
+  a.SetLoad(3, 2);
+  WorkerPool pool(Options({a.address()}));
+  ASSERT_TRUE(pool.WaitForAny(std::chrono::seconds(10)));
+  EXPECT_EQ(pool.fingerprint(), "fp-a");  // the first worker's, none being expected
+  auto w = pool.Candidates().at(0);
+  EXPECT_TRUE(Eventually([&] { return w->waiting == 3 && w->running == 2; }));
+}
+
+TEST(WorkerPool, NotServingLeavesRoutingAndServingAgainReturns) {
+  StandInWorker a("fp");
+  WorkerPool pool(Options({a.address()}));
+  ASSERT_TRUE(pool.WaitForAny(std::chrono::seconds(10)));
+  a.SetServing(false);
+  EXPECT_TRUE(Eventually([&] { return pool.Candidates().empty(); }));
+  a.SetServing(true);
+  EXPECT_TRUE(Eventually([&] { return pool.Candidates().size() == 1; }));
+}
+
+TEST(WorkerPool, AnotherModelIsRefusedOnEveryPoll) {
+  StandInWorker good("fp-good"), other("fp-other");
+  WorkerPool pool(Options({good.address(), other.address()}, "fp-good"));
+  auto only_good = [&] {
+    return Addresses(pool.Candidates()) == std::vector<std::string>{good.address()};
+  };
+  ASSERT_TRUE(Eventually(only_good));
+  std::shared_ptr<WorkerEndpoint> refused;
+  for (auto& w : pool.All()) {
+    if (w->address == other.address()) refused = w;
+  }
+  ASSERT_NE(refused, nullptr);
+  EXPECT_TRUE(Eventually([&] { return refused->known && refused->refused; }));
+  other.SetFingerprint("fp-good");  // restarted with the pool's model: accepted
+  EXPECT_TRUE(Eventually([&] { return pool.Candidates().size() == 2; }));
+  other.SetFingerprint("fp-other");  // and again with another: refused again
+  EXPECT_TRUE(Eventually(only_good));
+}
+
+TEST(WorkerPool, AnOpenBreakerLeavesRoutingUntilItsCoolDownEnds) {
+  StandInWorker a("fp");
+  WorkerPoolOptions o = Options({a.address()});
+  o.breaker = {.failures = 2, .cool_down = std::chrono::milliseconds(300)};
+  WorkerPool pool(o);
+  ASSERT_TRUE(pool.WaitForAny(std::chrono::seconds(10)));
+  auto w = pool.Candidates().at(0);
+  w->breaker.RecordFailure();
+  EXPECT_EQ(pool.Candidates().size(), 1u);  // one failure of two
+  w->breaker.RecordFailure();
+  EXPECT_TRUE(pool.Candidates().empty());
+  // Half-open after the cool-down: a candidate again, for its one trial.
+  EXPECT_TRUE(Eventually([&] { return pool.Candidates().size() == 1; }));
+  EXPECT_EQ(w->breaker.state(), CircuitBreaker::State::kHalfOpen);
+}
+
+TEST(WorkerPool, AnUnreachableWorkerIsNeverACandidate) {
+  WorkerPool pool(Options({"127.0.0.1:1"}));
+  EXPECT_FALSE(pool.WaitForAny(std::chrono::milliseconds(300)));
+  ASSERT_EQ(pool.All().size(), 1u);
+  EXPECT_FALSE(pool.All()[0]->serving);
+}
+
+}  // namespace
+}  // namespace walsh
