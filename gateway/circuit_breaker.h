@@ -15,6 +15,9 @@ namespace walsh {
 struct BreakerOptions {
   int failures = 3;                           // consecutive failures that open it
   std::chrono::milliseconds cool_down{2000};  // open this long before a trial call
+  // The clock, a seam for tests (null: the steady clock). Called with the breaker's lock held,
+  // from any thread: it must be thread-safe, must not block and must not use the breaker.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 class CircuitBreaker {
@@ -22,10 +25,10 @@ class CircuitBreaker {
   enum class State { kClosed, kOpen, kHalfOpen };
   using Clock = std::chrono::steady_clock;
 
-  // `now` is a seam for tests; the gateway uses the steady clock.
-  explicit CircuitBreaker(const BreakerOptions& options,
-                          std::function<Clock::time_point()> now = Clock::now)
-      : threshold_(options.failures), cool_down_(options.cool_down), now_(std::move(now)) {}
+  explicit CircuitBreaker(const BreakerOptions& options)
+      : threshold_(options.failures),
+        cool_down_(options.cool_down),
+        now_(options.clock ? options.clock : [] { return Clock::now(); }) {}
 
   // May a call go to this worker now? In half-open state only one trial at a time.
   bool Allow() ABSL_LOCKS_EXCLUDED(mu_);

@@ -18,7 +18,7 @@ struct GatewayOptions {
   int max_migrations = 5;                 // after it
   std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff
   // Rounds over every worker (each failed the stream once) before it fails.
-  int max_rounds = 5;
+  int retry_rounds = 5;
   // A stream with no routable worker waits this long for one, at most max_worker_waits times.
   std::chrono::milliseconds worker_wait{2000};
   int max_worker_waits = 3;

@@ -200,7 +200,7 @@ int Run(int argc, char** argv) {
   go.max_buffered_responses = max_buffered_responses;
   go.max_retries = static_cast<int>(max_retries);
   go.max_migrations = static_cast<int>(max_migrations);
-  go.max_rounds = static_cast<int>(retry_rounds);
+  go.retry_rounds = static_cast<int>(retry_rounds);
   go.worker_wait = std::chrono::milliseconds(worker_wait_ms);
   go.max_worker_waits = static_cast<int>(max_worker_waits);
   go.unary_timeout = std::chrono::milliseconds(unary_timeout_ms);

@@ -183,7 +183,7 @@ void ProxiedStream::Step() {
     if (candidates.empty() && !failed_.empty()) {
       // Every worker failed this request once: try them again after a pause, a few times.
       failed_.clear();
-      if (++rounds_ > env_.options->max_rounds) return End(last_);
+      if (++rounds_ > env_.options->retry_rounds) return End(last_);
       return Sleep(env_.options->backoff * rounds_);
     }
     if (candidates.empty()) {

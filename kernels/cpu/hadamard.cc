@@ -1,5 +1,6 @@
 #include "kernels/cpu/hadamard.h"
 
+#include "kernels/cpu/isa.h"
 #include "kernels/hadamard_ref.h"
 
 namespace walsh {

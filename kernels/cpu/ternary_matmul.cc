@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/block_types.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/ternary_block_decode.h"
 
 namespace walsh {
@@ -16,8 +17,11 @@ void TernaryMatMulQ8(CpuIsa isa, const TernaryProduct& p, int64_t row_begin, int
     case CpuIsa::kAvx2:
       TernaryMatMulQ8Avx2(p, row_begin, row_end);
       return;
+#else
+    case CpuIsa::kAvx512Vnni:  // not in a scalar-only build (CpuSupports says so)
+    case CpuIsa::kAvx2:
 #endif
-    default:  // the scalar path, and the only one a scalar-only build has
+    case CpuIsa::kScalar:
       TernaryMatMulQ8Scalar(p, row_begin, row_end);
       return;
   }

@@ -389,7 +389,15 @@ TEST(Gateway, DnsDiscoveryAndDrain) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i)
     threads.emplace_back([&, i] { results[i] = RunRouted(*stub, Request("drain", 300, 0, 1)); });
-  EXPECT_TRUE(testing::WaitForRunning(*a.Worker(), 3));
+  // All three admitted by the gateway (not one of them still on its way) before the signal.
+  const int metrics_port = j["metrics_port"].get<int>();
+  bool all_in = false;
+  for (int i = 0; i < 1000 && !all_in; ++i) {
+    all_in = testing::MetricIn(testing::HttpGet(metrics_port, "/metrics"),
+                               "walsh_gateway_inflight_streams") == 3;
+    if (!all_in) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(all_in);
   gw.Signal(SIGTERM);
   for (auto& t : threads) t.join();
   for (const Routed& res : results) {

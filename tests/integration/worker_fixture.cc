@@ -84,6 +84,7 @@ std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target) {
 bool WaitForRunning(v1::Worker::Stub& worker, uint32_t running) {
   for (int i = 0; i < 1000; ++i) {
     grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     v1::Load load;
     if (worker.GetLoad(&ctx, {}, &load).ok() && load.running() >= running) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -207,7 +207,11 @@ int Run(int argc, char** argv) {
   eo.collective_timeout = std::chrono::milliseconds(f.collective_timeout_ms);
   eo.device = device;
   eo.gpu_memory_utilization = f.gpu_memory_utilization;
+#ifdef WALSH_FAULT_INJECTION
   const EngineFaults faults{.stall_rank = static_cast<int>(f.debug_stall_rank)};
+#else
+  const EngineFaults faults;  // none in a shipped worker
+#endif
   auto engine = Engine::Create(std::move(*bound), eo, faults);
   if (!engine.ok()) return Fail("engine_failed", std::string(engine.status().message()));
   {

@@ -185,7 +185,7 @@ void Scheduler::Admit() {
                             .kv_pages_total = s.kv_pages_total,
                             .page_size = engine_->page_size(),
                             .uses_kv = engine_->model().attention_layers() > 0};
-    const Admission admission = walsh::Admit(static_cast<int64_t>(r.tokens.size()), capacity);
+    const Admission admission = DecideAdmission(static_cast<int64_t>(r.tokens.size()), capacity);
     if (admission == Admission::kWait) break;
     if (admission == Admission::kNeverFits) {
       EndWithStatus(
@@ -360,7 +360,9 @@ void Scheduler::Step() {
     }
     if (r.fed < r.tokens.size()) continue;  // more prefill to come
     if (!r.started_sent) {
-      RequestStarted started{r.request_id, static_cast<int64_t>(r.prompt.size()), r.seed, {}};
+      RequestStarted started{.request_id = r.request_id,
+                             .prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                             .seed = r.seed};
       if (r.return_prompt_ids) started.prompt_ids = r.prompt;
       r.sink->Started(started);
       r.started_sent = true;

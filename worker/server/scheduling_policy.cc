@@ -12,7 +12,7 @@ int64_t PagesToAdmit(int64_t tokens, int64_t page_size) {
   return (tokens + 1 + page_size - 1) / page_size;
 }
 
-Admission Admit(int64_t tokens, const Capacity& c) {
+Admission DecideAdmission(int64_t tokens, const Capacity& c) {
   if (c.uses_kv && PagesToAdmit(tokens, c.page_size) > c.kv_pages_total) {
     return Admission::kNeverFits;
   }

@@ -38,7 +38,7 @@ enum class Admission {
 // KV pages a sequence of `tokens` needs to be admitted: its tokens and the one it will sample.
 int64_t PagesToAdmit(int64_t tokens, int64_t page_size);
 
-Admission Admit(int64_t tokens, const Capacity& capacity);
+Admission DecideAdmission(int64_t tokens, const Capacity& capacity);
 
 // The running request that gives way when pages run out: the one that arrived last (vLLM's
 // rule). It re-queues at the front keeping its arrival, so it is also the first to give way

@@ -12,7 +12,8 @@ using std::chrono::milliseconds;
 class BreakerTest : public testing::Test {
  protected:
   CircuitBreaker::Clock::time_point now_{};
-  CircuitBreaker breaker_{{.failures = 3, .cool_down = milliseconds(500)}, [this] { return now_; }};
+  CircuitBreaker breaker_{
+      {.failures = 3, .cool_down = milliseconds(500), .clock = [this] { return now_; }}};
 };
 
 TEST_F(BreakerTest, OpensAfterConsecutiveFailuresOnly) {
@@ -67,7 +68,8 @@ TEST_F(BreakerTest, AReleasedTrialLetsTheNextCallBeTheTrial) {
 
 TEST(BreakerOptions, AThresholdOfOneOpensAtTheFirstFailure) {
   CircuitBreaker::Clock::time_point now{};
-  CircuitBreaker breaker({.failures = 1, .cool_down = milliseconds(0)}, [&] { return now; });
+  CircuitBreaker breaker(
+      {.failures = 1, .cool_down = milliseconds(0), .clock = [&] { return now; }});
   breaker.RecordFailure();
   EXPECT_EQ(breaker.state(), State::kHalfOpen);  // a zero cool-down: straight to a trial
   EXPECT_TRUE(breaker.Allow());

@@ -23,6 +23,15 @@ namespace {
 
 constexpr int64_t kWidths[] = {256, 384, 1024, 1536, 2816, 5120, 6144, 17408};
 
+// Every path this build and CPU have, the scalar one first.
+std::vector<CpuIsa> AllIsas() {
+  std::vector<CpuIsa> out = {CpuIsa::kScalar};
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (CpuSupports(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
 std::vector<CpuIsa> FastIsas() {
   std::vector<CpuIsa> out;
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
@@ -140,7 +149,7 @@ TEST(TernaryMatMul, SegmentsAndRowSelectionsOnEveryIsa) {
     }
     TernaryMatMulQ8Scalar(seg, 0, rows);
     for (int64_t i = 0; i < tokens * rows; ++i) EXPECT_EQ(ref_seg[tokens * rows + i], 0.0f);
-    for (CpuIsa isa : FastIsas()) {
+    for (CpuIsa isa : AllIsas()) {
       std::vector<float> got(3 * tokens);
       sel.y[0] = got.data();
       TernaryMatMulQ8(isa, sel, 0, 3);
@@ -209,7 +218,7 @@ TEST(Hadamard, FastPathEqualsReferenceBitForBit) {
       std::vector<float> ref(n), fast(n), iref(n), ifast(n);
       SignedFwhtForwardRef(x.data(), signs.data(), n, block, ref.data());
       SignedFwhtInverseRef(x.data(), signs.data(), n, block, iref.data());
-      for (CpuIsa isa : FastIsas()) {
+      for (CpuIsa isa : AllIsas()) {
         SignedFwhtForward(isa, x.data(), signs.data(), n, block, fast.data());
         SignedFwhtInverse(isa, x.data(), signs.data(), n, block, ifast.data());
         ASSERT_EQ(0, std::memcmp(ref.data(), fast.data(), n * 4)) << block << " " << n;

@@ -1,7 +1,9 @@
 // GenerateRequest validation in process: every refusal names its field and the allowed range.
 #include "worker/server/request_validation.h"
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,6 +11,7 @@
 namespace walsh {
 namespace {
 
+using testing::AllOf;
 using testing::HasSubstr;
 using testing::StartsWith;
 
@@ -49,6 +52,7 @@ TEST(ValidateGenerateRequest, AcceptsAndCarriesEveryField) {
   EXPECT_EQ(v->generation.sampling.seed, 77u);
   EXPECT_FLOAT_EQ(v->generation.sampling.temperature, 0.5f);
   EXPECT_EQ(v->generation.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(v->generation.sampling.top_p, 0.9f);
   EXPECT_EQ(v->generation.sampling.logprobs, 2);
   ASSERT_EQ(v->generation.sampling.logit_bias.size(), 2u);
   EXPECT_EQ(v->generation.sampling.logit_bias[0].first, 3);  // sorted by id: deterministic

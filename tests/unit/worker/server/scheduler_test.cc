@@ -182,5 +182,36 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
   EXPECT_GT(cancelled, 0);
 }
 
+// A request whose tokens need more KV pages than the whole cache is refused as soon as it
+// reaches the head of the queue, even while others run (waiting could never help it), and the
+// queue goes on.
+TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
+  SchedulerFixture fx;
+  auto engine = fx.MakeEngine();
+  MetricsRegistry registry;
+  WorkerMetrics metrics(registry);
+  Scheduler scheduler(engine.get(), {}, &metrics);
+  auto running_sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler.Submit(fx.Request(1, 64, running_sink)).ok());
+
+  const int64_t pages = engine->Stats().kv_pages_total, page = engine->page_size();
+  auto huge_sink = std::make_shared<RecordingSink>();
+  auto huge = fx.Request(2, 4, huge_sink);
+  huge->prompt.assign(static_cast<size_t>(pages * page), 1);  // and the token it samples: +1 page
+  ASSERT_TRUE(scheduler.Submit(huge).ok());
+  auto after_sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(scheduler.Submit(fx.Request(3, 4, after_sink)).ok());
+
+  const auto [ids, reason, status] = huge_sink->Wait();
+  EXPECT_TRUE(ids.empty());
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status.message(), "the request's " + std::to_string(pages * page) +
+                                  " tokens need more KV cache than the worker has (" +
+                                  std::to_string(pages) + " pages of " + std::to_string(page) +
+                                  " tokens)");
+  EXPECT_EQ(std::get<1>(after_sink->Wait()), "length");
+  EXPECT_EQ(std::get<1>(running_sink->Wait()), "length");
+}
+
 }  // namespace
 }  // namespace walsh

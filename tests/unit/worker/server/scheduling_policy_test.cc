@@ -31,46 +31,46 @@ Capacity Roomy() {
           .uses_kv = true};
 }
 
-TEST(Admit, CountsTheTokenItWillSample) {
+TEST(DecideAdmission, CountsTheTokenItWillSample) {
   EXPECT_EQ(PagesToAdmit(15, 16), 1);
   EXPECT_EQ(PagesToAdmit(16, 16), 2);  // 16 tokens and the 17th it samples
   EXPECT_EQ(PagesToAdmit(0, 16), 1);
 }
 
-TEST(Admit, AdmitsWhatFits) {
-  EXPECT_EQ(Admit(100, Roomy()), Admission::kAdmit);
-  EXPECT_EQ(Admit(159, Roomy()), Admission::kAdmit);  // exactly the 10 pages
+TEST(DecideAdmission, AdmitsWhatFits) {
+  EXPECT_EQ(DecideAdmission(100, Roomy()), Admission::kAdmit);
+  EXPECT_EQ(DecideAdmission(159, Roomy()), Admission::kAdmit);  // exactly the 10 pages
 }
 
-TEST(Admit, WaitsForABatchPlaceAStateSlotOrPages) {
+TEST(DecideAdmission, WaitsForABatchPlaceAStateSlotOrPages) {
   Capacity full_batch = Roomy();
   full_batch.running = full_batch.max_running;
-  EXPECT_EQ(Admit(10, full_batch), Admission::kWait);
+  EXPECT_EQ(DecideAdmission(10, full_batch), Admission::kWait);
   Capacity no_slot = Roomy();
   no_slot.state_slots_free = 0;
-  EXPECT_EQ(Admit(10, no_slot), Admission::kWait);
+  EXPECT_EQ(DecideAdmission(10, no_slot), Admission::kWait);
   Capacity few_pages = Roomy();
   few_pages.kv_pages_free = 2;
   few_pages.running = 1;
-  EXPECT_EQ(Admit(31, few_pages), Admission::kAdmit);  // 31 + 1 tokens: 2 pages
-  EXPECT_EQ(Admit(32, few_pages), Admission::kWait);
+  EXPECT_EQ(DecideAdmission(31, few_pages), Admission::kAdmit);  // 31 + 1 tokens: 2 pages
+  EXPECT_EQ(DecideAdmission(32, few_pages), Admission::kWait);
 }
 
-TEST(Admit, RefusesWhatTheWholeCacheCannotHold) {
-  EXPECT_EQ(Admit(160, Roomy()), Admission::kNeverFits);  // 11 pages of a 10-page cache
+TEST(DecideAdmission, RefusesWhatTheWholeCacheCannotHold) {
+  EXPECT_EQ(DecideAdmission(160, Roomy()), Admission::kNeverFits);  // 11 pages of a 10-page cache
   Capacity busy = Roomy();
   busy.running = 4;  // even while the batch is full: waiting would never help
   busy.kv_pages_free = 0;
-  EXPECT_EQ(Admit(1000, busy), Admission::kNeverFits);
+  EXPECT_EQ(DecideAdmission(1000, busy), Admission::kNeverFits);
 }
 
-TEST(Admit, AModelWithoutAttentionNeedsNoPages) {
+TEST(DecideAdmission, AModelWithoutAttentionNeedsNoPages) {
   Capacity c = Roomy();
   c.uses_kv = false;
   c.kv_pages_free = c.kv_pages_total = 0;
-  EXPECT_EQ(Admit(100000, c), Admission::kAdmit);
+  EXPECT_EQ(DecideAdmission(100000, c), Admission::kAdmit);
   c.state_slots_free = 0;
-  EXPECT_EQ(Admit(1, c), Admission::kWait);
+  EXPECT_EQ(DecideAdmission(1, c), Admission::kWait);
 }
 
 TEST(PreemptionVictim, TheLastToArriveGivesWay) {
@@ -83,15 +83,9 @@ TEST(PreemptionVictim, OneRequestAloneIsNeverPreempted) {
   EXPECT_EQ(PreemptionVictim(std::vector<uint64_t>{3}), -1);
 }
 
-TEST(PreemptionVictim, TheVictimStaysTheFirstToGiveWayWhenItComesBack) {
-  // The scheduler re-queues a victim with its arrival; when it runs again beside the same
-  // requests, it is chosen again, and the older ones keep making progress.
-  std::vector<uint64_t> running = {1, 2, 3};
-  const int64_t first = PreemptionVictim(running);
-  const uint64_t victim = running[first];
-  running.erase(running.begin() + first);
-  running.insert(running.begin(), victim);  // readmitted, now first in the batch
-  EXPECT_EQ(running[PreemptionVictim(running)], victim);
+TEST(PreemptionVictim, TiesGoToTheFirstInTheBatch) {
+  const std::vector<uint64_t> arrivals = {5, 8, 8};
+  EXPECT_EQ(PreemptionVictim(arrivals), 1);
 }
 
 TEST(PlanBatch, DecodesFirstThenPrefillsInOrderWithinTheBudget) {
