@@ -128,11 +128,12 @@ class Engine {
   // A projection runs only on the transform its weights were folded with (the fork's graph
   // check, docs/format.md §6): qwen35_graph.h.
   using Transform = ::walsh::Transform;
+  using InputTag = Qwen35Graph::InputTag;
   static Transform RequiredTransform(const Projection& p) {
     return Qwen35Graph::RequiredTransform(p);
   }
-  absl::Status CheckTransform(const Projection& p, Transform applied) const {
-    return Qwen35Graph::CheckTransform(p, applied);
+  static absl::Status CheckInput(const Projection& p, const InputTag& tag, const int8_t* signs) {
+    return Qwen35Graph::CheckInput(p, tag, signs);
   }
   int tp() const { return options_.tp; }
   // A collective failed (a rank stalled or died): the group is broken and every later step

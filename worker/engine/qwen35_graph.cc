@@ -14,32 +14,42 @@ class Qwen35Graph::ProjectionInput {
 
   int64_t width() const { return plain_.cols; }
 
-  absl::StatusOr<Q8Tensor> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
+  struct TaggedQ8 {
+    Q8Tensor tensor;
+    InputTag tag;
+  };
+  struct TaggedF32 {
+    Tensor tensor;
+    InputTag tag;
+  };
+
+  absl::StatusOr<TaggedQ8> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
     const int index = static_cast<int>(t) * kQ8Layouts + static_cast<int>(layout);
     Q8Form& form = int8_forms_[index];
-    if (form.made && form.signs != signs) {
+    if (form.made && form.tag.signs != signs) {
       return absl::InternalError("one input rotated with two sign vectors");
     }
     if (!form.made) {
-      form.signs = signs;
       ASSIGN_OR_RETURN(form.tensor, backend_.Quantized(index, plain_.rows, plain_.cols, layout));
       RETURN_IF_ERROR(backend_.RotateQuantize(plain_, t, signs, form.tensor));
+      form.tag = {t, t == Transform::kPlain ? nullptr : signs};
       form.made = true;
     }
-    return form.tensor;
+    return TaggedQ8{form.tensor, form.tag};
   }
 
-  absl::StatusOr<Tensor> Rotated(Transform t, const int8_t* signs) {
-    if (t == Transform::kPlain) return plain_;
+  absl::StatusOr<TaggedF32> Rotated(Transform t, const int8_t* signs) {
+    if (t == Transform::kPlain) return TaggedF32{plain_, {}};
     F32Form& form = f32_forms_[static_cast<int>(t)];
     if (!form.made) {
       const Buffer id =
           static_cast<Buffer>(static_cast<int>(Buffer::kRotated0) + static_cast<int>(t));
       ASSIGN_OR_RETURN(form.tensor, backend_.Activation(id, plain_.rows, plain_.cols));
       RETURN_IF_ERROR(backend_.Rotate(plain_, t, signs, form.tensor));
+      form.tag = {t, signs};
       form.made = true;
     }
-    return form.tensor;
+    return TaggedF32{form.tensor, form.tag};
   }
 
  private:
@@ -49,12 +59,13 @@ class Qwen35Graph::ProjectionInput {
   // The input transformed and quantized to int8 blocks, made on first use.
   struct Q8Form {
     Q8Tensor tensor;
-    const int8_t* signs = nullptr;  // the sign vector it was rotated with
+    InputTag tag;
     bool made = false;
   };
   // The input transformed, in fp32 (the --no-activation-quant path).
   struct F32Form {
     Tensor tensor;
+    InputTag tag;
     bool made = false;
   };
 
@@ -157,37 +168,59 @@ Transform Qwen35Graph::RequiredTransform(const Projection& p) {
   return p.gdn_permute ? Transform::kPermutedRotated : Transform::kRotated;
 }
 
-absl::Status Qwen35Graph::CheckTransform(const Projection& p, Transform applied) {
-  if (applied != RequiredTransform(p)) {
-    return absl::InternalError(
-        absl::StrCat("graph check: '", p.name, "' ", p.folded ? "is folded" : "is not folded",
-                     " but its input got transform ", static_cast<int>(applied), ", not ",
-                     static_cast<int>(RequiredTransform(p))));
+namespace {
+
+const char* TransformName(Transform t) {
+  switch (t) {
+    case Transform::kPlain:
+      return "plain";
+    case Transform::kRotated:
+      return "rotated";
+    case Transform::kPermutedRotated:
+      return "permuted and rotated";
+  }
+  return "?";
+}
+
+// The rotation a projection's input gets here: the contract's when its weights are folded.
+Transform Rotation(const Projection& p) {
+  return p.folded ? Transform::kRotated : Transform::kPlain;
+}
+
+}  // namespace
+
+absl::Status Qwen35Graph::CheckInput(const Projection& p, const InputTag& tag,
+                                     const int8_t* signs) {
+  const Transform required = RequiredTransform(p);
+  if (tag.transform != required) {
+    return absl::InternalError(absl::StrCat("graph check: '", p.name, "' needs its input ",
+                                            TransformName(required), ", got it ",
+                                            TransformName(tag.transform)));
+  }
+  if (required != Transform::kPlain && tag.signs != signs) {
+    return absl::InternalError(absl::StrCat("graph check: '", p.name,
+                                            "''s input was rotated with another sign vector than "
+                                            "its weights were folded with"));
   }
   return absl::OkStatus();
 }
 
-Transform Qwen35Graph::SiteTransform(const Projection& p, Site site) const {
-  if (!p.folded) return Transform::kPlain;
-  const bool permute = site == Site::kGdnOutput && model_.contract().gdn_v_grouped;
-  return permute ? Transform::kPermutedRotated : Transform::kRotated;
-}
-
-absl::Status Qwen35Graph::Project(const Projection& p, Site site, ProjectionInput& in,
+absl::Status Qwen35Graph::Project(const Projection& p, ProjectionInput& in,
                                   const RowSelection& rows, Tensor y) {
   if (p.w.cols != in.width()) {
     return absl::InternalError(absl::StrCat("'", p.name, "' takes width ", p.w.cols,
                                             ", got an activation of width ", in.width()));
   }
-  const Transform applied = SiteTransform(p, site);
-  RETURN_IF_ERROR(CheckTransform(p, applied));
   if (rows.count() == 0) return absl::OkStatus();
   if (quantize_) {
-    ASSIGN_OR_RETURN(Q8Tensor x, in.Quantized(applied, p.signs, Q8LayoutFor(p.w.format)));
-    return backend_.MatMul(p, x, rows, y);
+    ASSIGN_OR_RETURN(ProjectionInput::TaggedQ8 x,
+                     in.Quantized(Rotation(p), p.signs, Q8LayoutFor(p.w.format)));
+    RETURN_IF_ERROR(CheckInput(p, x.tag, p.signs));
+    return backend_.MatMul(p, x.tensor, rows, y);
   }
-  ASSIGN_OR_RETURN(Tensor x, in.Rotated(applied, p.signs));
-  return backend_.MatMulF32(p, x, rows, y);
+  ASSIGN_OR_RETURN(ProjectionInput::TaggedF32 x, in.Rotated(Rotation(p), p.signs));
+  RETURN_IF_ERROR(CheckInput(p, x.tag, p.signs));
+  return backend_.MatMulF32(p, x.tensor, rows, y);
 }
 
 absl::Status Qwen35Graph::AllGather(Tensor buffer, const std::vector<int64_t>& offsets,
@@ -201,10 +234,9 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
   const int64_t n = held.rows, cols = p.w.cols, rows = p.w.rows;
   const int ranks = plan_.ranks();
   const Span owned = plan_.OwnedColumns(cols, rank_);
-  const Transform applied = SiteTransform(p, site);
-  RETURN_IF_ERROR(CheckTransform(p, applied));
-  // The GatedDeltaNet kernels write grouped order already: only the rotation remains.
-  const Transform rotation = applied == Transform::kPermutedRotated ? Transform::kRotated : applied;
+  const Transform rotation = Rotation(p);
+  // The GatedDeltaNet kernels write grouped order; `ungroup` puts it back in natural order.
+  const bool grouped = site == Site::kGdnOutput && !ungroup;
 
   Tensor input = held;  // the owned columns, in the order the weights were folded in
   if (!aligned || ungroup) {
@@ -259,14 +291,25 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
   std::vector<Tensor> partials;
   for (size_t s = 0; s < windows.size(); ++s) partials.push_back(Rows(all_partials, s * n, n));
   const int8_t* signs = p.signs != nullptr ? p.signs + owned.begin : nullptr;
+  // The tag of what the input now is: its order from its producer, the rotation from here.
+  InputTag tag{rotation, rotation == Transform::kPlain ? nullptr : signs};
+  if (grouped) {
+    if (rotation == Transform::kPlain) {
+      return absl::InternalError(absl::StrCat("graph check: '", p.name,
+                                              "' is not folded but its input is in grouped order"));
+    }
+    tag.transform = Transform::kPermutedRotated;
+  }
   if (quantize_) {
     ASSIGN_OR_RETURN(Q8Tensor x, backend_.Quantized(kRowParallelQuantized, n, owned.size(),
                                                     Q8LayoutFor(p.w.format)));
     RETURN_IF_ERROR(backend_.RotateQuantize(input, rotation, signs, x));
+    RETURN_IF_ERROR(CheckInput(p, tag, signs));
     RETURN_IF_ERROR(backend_.MatMulSlices(p, x, owned.begin, windows, partials));
   } else {
     ASSIGN_OR_RETURN(Tensor x, backend_.Activation(Buffer::kRotated0, n, owned.size()));
     RETURN_IF_ERROR(backend_.Rotate(input, rotation, signs, x));
+    RETURN_IF_ERROR(CheckInput(p, tag, signs));
     RETURN_IF_ERROR(backend_.MatMulSlicesF32(p, x, owned.begin, windows, partials));
   }
   if (ranks == 1) return backend_.TreeSum(partials, out);
@@ -292,9 +335,9 @@ absl::Status Qwen35Graph::AttentionMixer(const LayerWeights& L, Tensor normed, T
   ASSIGN_OR_RETURN(Tensor v, backend_.Activation(Buffer::kAttnValue, n, attention_.kv_heads * hd));
   ASSIGN_OR_RETURN(Tensor attn, backend_.Activation(Buffer::kAttnOut, n, attention_.q_heads * hd));
   ProjectionInput in(backend_, normed);
-  RETURN_IF_ERROR(Project(L.attn.q, Site::kPlainBasis, in, q_rows_, q_gate));
-  RETURN_IF_ERROR(Project(L.attn.k, Site::kPlainBasis, in, kv_rows_, k));
-  RETURN_IF_ERROR(Project(L.attn.v, Site::kPlainBasis, in, kv_rows_, v));
+  RETURN_IF_ERROR(Project(L.attn.q, in, q_rows_, q_gate));
+  RETURN_IF_ERROR(Project(L.attn.k, in, kv_rows_, k));
+  RETURN_IF_ERROR(Project(L.attn.v, in, kv_rows_, v));
   if (attention_.q_heads > 0) {
     // Every token's K and V go into the cache before any token attends.
     RETURN_IF_ERROR(backend_.AttentionPrepare(L.attn, L.cache_index, attention_, q_gate, k, v));
@@ -313,8 +356,8 @@ absl::Status Qwen35Graph::GdnMixer(const LayerWeights& L, Tensor normed, Tensor 
   ASSIGN_OR_RETURN(Tensor ab, backend_.Activation(Buffer::kGdnAlphaBeta, n, 2 * nv));
   ASSIGN_OR_RETURN(Tensor gdn, backend_.Activation(Buffer::kGdnOut, n, nv * shd));
   ProjectionInput in(backend_, normed);
-  RETURN_IF_ERROR(Project(L.gdn.qkv, Site::kPlainBasis, in, {0, 0, &qkv_index_}, qkv));
-  RETURN_IF_ERROR(Project(L.gdn.gate, Site::kPlainBasis, in, {0, 0, &gate_index_}, z));
+  RETURN_IF_ERROR(Project(L.gdn.qkv, in, {0, 0, &qkv_index_}, qkv));
+  RETURN_IF_ERROR(Project(L.gdn.gate, in, {0, 0, &gate_index_}, z));
   if (nv > 0) {
     // ssm_alpha / ssm_beta are not folded: they read the plain normed state (docs/format.md
     // §8.3).
@@ -333,8 +376,8 @@ absl::Status Qwen35Graph::Ffn(const LayerWeights& L, Tensor normed, Tensor out) 
   ASSIGN_OR_RETURN(Tensor up, backend_.Activation(Buffer::kFfnUp, n, width));
   ASSIGN_OR_RETURN(Tensor act, backend_.Activation(Buffer::kFfnAct, n, width));
   ProjectionInput in(backend_, normed);
-  RETURN_IF_ERROR(Project(L.ffn_gate, Site::kPlainBasis, in, ffn_rows_, gate));
-  RETURN_IF_ERROR(Project(L.ffn_up, Site::kPlainBasis, in, ffn_rows_, up));
+  RETURN_IF_ERROR(Project(L.ffn_gate, in, ffn_rows_, gate));
+  RETURN_IF_ERROR(Project(L.ffn_up, in, ffn_rows_, up));
   if (width > 0) RETURN_IF_ERROR(backend_.SwiGlu(gate, up, act));
   return RowParallel(L.ffn_down, Site::kPlainBasis, act, {ffn_rows_.begin, ffn_rows_.end},
                      /*aligned=*/true, /*ungroup=*/false, out);
@@ -348,12 +391,12 @@ absl::Status Qwen35Graph::Logits(Tensor head_in, std::vector<float>* logits) {
     ASSIGN_OR_RETURN(all, backend_.Activation(Buffer::kLogits, m, vocab));
   }
   if (plan_.ranks() == 1) {
-    RETURN_IF_ERROR(Project(model_.output(), Site::kPlainBasis, head, vocab_rows_, all));
+    RETURN_IF_ERROR(Project(model_.output(), head, vocab_rows_, all));
   } else {
     // Each rank its vocabulary rows, then every rank's, rank after rank, reassembled.
     ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(Buffer::kLogitsGathered, m, vocab));
     const Tensor mine{gathered.data + m * shard_.vocab.begin, m, shard_.vocab.size()};
-    RETURN_IF_ERROR(Project(model_.output(), Site::kPlainBasis, head, vocab_rows_, mine));
+    RETURN_IF_ERROR(Project(model_.output(), head, vocab_rows_, mine));
     std::vector<int64_t> offsets, counts;
     for (int r = 0; r < plan_.ranks(); ++r) {
       offsets.push_back(m * plan_.rank(r).vocab.begin);

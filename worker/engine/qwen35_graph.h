@@ -5,8 +5,9 @@
 // logits are asked for. The residual stream is whole on every rank; each rank computes its
 // heads, its FFN blocks and its vocabulary rows, and the row-parallel products meet in the
 // canonical slice tree (worker/parallel/shard_plan.h), so the logits do not depend on the rank
-// count. Every projection's input gets the transform its weights were folded with, and the
-// graph checks that tag before each product (the fork's graph check).
+// count. Every projection's input gets the transform its weights were folded with; the code
+// that applies it tags the activation with what it did (transform, sign vector), and the graph
+// checks that tag against the weights before each product (the fork's graph check).
 #ifndef WALSH_WORKER_ENGINE_QWEN35_GRAPH_H_
 #define WALSH_WORKER_ENGINE_QWEN35_GRAPH_H_
 
@@ -37,10 +38,16 @@ class Qwen35Graph {
   // *logits (other ranks leave it untouched).
   absl::Status Run(const StepPlan& plan, std::vector<float>* logits);
 
+  // What was done to an activation before a product, recorded by the code that did it.
+  struct InputTag {
+    Transform transform = Transform::kPlain;
+    const int8_t* signs = nullptr;  // the sign vector it was rotated with
+  };
   // The transform a projection's weights require of its input.
   static Transform RequiredTransform(const Projection& p);
-  // OK when `applied` is what p requires; otherwise INTERNAL naming the projection.
-  static absl::Status CheckTransform(const Projection& p, Transform applied);
+  // OK when the tag is what p requires (and, when rotated, used `signs`, the weights' vector
+  // for the columns at hand); otherwise INTERNAL naming the projection.
+  static absl::Status CheckInput(const Projection& p, const InputTag& tag, const int8_t* signs);
 
  private:
   class ProjectionInput;
@@ -51,14 +58,12 @@ class Qwen35Graph {
     std::vector<float> conv_w, ssm_a, dt_bias;
   };
 
-  // The transform the graph applies at a projection site: the contract's rotation when the
-  // weights are folded, with the GDN permutation only at ssm_out's site and only when the
-  // contract says gdn_v_grouped (the GDN kernels then already write grouped order). The graph
-  // check compares it with the weights' own tag.
+  // Where a row-parallel product's input comes from: the attention or FFN output (natural
+  // order), or the GatedDeltaNet output, which its kernels write in grouped order.
   enum class Site { kPlainBasis, kGdnOutput };
-  Transform SiteTransform(const Projection& p, Site site) const;
-  absl::Status Project(const Projection& p, Site site, ProjectionInput& in,
-                       const RowSelection& rows, Tensor y);
+  // A column-parallel product of an activation in natural order.
+  absl::Status Project(const Projection& p, ProjectionInput& in, const RowSelection& rows,
+                       Tensor y);
   // A row-parallel product: `held` holds input columns `held_cols` of this rank.
   absl::Status RowParallel(const Projection& p, Site site, Tensor held, Span held_cols,
                            bool aligned, bool ungroup, Tensor out);

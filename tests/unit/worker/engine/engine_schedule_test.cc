@@ -142,13 +142,28 @@ TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
 TEST(EngineErrors, GraphCheckRefusesAFoldedWeightWithoutItsTransform) {
   testing::SyntheticEngine f("tiny");
   auto e = f.Make();
+  using Tag = Engine::InputTag;
   const LayerWeights& L = e->model().layers()[0];
-  EXPECT_TRUE(e->CheckTransform(L.ffn_up, Engine::Transform::kRotated).ok());
-  const absl::Status s = e->CheckTransform(L.ffn_up, Engine::Transform::kPlain);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_NE(s.message().find("blk.0.ffn_up.weight"), std::string::npos) << s;
-  EXPECT_TRUE(e->CheckTransform(L.gdn.out, Engine::Transform::kPermutedRotated).ok());
-  EXPECT_FALSE(e->CheckTransform(L.gdn.out, Engine::Transform::kRotated).ok());
+  const Projection& up = L.ffn_up;
+  ASSERT_TRUE(up.folded);
+  EXPECT_TRUE(e->CheckInput(up, Tag{Engine::Transform::kRotated, up.signs}, up.signs).ok());
+  const absl::Status plain = e->CheckInput(up, Tag{}, up.signs);
+  EXPECT_EQ(plain.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(plain.message(),
+            "graph check: 'blk.0.ffn_up.weight' needs its input rotated, got it plain");
+  // Rotated, but with the signs of other columns: as wrong as not rotated.
+  if (up.signs != nullptr) {
+    const absl::Status other_signs =
+        e->CheckInput(up, Tag{Engine::Transform::kRotated, up.signs + 1}, up.signs);
+    EXPECT_EQ(other_signs.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(other_signs.message().find("another sign vector"), std::string::npos);
+  }
+  // ssm_out of a grouped-order contract needs its input permuted, then rotated.
+  const Projection& out = L.gdn.out;
+  EXPECT_EQ(Engine::RequiredTransform(out), Engine::Transform::kPermutedRotated);
+  EXPECT_TRUE(
+      e->CheckInput(out, Tag{Engine::Transform::kPermutedRotated, out.signs}, out.signs).ok());
+  EXPECT_FALSE(e->CheckInput(out, Tag{Engine::Transform::kRotated, out.signs}, out.signs).ok());
 }
 
 }  // namespace
