@@ -37,7 +37,7 @@ int Run(int argc, char** argv) {
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000, worker_keepalive_ms = 10000;
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
   int64_t retry_rounds = 5, worker_wait_ms = 2000, max_worker_waits = 3, unary_timeout_ms = 10000;
-  int64_t breaker_failures = 3, breaker_cool_down_ms = 2000;
+  int64_t breaker_failures = 3, breaker_cool_down_ms = 2000, worker_check_timeout_ms = 500;
   double rate_limit = 0, rate_burst = 0;
   std::string http_listen, served_model_name;
   int64_t http_max_connections = 128, http_max_body_bytes = 3 << 20;
@@ -62,6 +62,8 @@ int Run(int argc, char** argv) {
                "a DNS name:port resolving to the workers (re-resolved)");
   flags.Int("dns-interval-ms", &dns_ms, "how often --workers-dns is resolved again");
   flags.Int("poll-interval-ms", &poll_ms, "how often each worker's health and load are polled");
+  flags.Int("worker-check-timeout-ms", &worker_check_timeout_ms,
+            "deadline of each poll's health, model-info and load calls to a worker");
   flags.Int("worker-keepalive-ms", &worker_keepalive_ms,
             "ping a worker this often while streams are open to it; one unanswered as long fails "
             "them over to other workers (0: never; else at least 1000)");
@@ -131,9 +133,10 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (retry_rounds < 0 || worker_wait_ms < 0 || max_worker_waits < 0 || unary_timeout_ms < 1 ||
-      breaker_failures < 1 || breaker_cool_down_ms < 0) {
+      breaker_failures < 1 || breaker_cool_down_ms < 0 || worker_check_timeout_ms < 1) {
     std::fprintf(stderr,
-                 "walsh-gateway: --unary-timeout-ms and --breaker-failures must be at least 1; "
+                 "walsh-gateway: --unary-timeout-ms, --worker-check-timeout-ms and "
+                 "--breaker-failures must be at least 1; "
                  "--retry-rounds, --worker-wait-ms, --max-worker-waits and "
                  "--breaker-cool-down-ms at least 0\n");
     return 2;
@@ -178,6 +181,7 @@ int Run(int argc, char** argv) {
   po.dns = workers_dns;
   po.expected_fingerprint = expected_fingerprint;
   po.poll_interval = std::chrono::milliseconds(poll_ms);
+  po.check_timeout = std::chrono::milliseconds(worker_check_timeout_ms);
   po.dns_interval = std::chrono::milliseconds(dns_ms);
   po.channel.credentials = *worker_credentials;
   po.channel.tls_server_name = worker_tls_server_name;

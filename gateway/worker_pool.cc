@@ -125,7 +125,7 @@ void WorkerPool::Resolve() {
 
 void WorkerPool::Poll(WorkerEndpoint& w) {
   grpc::ClientContext hctx;
-  hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  hctx.set_deadline(std::chrono::system_clock::now() + options_.check_timeout);
   grpc::health::v1::HealthCheckRequest hreq;
   grpc::health::v1::HealthCheckResponse hresp;
   const grpc::Status hs = grpc::health::v1::Health::NewStub(w.channel)->Check(&hctx, hreq, &hresp);
@@ -138,7 +138,7 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   // The fingerprint is checked on every poll, not only the first: a worker restarted at a known
   // address may serve another model.
   grpc::ClientContext ictx;
-  ictx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  ictx.set_deadline(std::chrono::system_clock::now() + options_.check_timeout);
   v1::ModelInfo info;
   if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
   {
@@ -169,7 +169,7 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
     affinity_window_ = window > 0 ? window : kDefaultAffinityWindow;
   }
   grpc::ClientContext lctx;
-  lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  lctx.set_deadline(std::chrono::system_clock::now() + options_.check_timeout);
   v1::Load load;
   if (w.worker->GetLoad(&lctx, {}, &load).ok()) {
     w.waiting = load.waiting();

@@ -63,6 +63,9 @@ struct WorkerPoolOptions {
   std::string dns;                          // name:port, re-resolved every dns_interval
   std::string expected_fingerprint;         // empty: the first worker's
   std::chrono::milliseconds poll_interval{250};
+  // Deadline of each poll's health check, GetModelInfo and GetLoad: a worker slower than this
+  // counts as not serving until a poll is answered in time.
+  std::chrono::milliseconds check_timeout{500};
   std::chrono::milliseconds dns_interval{2000};
   WorkerChannelOptions channel;
   BreakerOptions breaker;  // each worker's

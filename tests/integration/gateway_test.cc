@@ -407,6 +407,24 @@ TEST(Gateway, DnsDiscoveryAndDrain) {
   EXPECT_EQ(gw.Wait(std::chrono::seconds(15)), 0) << gw.stderr_text();
 }
 
+// A flag out of its range stops the gateway at start (exit 2) with a message naming it.
+TEST(Gateway, RefusesFlagsOutOfRange) {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--breaker-failures", "0"},
+                                                        {"--breaker-cool-down-ms", "-1"},
+                                                        {"--worker-check-timeout-ms", "0"},
+                                                        {"--unary-timeout-ms", "0"},
+                                                        {"--retry-rounds", "-1"},
+                                                        {"--max-worker-waits", "-2"},
+                                                        {"--worker-wait-ms", "-5"},
+                                                        {"--max-inflight", "0"}}) {
+    ChildProcess gw({WALSH_GATEWAY_BIN, "--workers", "127.0.0.1:1", "--listen", "127.0.0.1:0",
+                     "--metrics-listen", "127.0.0.1:0", flag, value});
+    EXPECT_EQ(gw.Wait(std::chrono::seconds(10)), 2) << flag;
+    EXPECT_NE(gw.stderr_text().find(flag), std::string::npos) << flag << ": " << gw.stderr_text();
+  }
+}
+
 TEST(Gateway, PythonAndNodeClientsWorkThroughIt) {
   Pool pool;
   GatewayProcess gw(pool.addresses);
