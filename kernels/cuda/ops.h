@@ -5,7 +5,8 @@
 // Numerics: every kernel computes with the host-and-device functions of kernels/token_ops.h,
 // kernels/numerics.h and the ternary block decode and combine, split across threads only where
 // the pieces are independent, so each result is bit-identical to the CPU backend's
-// (tests/unit/kernels/numerics_test.cc checks the decompositions on the CPU). Built with --fmad=false.
+// (tests/unit/kernels/numerics_test.cc checks the decompositions on the CPU). Built with
+// --fmad=false.
 #ifndef WALSH_KERNELS_CUDA_OPS_H_
 #define WALSH_KERNELS_CUDA_OPS_H_
 

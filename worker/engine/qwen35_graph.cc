@@ -14,33 +14,31 @@ class Qwen35Graph::ProjectionInput {
 
   int64_t width() const { return plain_.cols; }
 
-  struct TaggedQ8 {
-    Q8Tensor tensor;
+  // The input in one form (transformed, and quantized or fp32), made on first use, with the tag
+  // of what was done to it (the graph check reads it: a cached form made with another sign
+  // vector than a later projection's fails there).
+  template <typename T>
+  struct Form {
+    T tensor;
     InputTag tag;
-  };
-  struct TaggedF32 {
-    Tensor tensor;
-    InputTag tag;
+    bool made = false;
   };
 
-  absl::StatusOr<TaggedQ8> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
+  absl::StatusOr<Form<Q8Tensor>> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
     const int index = static_cast<int>(t) * kQ8Layouts + static_cast<int>(layout);
-    Q8Form& form = int8_forms_[index];
-    if (form.made && form.tag.signs != signs) {
-      return absl::InternalError("one input rotated with two sign vectors");
-    }
+    Form<Q8Tensor>& form = int8_forms_[index];
     if (!form.made) {
       ASSIGN_OR_RETURN(form.tensor, backend_.Quantized(index, plain_.rows, plain_.cols, layout));
       RETURN_IF_ERROR(backend_.RotateQuantize(plain_, t, signs, form.tensor));
-      form.tag = {t, t == Transform::kPlain ? nullptr : signs};
+      form.tag = {t, signs};
       form.made = true;
     }
-    return TaggedQ8{form.tensor, form.tag};
+    return form;
   }
 
-  absl::StatusOr<TaggedF32> Rotated(Transform t, const int8_t* signs) {
-    if (t == Transform::kPlain) return TaggedF32{plain_, {}};
-    F32Form& form = f32_forms_[static_cast<int>(t)];
+  absl::StatusOr<Form<Tensor>> Rotated(Transform t, const int8_t* signs) {
+    if (t == Transform::kPlain) return Form<Tensor>{plain_, {}, true};
+    Form<Tensor>& form = f32_forms_[static_cast<int>(t)];
     if (!form.made) {
       const Buffer id =
           static_cast<Buffer>(static_cast<int>(Buffer::kRotated0) + static_cast<int>(t));
@@ -49,30 +47,17 @@ class Qwen35Graph::ProjectionInput {
       form.tag = {t, signs};
       form.made = true;
     }
-    return TaggedF32{form.tensor, form.tag};
+    return form;
   }
 
  private:
   static constexpr int kTransforms = 3;  // Transform's values
   static constexpr int kQ8Layouts = 2;   // Q8Layout's values
 
-  // The input transformed and quantized to int8 blocks, made on first use.
-  struct Q8Form {
-    Q8Tensor tensor;
-    InputTag tag;
-    bool made = false;
-  };
-  // The input transformed, in fp32 (the --no-activation-quant path).
-  struct F32Form {
-    Tensor tensor;
-    InputTag tag;
-    bool made = false;
-  };
-
   Backend& backend_;
   Tensor plain_;
-  Q8Form int8_forms_[kTransforms * kQ8Layouts];  // per (Transform, Q8Layout)
-  F32Form f32_forms_[kTransforms];               // per Transform
+  Form<Q8Tensor> int8_forms_[kTransforms * kQ8Layouts];  // per (Transform, Q8Layout)
+  Form<Tensor> f32_forms_[kTransforms];                  // per Transform (no activation quant)
 };
 
 namespace {
@@ -213,12 +198,12 @@ absl::Status Qwen35Graph::Project(const Projection& p, ProjectionInput& in,
   }
   if (rows.count() == 0) return absl::OkStatus();
   if (quantize_) {
-    ASSIGN_OR_RETURN(ProjectionInput::TaggedQ8 x,
+    ASSIGN_OR_RETURN(ProjectionInput::Form<Q8Tensor> x,
                      in.Quantized(Rotation(p), p.signs, Q8LayoutFor(p.w.format)));
     RETURN_IF_ERROR(CheckInput(p, x.tag, p.signs));
     return backend_.MatMul(p, x.tensor, rows, y);
   }
-  ASSIGN_OR_RETURN(ProjectionInput::TaggedF32 x, in.Rotated(Rotation(p), p.signs));
+  ASSIGN_OR_RETURN(ProjectionInput::Form<Tensor> x, in.Rotated(Rotation(p), p.signs));
   RETURN_IF_ERROR(CheckInput(p, x.tag, p.signs));
   return backend_.MatMulF32(p, x.tensor, rows, y);
 }
@@ -292,7 +277,7 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
   for (size_t s = 0; s < windows.size(); ++s) partials.push_back(Rows(all_partials, s * n, n));
   const int8_t* signs = p.signs != nullptr ? p.signs + owned.begin : nullptr;
   // The tag of what the input now is: its order from its producer, the rotation from here.
-  InputTag tag{rotation, rotation == Transform::kPlain ? nullptr : signs};
+  InputTag tag{rotation, signs};
   if (grouped) {
     if (rotation == Transform::kPlain) {
       return absl::InternalError(absl::StrCat("graph check: '", p.name,
