@@ -1,5 +1,6 @@
-// Ternary mat-vec at the 27B shapes (both formats, each ISA path, 1-2 threads), the machine's
-// memory read bandwidth for comparison, and a decode step of the small preset.
+// Ternary mat-vec and multi-token products at the 27B shapes (both formats, each ISA path, 1-2
+// threads), the machine's memory read bandwidth and int8 multiply-add peak for comparison, and
+// a decode step of the small preset.
 //   build/bench/walsh_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "kernels/block_types.h"
+#include "kernels/cpu/int8_peak.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "kernels/cpu/ternary_matmul.h"
@@ -90,6 +92,50 @@ void MatVecArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_TernaryMatVec)->Apply(MatVecArgs);
 
+// args: type, rows, cols, tokens, threads; the best ISA this machine runs. MAC/s counts one
+// multiply-add per weight per token.
+void BM_TernaryMatMul(benchmark::State& state) {
+  const TernaryFormat format = static_cast<TernaryFormat>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), tokens = state.range(3);
+  const Matrix m = MakeMatrix(format, rows, cols);
+  std::vector<float> x(tokens * cols);
+  std::mt19937 gen(2);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(gen);
+  std::vector<Q8Block128> q(tokens * cols / 128);
+  QuantizeRowQ8(x.data(), tokens * cols, Q8LayoutFor(format), q.data());
+  std::vector<float> y(tokens * rows);
+  ThreadPool pool(static_cast<int>(state.range(4)));
+  const CpuIsa isa = BestCpuIsa();
+  for (auto _ : state) {
+    pool.ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+      TernaryMatMulQ8(isa, m.w, q.data(), tokens, y.data(), rows, r0, r1);
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double macs = static_cast<double>(rows) * cols * tokens;
+  state.counters["GMAC/s"] =
+      benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["us/token"] = benchmark::Counter(
+      1e6 / tokens, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(m.bytes.size()));
+  state.SetLabel(std::string(FormatTraits(format).name) + " " + CpuIsaName(isa));
+}
+
+void MatMulArgs(benchmark::internal::Benchmark* b) {
+  for (int type :
+       {static_cast<int>(TernaryFormat::kPq2_0), static_cast<int>(TernaryFormat::kPtq1_0)}) {
+    for (auto [rows, cols] :
+         {std::pair{17408, 5120}, std::pair{5120, 17408}, std::pair{5120, 6144}}) {
+      for (int tokens : {1, 4, 16, 64, 512}) b->Args({type, rows, cols, tokens, 2});
+    }
+  }
+  b->ArgNames({"type", "rows", "cols", "tokens", "threads"})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_TernaryMatMul)->Apply(MatMulArgs);
+
 // The read bandwidth the mat-vec is measured against (kernels/cpu/memory_bandwidth.h: four
 // load streams per thread, best of 5 passes over 2 GiB). args: threads
 void BM_MemoryReadBandwidth(benchmark::State& state) {
@@ -101,6 +147,21 @@ BENCHMARK(BM_MemoryReadBandwidth)
     ->Arg(1)
     ->Arg(2)
     ->ArgName("threads")
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+// The int8 multiply-add peak the batched products are measured against
+// (kernels/cpu/int8_peak.h). args: instruction (0 vpmaddubsw, 1 vpdpbusd), threads
+void BM_Int8Peak(benchmark::State& state) {
+  const auto instruction = static_cast<Int8PeakInstruction>(state.range(0));
+  double best = 0;
+  for (auto _ : state) best = MeasureInt8Peak(static_cast<int>(state.range(1)), instruction);
+  if (best == 0) state.SkipWithError("instruction not supported here");
+  state.counters["GMAC/s"] = best / 1e9;
+}
+BENCHMARK(BM_Int8Peak)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"instruction", "threads"})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

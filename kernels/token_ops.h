@@ -86,7 +86,8 @@ WALSH_HD void RopeNeoxInPlace(float* head, int64_t n_rot, int64_t pos, const dou
 // Activation quantization (Q8_0 numerics, kernels/q8_activation.h)
 
 // One 128-value block: per 32 values, d = max|x| / 127 rounded to fp16 and q = round(x / d)
-// with the unrounded d, as llama.cpp's quantize_row_q8_0.
+// with the unrounded d, as llama.cpp's quantize_row_q8_0. Each 16-element group's scale and
+// Σq go to its lane (Q8GroupLane).
 WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) {
   int8_t q[128];
   for (int s = 0; s < 4; ++s) {
@@ -94,15 +95,19 @@ WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) 
     for (int j = 0; j < kQ8SubBlock; ++j) amax = MaxF(amax, fabsf(x[s * 32 + j]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out->d[s] = Fp16ToFloat(FloatToFp16(d));
-    int32_t sum = 0;
-    for (int j = 0; j < kQ8SubBlock; ++j) {
-      int v = static_cast<int>(roundf(x[s * 32 + j] * id));
-      v = v < -127 ? -127 : (v > 127 ? 127 : v);
-      q[s * 32 + j] = static_cast<int8_t>(v);
-      sum += v;
+    const float d16 = Fp16ToFloat(FloatToFp16(d));
+    for (int h = 0; h < 2; ++h) {
+      const int g = 2 * s + h;
+      int32_t sum = 0;
+      for (int j = 16 * g; j < 16 * g + 16; ++j) {
+        int v = static_cast<int>(roundf(x[j] * id));
+        v = v < -127 ? -127 : (v > 127 ? 127 : v);
+        q[j] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      out->d[Q8GroupLane(layout, g)] = d16;
+      out->sum[Q8GroupLane(layout, g)] = sum;
     }
-    out->sum[s] = sum;
   }
   for (int i = 0; i < 128; ++i) out->qs[i] = q[Q8ElementAt(layout, i)];
 }

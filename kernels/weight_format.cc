@@ -9,7 +9,7 @@ constexpr TernaryFormatTraits kFormats[] = {
     {TernaryFormat::kPq2_0, 142, "PQ2_0", kTernaryBlockElems, sizeof(block_pq2_0),
      8.0 * sizeof(block_pq2_0) / kTernaryBlockElems, Q8Layout::kPq2Planes},
     {TernaryFormat::kPtq1_0, 143, "PTQ1_0", kTernaryBlockElems, sizeof(block_ptq1_0),
-     8.0 * sizeof(block_ptq1_0) / kTernaryBlockElems, Q8Layout::kNatural},
+     8.0 * sizeof(block_ptq1_0) / kTernaryBlockElems, Q8Layout::kPtq1Lanes},
 };
 
 }  // namespace

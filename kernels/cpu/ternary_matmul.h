@@ -1,11 +1,9 @@
 // Ternary matrix times activations, straight on packed PQ2_0 / PTQ1_0 rows: weights stay
-// packed and are decoded in registers; the dot product is integer, scales are applied per
-// 32-element activation block and per 128-weight block in one fixed order:
-//   y[r] = Σ_blocks dw_b · ((p0 + p1) + (p2 + p3)),  p_s = float(isum_s) · dx_s
-// over the blocks of each segment in order (kernels/ternary_product.h: the whole row, or one
-// canonical slice of a row-parallel product), so every ISA path gives bit-identical results, and
-// a token's result does not depend on how many tokens share the call or which thread computed
-// the row.
+// packed and are decoded in registers; the dot product is integer per 16-element group, and the
+// float steps follow one fixed order (kernels/ternary_block_combine.h, docs/format.md §8.4):
+// eight group accumulators per (row, token) over the blocks of each segment in order, joined by
+// a fixed pairwise tree. So every ISA path gives bit-identical results, and a token's result
+// does not depend on how many tokens share the call or which thread computed the row.
 #ifndef WALSH_KERNELS_CPU_TERNARY_MATMUL_H_
 #define WALSH_KERNELS_CPU_TERNARY_MATMUL_H_
 

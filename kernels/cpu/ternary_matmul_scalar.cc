@@ -1,4 +1,5 @@
-// Portable reference of the integer ternary kernels: plain loops, one element at a time.
+// Portable reference of the integer ternary kernels: plain loops, one element at a time, in the
+// combine order of kernels/ternary_block_combine.h.
 #include <vector>
 
 #include "kernels/block_types.h"
@@ -10,8 +11,10 @@ namespace walsh {
 
 void TernaryMatMulQ8Scalar(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
   const Q8Layout layout = Q8LayoutFor(p.w.format);
+  int position[kTernaryBlockElems];  // where element e sits in an activation block's qs
+  for (int i = 0; i < kTernaryBlockElems; ++i) position[Q8ElementAt(layout, i)] = i;
   uint8_t codes[kTernaryBlockElems];
-  std::vector<float> acc(p.n_tokens);
+  std::vector<float> acc(p.n_tokens * kQ8Groups);
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
     const uint8_t* row = p.w.data + r * p.w.row_bytes();
@@ -21,15 +24,18 @@ void TernaryMatMulQ8Scalar(const TernaryProduct& p, int64_t row_begin, int64_t r
         const float dw = DecodeTernaryBlock(p.w.format, row, b, codes);
         for (int64_t t = 0; t < p.n_tokens; ++t) {
           const Q8Block128& xb = p.x[t * p.x_stride + (b - p.x_first_block)];
-          int32_t isum[4] = {0, 0, 0, 0};
-          for (int k = 0; k < kTernaryBlockElems; ++k) {
-            const int e = Q8ElementAt(layout, k);
-            isum[e / kQ8SubBlock] += (codes[e] - 1) * xb.qs[k];
+          for (int g = 0; g < kQ8Groups; ++g) {
+            int32_t isum = 0;
+            for (int e = 16 * g; e < 16 * g + 16; ++e) isum += (codes[e] - 1) * xb.qs[position[e]];
+            const int lane = Q8GroupLane(layout, g);
+            float& a = acc[t * kQ8Groups + g];
+            a = AccumulateGroup(a, isum, dw, xb.d[lane]);
           }
-          acc[t] += dw * CombineSubBlocks(isum, xb.d);
         }
       }
-      for (int64_t t = 0; t < p.n_tokens; ++t) p.y[s][t * p.y_stride + i] = acc[t];
+      for (int64_t t = 0; t < p.n_tokens; ++t) {
+        p.y[s][t * p.y_stride + i] = JoinGroups(&acc[t * kQ8Groups]);
+      }
     }
   }
 }

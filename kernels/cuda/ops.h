@@ -41,8 +41,7 @@ int QuantizeRowsQ8(const float* x, int64_t rows, int64_t width, Q8Layout layout,
 // ---------------------------------------------------------------------------------------------
 // Products
 
-// The product p (kernels/ternary_product.h) for local rows [0, rows): device pointers in p; its
-// segments must tile one window in order, of at most 384 blocks (49,152 inputs).
+// The product p (kernels/ternary_product.h) for local rows [0, rows): device pointers in p.
 int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream);
 // y[t · y_stride + col_offset + i] = DenseRowDot(w, row i, x[t]) for local rows i < rows, row
 // i being row_index[i] or row_first + i.

@@ -1,9 +1,9 @@
 // Ternary matrix × int8 activations straight on packed PQ2_0 / PTQ1_0 rows (docs/format.md §2,
-// §3), as a TernaryProduct (kernels/ternary_product.h). A warp owns a row and up to 8 tokens:
-// lane l decodes blocks l, l + 32, ... of the window once and computes every token's block term
-// dw_b · CombineSubBlocks(isum, d) (integer dot products with dp4a for PQ2_0's code planes,
-// trits decoded in registers for PTQ1_0); the terms meet in shared memory and each token's
-// segment sums run in block order, as on the CPU.
+// §3), as a TernaryProduct (kernels/ternary_product.h), in the combine order of
+// kernels/ternary_block_combine.h. Eight lanes carry one (row, token) pair: lane g owns group g
+// (elements 16g .. 16g+15) of every block, walks the window's blocks in order with its own FMA
+// chain, and the eight lanes join by shuffles in the fixed pairwise tree. A warp holds one row
+// and four tokens, so its lanes read each block's 32 code bytes together.
 #include "kernels/block_types.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
@@ -13,92 +13,77 @@
 namespace walsh::cuda {
 namespace {
 
-constexpr int kRowsPerBlock = 4;   // warps per thread block, one row each
-constexpr int kTokensPerPass = 8;  // tokens sharing one decode of the weights
+constexpr int kRowsPerBlock = 4;  // warps per thread block, one row each
+constexpr int kTokensPerWarp = 32 / kQ8Groups;
 
-// Σ_j code_j · q_j per 32-element sub-block for a PQ2_0 block against kPq2Planes activations:
-// word i of plane p holds the codes of elements 4m + p (m = 4i..4i+3), sub-block i / 2.
-__device__ __forceinline__ void Pq2Sums(const uint32_t qs[8], const Q8Block128& xb,
-                                        int32_t isum[4]) {
+// Σ code · q over group g of a PQ2_0 block against kPq2Planes activations: the group's codes
+// are the 4 bytes qs[4g .. 4g+3], and plane p of them meets int32 word 8p + g of the
+// activations (elements 4m + p for m = 4g .. 4g+3).
+__device__ __forceinline__ int32_t Pq2GroupSum(const block_pq2_0& blk, const Q8Block128& xb,
+                                               int g) {
+  const uint32_t word = static_cast<uint32_t>(blk.qs[4 * g]) |
+                        static_cast<uint32_t>(blk.qs[4 * g + 1]) << 8 |
+                        static_cast<uint32_t>(blk.qs[4 * g + 2]) << 16 |
+                        static_cast<uint32_t>(blk.qs[4 * g + 3]) << 24;
   const int* xq = reinterpret_cast<const int*>(xb.qs);
-  for (int s = 0; s < 4; ++s) isum[s] = 0;
+  int32_t sum = 0;
   for (int p = 0; p < 4; ++p) {
-    for (int i = 0; i < 8; ++i) {
-      const int codes = static_cast<int>((qs[i] >> (2 * p)) & 0x03030303u);
-      isum[i / 2] = __dp4a(codes, xq[p * 8 + i], isum[i / 2]);
-    }
+    sum = __dp4a(static_cast<int>((word >> (2 * p)) & 0x03030303u), xq[8 * p + g], sum);
   }
-  for (int s = 0; s < 4; ++s) isum[s] -= xb.sum[s];  // codes are value + 1
+  return sum;
 }
 
-__device__ __forceinline__ void Ptq1Sums(const block_ptq1_0& blk, const Q8Block128& xb,
-                                         int32_t isum[4]) {
-  for (int s = 0; s < 4; ++s) isum[s] = 0;
-  for (int m = 0; m < 24; ++m) {
-    const uint8_t byte = blk.qs[m];
-    for (int n = 0; n < 5; ++n) {
-      const int e = m < 16 ? n * 16 + m : 80 + n * 8 + (m - 16);
-      isum[e / 32] += DecodeTrit(byte, n) * xb.qs[e];
-    }
+// The same for PTQ1_0 against kPtq1Lanes activations: elements 16g + 4v .. 16g + 4v + 3 of the
+// group meet int32 word 8v + lane, where lane is the group's lane (Q8GroupLane).
+__device__ __forceinline__ int32_t Ptq1GroupSum(const block_ptq1_0& blk, const Q8Block128& xb,
+                                                int g, int lane) {
+  const int* xq = reinterpret_cast<const int*>(xb.qs);
+  int32_t sum = 0;
+  for (int v = 0; v < 4; ++v) {
+    int codes = 0;
+    for (int k = 0; k < 4; ++k) codes |= Ptq1Trit(blk, 16 * g + 4 * v + k) << (8 * k);
+    sum = __dp4a(codes, xq[8 * v + lane], sum);
   }
-  for (int j = 0; j < 2; ++j) {
-    for (int n = 0; n < 4; ++n) {
-      const int e = 120 + n * 2 + j;
-      isum[e / 32] += DecodeTrit(blk.qh[j], n) * xb.qs[e];
-    }
-  }
-  for (int s = 0; s < 4; ++s) isum[s] -= xb.sum[s];  // trits are value + 1
+  return sum;
 }
 
 template <TernaryFormat F>
-__global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t row_bytes, int64_t b_lo,
-                             int64_t nbw) {
-  extern __shared__ float terms[];  // [kRowsPerBlock][kTokensPerPass][nbw]
+__global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t row_bytes) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane % kQ8Groups;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerPass;
-  const int64_t nt = p.n_tokens - t0 < kTokensPerPass ? p.n_tokens - t0 : kTokensPerPass;
-  if (i >= rows) return;
+  const int64_t t = static_cast<int64_t>(blockIdx.y) * kTokensPerWarp + lane / kQ8Groups;
+  if (i >= rows) return;  // whole warps leave together
+  const bool active = t < p.n_tokens;
+  constexpr Q8Layout layout =
+      F == TernaryFormat::kPq2_0 ? Q8Layout::kPq2Planes : Q8Layout::kPtq1Lanes;
+  const int xlane = Q8GroupLane(layout, g);
   const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
-  float* my = terms + static_cast<int64_t>(warp) * kTokensPerPass * nbw;
   const uint8_t* wrow = p.w.data + r * row_bytes;
-  for (int64_t k = lane; k < nbw; k += 32) {
-    const int64_t b = b_lo + k;
-    if constexpr (F == TernaryFormat::kPq2_0) {
-      const block_pq2_0& blk = reinterpret_cast<const block_pq2_0*>(wrow)[b];
-      uint32_t qs[8];
-      for (int q = 0; q < 8; ++q) {
-        qs[q] = static_cast<uint32_t>(blk.qs[4 * q]) |
-                static_cast<uint32_t>(blk.qs[4 * q + 1]) << 8 |
-                static_cast<uint32_t>(blk.qs[4 * q + 2]) << 16 |
-                static_cast<uint32_t>(blk.qs[4 * q + 3]) << 24;
-      }
-      const float dw = Fp16ToFloat(blk.d);
-      for (int64_t t = 0; t < nt; ++t) {
-        const Q8Block128& xb = p.x[(t0 + t) * p.x_stride + (b - p.x_first_block)];
-        int32_t isum[4];
-        Pq2Sums(qs, xb, isum);
-        my[t * nbw + k] = dw * CombineSubBlocks(isum, xb.d);
-      }
-    } else {
-      const block_ptq1_0& blk = reinterpret_cast<const block_ptq1_0*>(wrow)[b];
-      const float dw = Fp16ToFloat(blk.d);
-      for (int64_t t = 0; t < nt; ++t) {
-        const Q8Block128& xb = p.x[(t0 + t) * p.x_stride + (b - p.x_first_block)];
-        int32_t isum[4];
-        Ptq1Sums(blk, xb, isum);
-        my[t * nbw + k] = dw * CombineSubBlocks(isum, xb.d);
+  for (int s = 0; s < p.n_segments; ++s) {
+    float acc = 0.0f;
+    if (active) {
+      for (int64_t b = p.segment_begin[s]; b < p.segment_end[s]; ++b) {
+        const Q8Block128& xb = p.x[t * p.x_stride + (b - p.x_first_block)];
+        int32_t isum;
+        float dw;
+        if constexpr (F == TernaryFormat::kPq2_0) {
+          const block_pq2_0& blk = reinterpret_cast<const block_pq2_0*>(wrow)[b];
+          isum = Pq2GroupSum(blk, xb, g);
+          dw = Fp16ToFloat(blk.d);
+        } else {
+          const block_ptq1_0& blk = reinterpret_cast<const block_ptq1_0*>(wrow)[b];
+          isum = Ptq1GroupSum(blk, xb, g, xlane);
+          dw = Fp16ToFloat(blk.d);
+        }
+        acc = AccumulateGroup(acc, isum - xb.sum[xlane], dw, xb.d[xlane]);
       }
     }
-  }
-  __syncwarp();
-  if (lane < nt) {
-    const float* tt = my + lane * nbw;
-    for (int s = 0; s < p.n_segments; ++s) {
-      float acc = 0.0f;
-      for (int64_t b = p.segment_begin[s]; b < p.segment_end[s]; ++b) acc += tt[b - b_lo];
-      p.y[s][(t0 + lane) * p.y_stride + i] = acc;
+    // ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) within each group of eight lanes.
+    for (int step = 1; step < kQ8Groups; step *= 2) {
+      acc += __shfl_down_sync(0xffffffffu, acc, step, kQ8Groups);
     }
+    if (active && g == 0) p.y[s][t * p.y_stride + i] = acc;
   }
 }
 
@@ -108,23 +93,17 @@ int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream) 
   if (p.w.cols % 128 != 0 || p.n_segments < 1 || p.n_segments > kMaxProductSegments) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  for (int s = 1; s < p.n_segments; ++s) {  // segments tile one window, in order
-    if (p.segment_begin[s] != p.segment_end[s - 1]) return static_cast<int>(cudaErrorInvalidValue);
-  }
-  const int64_t b_lo = p.segment_begin[0], nbw = p.segment_end[p.n_segments - 1] - b_lo;
-  const size_t shared = sizeof(float) * kRowsPerBlock * kTokensPerPass * (nbw > 0 ? nbw : 1);
-  if (shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);  // > 384 blocks
   if (rows == 0 || p.n_tokens == 0) return 0;
-  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(p.n_tokens, kTokensPerPass));
+  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(p.n_tokens, kTokensPerWarp));
   const int64_t row_bytes = p.w.row_bytes();  // the format table's geometry, on the host
   switch (p.w.format) {
     case TernaryFormat::kPq2_0:
       MatMulKernel<TernaryFormat::kPq2_0>
-          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, row_bytes, b_lo, nbw);
+          <<<grid, 32 * kRowsPerBlock, 0, stream>>>(p, rows, row_bytes);
       break;
     case TernaryFormat::kPtq1_0:
       MatMulKernel<TernaryFormat::kPtq1_0>
-          <<<grid, 32 * kRowsPerBlock, shared, stream>>>(p, rows, row_bytes, b_lo, nbw);
+          <<<grid, 32 * kRowsPerBlock, 0, stream>>>(p, rows, row_bytes);
       break;
   }
   return LastLaunchError();

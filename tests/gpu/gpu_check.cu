@@ -131,7 +131,7 @@ void CheckTransformAndQuantization(std::mt19937& gen) {
                   c.permute ? " + GDN permutation" : "", static_cast<long long>(n));
     std::snprintf(detail, sizeof detail, "%.1f us per token", rot_ms * 1e3);
     Report(label, std::memcmp(got.data(), ref.data(), ref.size() * 4) == 0, detail);
-    for (Q8Layout layout : {Q8Layout::kNatural, Q8Layout::kPq2Planes}) {
+    for (Q8Layout layout : {Q8Layout::kPtq1Lanes, Q8Layout::kPq2Planes}) {
       std::vector<Q8Block128> qref(tokens * n / 128);
       for (int64_t t = 0; t < tokens; ++t)
         QuantizeRowQ8(ref.data() + t * n, n, layout, &qref[t * n / 128]);
@@ -141,7 +141,8 @@ void CheckTransformAndQuantization(std::mt19937& gen) {
       CUDA_OK(cudaDeviceSynchronize());
       const std::vector<Q8Block128> qgot = FromDevice(dq, qref.size());
       std::snprintf(label, sizeof label, "int8 quantization, width %lld, %s",
-                    static_cast<long long>(n), layout == Q8Layout::kNatural ? "natural" : "planes");
+                    static_cast<long long>(n),
+                    layout == Q8Layout::kPtq1Lanes ? "ptq1-lanes" : "planes");
       Report(label, std::memcmp(qgot.data(), qref.data(), qref.size() * sizeof(Q8Block128)) == 0);
       CUDA_OK(cudaFree(dq));
     }

@@ -16,6 +16,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
+#include "kernels/cpu/int8_peak.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench/serve.h"
@@ -36,6 +38,18 @@ int64_t ProjectionBytes(const Model& m) {
     for (const Projection* p : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.gate,
                                 &L.gdn.out, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
       if (p->w.data != nullptr) total += p->w.bytes();
+    }
+  }
+  return total;
+}
+
+// Ternary weights one token meets in a step: one multiply-add each.
+int64_t ProjectionWeights(const Model& m) {
+  int64_t total = m.output().w.rows * m.output().w.cols;
+  for (const LayerWeights& L : m.layers()) {
+    for (const Projection* p : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.gate,
+                                &L.gdn.out, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
+      if (p->w.data != nullptr) total += p->w.rows * p->w.cols;
     }
   }
   return total;
@@ -64,7 +78,7 @@ int Decode(int argc, char** argv) {
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("gen", &gen_tokens, "decode steps per batch size (tg)");
   flags.String("json", &json_path, "also write the results as JSON to this file");
-  flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth measurement");
+  flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth and int8-peak measurements");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     return Fail(2, std::string(s.message()) + "\n" + flags.Help());
   }
@@ -108,6 +122,15 @@ int Decode(int argc, char** argv) {
   // The yardstick, measured now, on the cores the engine uses.
   const int cores = static_cast<int>(tp > 1 ? tp : threads);
   const double bandwidth = dev == Device::kCpu && !no_bandwidth ? MeasureReadBandwidth(cores) : 0.0;
+  // The int8 peak of the instruction the engine's kernels multiply with, on the same cores.
+  const bool vnni = e.kernels() == CpuIsaName(CpuIsa::kAvx512Vnni);
+  const double int8_peak = dev == Device::kCpu && !no_bandwidth
+                               ? MeasureInt8Peak(cores, vnni ? Int8PeakInstruction::kDpbusd
+                                                             : Int8PeakInstruction::kMaddubs)
+                               : 0.0;
+  const double maddubs_peak =
+      vnni && int8_peak > 0 ? MeasureInt8Peak(cores, Int8PeakInstruction::kMaddubs) : int8_peak;
+  const int64_t step_weights = ProjectionWeights(e.model());
   std::mt19937 gen(1);
   auto random_tokens = [&](int64_t n) {
     std::vector<int32_t> ids(n);
@@ -121,7 +144,10 @@ int Decode(int argc, char** argv) {
                         {"threads", threads},
                         {"tp", tp},
                         {"weight_bytes_per_step", step_bytes},
-                        {"read_bandwidth_bytes_per_s", bandwidth}};
+                        {"weights_per_token", step_weights},
+                        {"read_bandwidth_bytes_per_s", bandwidth},
+                        {"int8_peak_macs_per_s", int8_peak},
+                        {"maddubs_peak_macs_per_s", maddubs_peak}};
   std::printf(
       "model %s: %.3f GB of projections per decode step; %s, %s kernels, %lld thread(s), "
       "tp %lld\n",
@@ -131,20 +157,28 @@ int Decode(int argc, char** argv) {
     std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each)\n",
                 bandwidth / 1e9, cores);
   }
-  std::printf("| test        | batch |     t/s | ms/step | weight GB/s | roofline |\n");
-  std::printf("|-------------|-------|---------|---------|-------------|----------|\n");
+  if (int8_peak > 0) {
+    std::printf(
+        "int8 multiply-add peak, same run: %.0f G/s (%s, %d thread(s)); vpmaddubsw %.0f G/s\n",
+        int8_peak / 1e9, vnni ? "vpdpbusd" : "vpmaddubsw", cores, maddubs_peak / 1e9);
+  }
+  std::printf("| test        | batch |     t/s | ms/step | weight GB/s | roofline | int8 peak |\n");
+  std::printf("|-------------|-------|---------|---------|-------------|----------|-----------|\n");
   auto row = [&](const std::string& test, int64_t batch, double tokens_per_s, double step_s,
                  double weight_rate) {
     const double roofline = bandwidth > 0 ? weight_rate / bandwidth : 0.0;
-    std::printf("| %-11s | %5lld | %7.1f | %7.2f | %11.2f | %s |\n", test.c_str(),
+    const double peak_share = int8_peak > 0 ? tokens_per_s * step_weights / int8_peak : 0.0;
+    std::printf("| %-11s | %5lld | %7.1f | %7.2f | %11.2f | %s | %s |\n", test.c_str(),
                 static_cast<long long>(batch), tokens_per_s, step_s * 1e3, weight_rate / 1e9,
-                bandwidth > 0 ? absl::StrFormat("%7.1f%%", 100 * roofline).c_str() : "      - ");
+                bandwidth > 0 ? absl::StrFormat("%7.1f%%", 100 * roofline).c_str() : "      - ",
+                int8_peak > 0 ? absl::StrFormat("%8.1f%%", 100 * peak_share).c_str() : "       - ");
     doc["tests"].push_back({{"test", test},
                             {"batch", batch},
                             {"tokens_per_s", tokens_per_s},
                             {"ms_per_step", step_s * 1e3},
                             {"weight_bytes_per_s", weight_rate},
-                            {"roofline_fraction", roofline}});
+                            {"roofline_fraction", roofline},
+                            {"int8_peak_fraction", peak_share}});
   };
 
   {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).

@@ -115,6 +115,87 @@ TEST(TernaryMatMul, EveryIsaEqualsScalarBitForBit) {
   }
 }
 
+// The scalar reference is the combine order docs/format.md §8.4 writes down, computed here from
+// the codec's own unpacking and the activations in element order: per group g of block b,
+// acc_g = fma(float(Σ (code − 1) · q), dw · dx, acc_g); then ((a0 + a1) + (a2 + a3)) + ((a4 +
+// a5) + (a6 + a7)).
+float DocumentedOrder(TernaryFormat type, const uint8_t* row, const Q8Block128* x, int64_t nb) {
+  const Q8Layout layout = Q8LayoutFor(type);
+  float acc[8] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t codes[128];
+    uint16_t d16;
+    if (type == TernaryFormat::kPq2_0) {
+      const auto& blk = reinterpret_cast<const block_pq2_0*>(row)[b];
+      UnpackBlockPq2_0(blk, codes);
+      d16 = blk.d;
+    } else {
+      const auto& blk = reinterpret_cast<const block_ptq1_0*>(row)[b];
+      UnpackBlockPtq1_0(blk, codes);
+      d16 = blk.d;
+    }
+    int8_t q[128];
+    for (int i = 0; i < 128; ++i) q[Q8ElementAt(layout, i)] = x[b].qs[i];
+    for (int g = 0; g < 8; ++g) {
+      int32_t isum = 0;
+      for (int e = 16 * g; e < 16 * g + 16; ++e) isum += (codes[e] - 1) * q[e];
+      const float scale = Fp16ToFloat(d16) * x[b].d[Q8GroupLane(layout, g)];
+      acc[g] = std::fma(static_cast<float>(isum), scale, acc[g]);
+    }
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+TEST(TernaryMatMul, ScalarIsTheDocumentedOrder) {
+  std::mt19937 gen(3);
+  for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
+    const int64_t rows = 4, cols = 5120, nb = cols / 128;
+    const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
+    const TernaryWeights tw{type, w.data(), rows, cols};
+    const std::vector<float> x = RandomActivations(cols, gen);
+    std::vector<Q8Block128> q(nb);
+    QuantizeRowQ8(x.data(), cols, Q8LayoutFor(type), q.data());
+    std::vector<float> y(rows);
+    TernaryMatMulQ8Scalar(TernaryProduct::Whole(tw, q.data(), 1, y.data(), rows), 0, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(y[r], DocumentedOrder(type, w.data() + r * tw.row_bytes(), q.data(), nb))
+          << FormatTraits(type).name << " row " << r;
+    }
+  }
+}
+
+// Every row-tile and token-tile shape of the fast kernels (remainders of 4- and 2-row tiles,
+// token tiles of every size up to and past their widths, row chunks) equals the scalar
+// reference bit for bit.
+TEST(TernaryMatMul, EveryTileShapeEqualsScalar) {
+  std::mt19937 gen(8);
+  for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
+    const int64_t rows = 37, cols = 384, nb = cols / 128;
+    const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
+    const TernaryWeights tw{type, w.data(), rows, cols};
+    for (int64_t tokens = 1; tokens <= 19; ++tokens) {
+      const std::vector<float> x = RandomActivations(tokens * cols, gen);
+      std::vector<Q8Block128> q(tokens * nb);
+      QuantizeRowQ8(x.data(), tokens * cols, Q8LayoutFor(type), q.data());
+      std::vector<float> ref(tokens * rows);
+      TernaryMatMulQ8Scalar(TernaryProduct::Whole(tw, q.data(), tokens, ref.data(), rows), 0, rows);
+      for (CpuIsa isa : FastIsas()) {
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 30}, {5, 6}}) {
+          std::vector<float> got(tokens * rows, -1.0f);
+          TernaryMatMulQ8(isa, tw, q.data(), tokens, got.data(), rows, r0, r1);
+          for (int64_t t = 0; t < tokens; ++t) {
+            for (int64_t r = r0; r < r1; ++r) {
+              ASSERT_EQ(got[t * rows + r], ref[t * rows + r])
+                  << FormatTraits(type).name << " " << CpuIsaName(isa) << " tokens " << tokens
+                  << " rows [" << r0 << ", " << r1 << ") row " << r << " token " << t;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Segments (a row-parallel product's slices) and row selections (a column-parallel shard) on
 // every ISA: each segment equals the scalar reference's, and the selected rows are the whole
 // product's rows.
@@ -194,17 +275,32 @@ TEST(TernaryMatMul, F32PathEqualsDecodedDot) {
 TEST(Q8Activation, MatchesQ8_0Numerics) {
   std::vector<float> x(128);
   for (int i = 0; i < 128; ++i) x[i] = static_cast<float>(i - 64) / 8.0f;
-  Q8Block128 natural, planes;
+  Q8Block128 natural;
   QuantizeRowQ8(x.data(), 128, Q8Layout::kNatural, &natural);
-  QuantizeRowQ8(x.data(), 128, Q8Layout::kPq2Planes, &planes);
   // Sub-block 0 holds -8 .. -4.125: d = 8 / 127 rounded to fp16.
   EXPECT_EQ(natural.d[0], Fp16ToFloat(FloatToFp16(8.0f / 127.0f)));
   EXPECT_EQ(natural.qs[0], -127);
-  for (int i = 0; i < 128; ++i)
-    EXPECT_EQ(planes.qs[i], natural.qs[Q8ElementAt(Q8Layout::kPq2Planes, i)]);
-  int32_t sum0 = 0;
-  for (int j = 0; j < 32; ++j) sum0 += natural.qs[j];
-  EXPECT_EQ(natural.sum[0], sum0);
+  for (Q8Layout layout : {Q8Layout::kPq2Planes, Q8Layout::kPtq1Lanes}) {
+    Q8Block128 b;
+    QuantizeRowQ8(x.data(), 128, layout, &b);
+    std::set<int> elements;
+    for (int i = 0; i < 128; ++i) {
+      EXPECT_EQ(b.qs[i], natural.qs[Q8ElementAt(layout, i)]);
+      elements.insert(Q8ElementAt(layout, i));
+      // Int32 lane L of every 32-byte quarter holds elements of the lane's group.
+      EXPECT_EQ(Q8ElementAt(layout, i) / 16, Q8LaneGroup(layout, (i / 4) % 8)) << i;
+    }
+    EXPECT_EQ(elements.size(), 128u);
+    // Each group's Σq and its sub-block's scale sit in the group's lane.
+    for (int g = 0; g < 8; ++g) {
+      int32_t sum = 0;
+      for (int j = 16 * g; j < 16 * g + 16; ++j) sum += natural.qs[j];
+      EXPECT_EQ(b.sum[Q8GroupLane(layout, g)], sum) << "group " << g;
+      EXPECT_EQ(natural.sum[g], sum);
+      EXPECT_EQ(b.d[Q8GroupLane(layout, g)], natural.d[2 * (g / 2)]);
+      EXPECT_EQ(Q8LaneGroup(layout, Q8GroupLane(layout, g)), g);
+    }
+  }
 }
 
 TEST(Hadamard, FastPathEqualsReferenceBitForBit) {
