@@ -7,7 +7,7 @@
 // g = elements 16g .. 16g+15, inside sub-block g / 2). A kernel holds the eight group sums in
 // one register of eight int32 lanes, in an order its layout makes cheapest (Q8LaneGroup): int32
 // lane L of each of the four 32-byte quarters of qs holds four elements of one group. The block
-// keeps each group's scale and Σq in that lane order, so the kernel loads them as they are.
+// keeps each group's scale and −Σq in that lane order, so the kernel loads them as they are.
 #ifndef WALSH_KERNELS_Q8_ACTIVATION_H_
 #define WALSH_KERNELS_Q8_ACTIVATION_H_
 
@@ -28,7 +28,9 @@ enum class Q8Layout {
 
 struct alignas(64) Q8Block128 {
   float d[kQ8Groups];      // lane L: the fp16-exact scale of group Q8LaneGroup(layout, L)
-  int32_t sum[kQ8Groups];  // lane L: Σ q over that group (ternary codes are value + 1)
+  // Lane L: −Σ q over that group. Ternary codes are value + 1, so a dot product of codes with q
+  // that starts from it sums (code − 1) · q.
+  int32_t minus_sum[kQ8Groups];
   int8_t qs[128];
 };
 static_assert(sizeof(Q8Block128) == 192, "Q8Block128 is three cache lines");

@@ -87,7 +87,7 @@ WALSH_HD void RopeNeoxInPlace(float* head, int64_t n_rot, int64_t pos, const dou
 
 // One 128-value block: per 32 values, d = max|x| / 127 rounded to fp16 and q = round(x / d)
 // with the unrounded d, as llama.cpp's quantize_row_q8_0. Each 16-element group's scale and
-// Σq go to its lane (Q8GroupLane).
+// −Σq go to its lane (Q8GroupLane).
 WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) {
   int8_t q[128];
   for (int s = 0; s < 4; ++s) {
@@ -106,7 +106,7 @@ WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) 
         sum += v;
       }
       out->d[Q8GroupLane(layout, g)] = d16;
-      out->sum[Q8GroupLane(layout, g)] = sum;
+      out->minus_sum[Q8GroupLane(layout, g)] = -sum;
     }
   }
   for (int i = 0; i < 128; ++i) out->qs[i] = q[Q8ElementAt(layout, i)];

@@ -27,6 +27,16 @@
 namespace walsh {
 namespace {
 
+// How far ahead of a row's current block the one-token kernel prefetches: one row tile streams
+// several rows at once, too few loads in flight for the hardware prefetchers alone to reach the
+// read bandwidth (bench/RESULTS.md: 14 -> 20 of 23 GB/s streaming PQ2_0 on 2 cores). Past a row's
+// end it fetches the rows that follow, the next tile's; a prefetch never faults.
+inline constexpr int64_t kPrefetchAhead = 8192;
+
+struct TileShape {
+  int rows, tokens;
+};
+
 // Four 32-byte code vectors of one block (codes 0..3, value + 1) and its scale in all lanes.
 // Byte k of int32 lane L of vector v meets position 32v + 4L + k of the format's activation
 // layout, and every lane L holds one group (Q8LaneGroup), so a dot product's lanes are group
@@ -128,69 +138,115 @@ inline float JoinLanes(__m256 acc) {
   return _mm_cvtss_f32(quads) + _mm_cvtss_f32(_mm_shuffle_ps(quads, quads, 1));
 }
 
-// One (row, token) step of a block: acc = fma(float(raw − Σq), dw · dx, acc), lane by lane.
-inline __m256 Accumulate(__m256 acc, __m256i raw, const BlockCodes& w, const Q8Block128& xb) {
-  const __m256i isum =
-      _mm256_sub_epi32(raw, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.sum)));
+// One (row, token) step of a block: acc = fma(float(Σ (code − 1) · q), dw · dx, acc), lane by
+// lane; the dot product starts from the block's −Σq, which turns codes back into values.
+template <class Dot>
+inline __m256 Accumulate(__m256 acc, const BlockCodes& w, const Q8Block128& xb) {
+  const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.minus_sum));
+  const __m256i isum = Dot::Sums(start, w, xb.qs);
   const __m256 scale = _mm256_mul_ps(w.dw, _mm256_load_ps(xb.d));
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
 }
 
-// R rows by T tokens (tokens t0 .. t0 + T − 1, local rows i .. i + R − 1), every segment.
+// Blocks [b0, b1) of R rows by T tokens (tokens t0 .. t0 + T − 1), continuing the accumulators
+// acc[r · acc_stride + t], which stay in registers meanwhile.
 template <class Dot, TernaryFormat F, int R, int T>
-void Tile(const TernaryProduct& p, int64_t i, int64_t t0) {
-  const uint8_t* rows[R];
-  for (int r = 0; r < R; ++r) {
-    const int64_t w = p.row_index != nullptr ? p.row_index[i + r] : p.row_first + i + r;
-    rows[r] = p.w.data + w * p.w.row_bytes();
-  }
+void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64_t b0, int64_t b1,
+          __m256* acc, int acc_stride) {
   const Q8Block128* x0 = p.x + t0 * p.x_stride - p.x_first_block;
-  for (int s = 0; s < p.n_segments; ++s) {
-    __m256 acc[R][T];
+  __m256 a[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) a[r][t] = acc[r * acc_stride + t];
+  }
+  constexpr int64_t kBlockBytes =
+      F == TernaryFormat::kPq2_0 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
+  for (int64_t b = b0; b < b1; ++b) {
     for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    }
-    for (int64_t b = p.segment_begin[s]; b < p.segment_end[s]; ++b) {
-      for (int r = 0; r < R; ++r) {
-        const BlockCodes w = DecodeBlock<F>(rows[r], b);
-        for (int t = 0; t < T; ++t) {
-          const Q8Block128& xb = x0[t * p.x_stride + b];
-          acc[r][t] = Accumulate(acc[r][t], Dot::Sums(w, xb.qs), w, xb);
-        }
+      if (T == 1) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + b * kBlockBytes + kPrefetchAhead),
+                     _MM_HINT_T0);
       }
+      const BlockCodes w = DecodeBlock<F>(rows[r], b);
+      for (int t = 0; t < T; ++t) a[r][t] = Accumulate<Dot>(a[r][t], w, x0[t * p.x_stride + b]);
     }
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) p.y[s][(t0 + t) * p.y_stride + i + r] = JoinLanes<F>(acc[r][t]);
-    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r * acc_stride + t] = a[r][t];
   }
 }
 
-// Tokens [t0, t0 + n) for local rows [i, i + R), n <= kTokenTile, by a tile of exactly n tokens.
-template <class Dot, TernaryFormat F, int R, int N = Dot::kTokenTile>
-void TokenRun(const TernaryProduct& p, int64_t i, int64_t t0, int n) {
+// The same for exactly n <= N tokens.
+template <class Dot, TernaryFormat F, int R, int N>
+void TokenRun(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int n, int64_t b0,
+              int64_t b1, __m256* acc, int acc_stride) {
   if constexpr (N > 0) {
-    if (n == N) return Tile<Dot, F, R, N>(p, i, t0);
-    TokenRun<Dot, F, R, N - 1>(p, i, t0, n);
+    if (n == N) return Tile<Dot, F, R, N>(p, rows, t0, b0, b1, acc, acc_stride);
+    TokenRun<Dot, F, R, N - 1>(p, rows, t0, n, b0, b1, acc, acc_stride);
   }
 }
 
+inline const uint8_t* RowData(const TernaryProduct& p, int64_t i) {
+  const int64_t w = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
+  return p.w.data + w * p.w.row_bytes();
+}
+
+// One token: 4 rows at a time over each whole segment, accumulators in registers.
+template <class Dot, TernaryFormat F>
+void MatVec(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
+  for (int64_t i = row_begin; i < row_end;) {
+    const int rows_here = row_end - i >= 4 ? 4 : 1;
+    const uint8_t* rows[4];
+    for (int r = 0; r < rows_here; ++r) rows[r] = RowData(p, i + r);
+    for (int s = 0; s < p.n_segments; ++s) {
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+      if (rows_here == 4) {
+        Tile<Dot, F, 4, 1>(p, rows, 0, p.segment_begin[s], p.segment_end[s], acc, 1);
+      } else {
+        Tile<Dot, F, 1, 1>(p, rows, 0, p.segment_begin[s], p.segment_end[s], acc, 1);
+      }
+      for (int r = 0; r < rows_here; ++r) p.y[s][i + r] = JoinLanes<F>(acc[r]);
+    }
+    i += rows_here;
+  }
+}
+
+// Several tokens: rows in chunks of kRowChunk whose weights stay in L2 while every token tile
+// passes; within a chunk, blocks in runs of kBlockRun, so the token tile's activations for the
+// run (at most 16 · 8 · 192 bytes) stay in L1 while every row of the chunk meets them. Each
+// accumulator still takes its blocks in order: it waits in memory between runs.
+// Dot::kTile<F> is the tile's {rows, tokens}: as many accumulators as registers allow beside
+// the decoded codes.
 template <class Dot, TernaryFormat F>
 void MatMul(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
-  if (p.n_tokens == 1) {
-    int64_t i = row_begin;
-    for (; i + 4 <= row_end; i += 4) Tile<Dot, F, 4, 1>(p, i, 0);
-    for (; i < row_end; ++i) Tile<Dot, F, 1, 1>(p, i, 0);
-    return;
-  }
-  // Rows in chunks whose weights stay in L2 while every token tile passes over them.
-  constexpr int64_t kRowChunk = 16;
+  if (p.n_tokens == 1) return MatVec<Dot, F>(p, row_begin, row_end);
+  constexpr int R = Dot::template kTile<F>.rows, T = Dot::template kTile<F>.tokens;
+  constexpr int64_t kRowChunk = 16, kBlockRun = 8;
+  __m256 acc[kRowChunk * T];
+  const uint8_t* rows[kRowChunk];
   for (int64_t c0 = row_begin; c0 < row_end; c0 += kRowChunk) {
     const int64_t c1 = std::min(row_end, c0 + kRowChunk);
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += Dot::kTokenTile) {
-      const int n = static_cast<int>(std::min<int64_t>(Dot::kTokenTile, p.n_tokens - t0));
-      int64_t i = c0;
-      for (; i + 2 <= c1; i += 2) TokenRun<Dot, F, 2>(p, i, t0, n);
-      for (; i < c1; ++i) TokenRun<Dot, F, 1>(p, i, t0, n);
+    for (int64_t i = c0; i < c1; ++i) rows[i - c0] = RowData(p, i);
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += T) {
+      const int n = static_cast<int>(std::min<int64_t>(T, p.n_tokens - t0));
+      for (int s = 0; s < p.n_segments; ++s) {
+        std::fill(acc, acc + (c1 - c0) * T, _mm256_setzero_ps());
+        for (int64_t b0 = p.segment_begin[s]; b0 < p.segment_end[s]; b0 += kBlockRun) {
+          const int64_t b1 = std::min(p.segment_end[s], b0 + kBlockRun);
+          int64_t i = c0;
+          for (; i + R <= c1; i += R) {
+            TokenRun<Dot, F, R, T>(p, rows + (i - c0), t0, n, b0, b1, acc + (i - c0) * T, T);
+          }
+          for (; i < c1; ++i) {
+            TokenRun<Dot, F, 1, T>(p, rows + (i - c0), t0, n, b0, b1, acc + (i - c0) * T, T);
+          }
+        }
+        for (int64_t i = c0; i < c1; ++i) {
+          for (int t = 0; t < n; ++t) {
+            p.y[s][(t0 + t) * p.y_stride + i] = JoinLanes<F>(acc[(i - c0) * T + t]);
+          }
+        }
+      }
     }
   }
 }

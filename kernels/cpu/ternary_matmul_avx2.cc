@@ -10,10 +10,12 @@ namespace walsh {
 namespace {
 
 struct Avx2Dot {
-  static constexpr int kTokenTile = 4;  // 2 rows × 4 tokens of accumulators in 16 registers
+  // Row and token tiles (ternary_kernel_x86.h), measured best here (bench/RESULTS.md).
+  template <TernaryFormat F>
+  static constexpr TileShape kTile = F == TernaryFormat::kPq2_0 ? TileShape{2, 4} : TileShape{1, 8};
 
-  // Σ code · q per group, in the format's lane order (kernels/q8_activation.h).
-  static __m256i Sums(const BlockCodes& w, const int8_t* qs) {
+  // start + Σ code · q per group, in the format's lane order (kernels/q8_activation.h).
+  static __m256i Sums(__m256i start, const BlockCodes& w, const int8_t* qs) {
     const auto* x = reinterpret_cast<const __m256i*>(qs);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m0 = _mm256_maddubs_epi16(w.c[0], _mm256_load_si256(x + 0));
@@ -21,7 +23,7 @@ struct Avx2Dot {
     const __m256i m2 = _mm256_maddubs_epi16(w.c[2], _mm256_load_si256(x + 2));
     const __m256i m3 = _mm256_maddubs_epi16(w.c[3], _mm256_load_si256(x + 3));
     const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(m0, m1), _mm256_add_epi16(m2, m3));
-    return _mm256_madd_epi16(s16, ones);
+    return _mm256_add_epi32(start, _mm256_madd_epi16(s16, ones));
   }
 };
 

@@ -11,11 +11,14 @@ namespace walsh {
 namespace {
 
 struct VnniDot {
-  static constexpr int kTokenTile = 8;  // 2 rows × 8 tokens of accumulators in 32 registers
+  // Row and token tiles (ternary_kernel_x86.h), measured best here (bench/RESULTS.md).
+  template <TernaryFormat F>
+  static constexpr TileShape kTile =
+      F == TernaryFormat::kPq2_0 ? TileShape{2, 8} : TileShape{1, 16};
 
-  static __m256i Sums(const BlockCodes& w, const int8_t* qs) {
+  static __m256i Sums(__m256i start, const BlockCodes& w, const int8_t* qs) {
     const auto* x = reinterpret_cast<const __m256i*>(qs);
-    __m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w.c[0], _mm256_load_si256(x + 0));
+    __m256i v = _mm256_dpbusd_epi32(start, w.c[0], _mm256_load_si256(x + 0));
     v = _mm256_dpbusd_epi32(v, w.c[1], _mm256_load_si256(x + 1));
     v = _mm256_dpbusd_epi32(v, w.c[2], _mm256_load_si256(x + 2));
     return _mm256_dpbusd_epi32(v, w.c[3], _mm256_load_si256(x + 3));

@@ -76,7 +76,7 @@ __global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t row_bytes) 
           isum = Ptq1GroupSum(blk, xb, g, xlane);
           dw = Fp16ToFloat(blk.d);
         }
-        acc = AccumulateGroup(acc, isum - xb.sum[xlane], dw, xb.d[xlane]);
+        acc = AccumulateGroup(acc, isum + xb.minus_sum[xlane], dw, xb.d[xlane]);
       }
     }
     // ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) within each group of eight lanes.

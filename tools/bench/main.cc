@@ -55,6 +55,36 @@ int64_t ProjectionWeights(const Model& m) {
   return total;
 }
 
+struct TestProfile {
+  std::string test;
+  double seconds;
+  int64_t steps;
+  std::vector<OpProfile::Entry> ops;
+};
+
+// Each test's step profile: ms per step and share of the wall time for every backend op, and
+// what ran outside them (the engine's own work: planning, sampling, logits copies).
+void PrintProfiles(const std::vector<TestProfile>& profiles, nlohmann::json* doc) {
+  for (const TestProfile& p : profiles) {
+    std::printf("\nstep profile, %s (%lld steps, %.1f ms/step):\n", p.test.c_str(),
+                static_cast<long long>(p.steps), 1e3 * p.seconds / p.steps);
+    std::printf("| op                               | ms/step |  share |\n");
+    std::printf("|----------------------------------|---------|--------|\n");
+    double in_ops = 0;
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpProfile::Entry& e : p.ops) {
+      in_ops += e.seconds;
+      std::printf("| %-32s | %7.2f | %5.1f%% |\n", e.op.c_str(), 1e3 * e.seconds / p.steps,
+                  100 * e.seconds / p.seconds);
+      ops.push_back({{"op", e.op}, {"calls", e.calls}, {"seconds", e.seconds}});
+    }
+    std::printf("| %-32s | %7.2f | %5.1f%% |\n", "(outside backend ops)",
+                1e3 * (p.seconds - in_ops) / p.steps, 100 * (p.seconds - in_ops) / p.seconds);
+    (*doc)["profiles"].push_back(
+        {{"test", p.test}, {"seconds", p.seconds}, {"steps", p.steps}, {"ops", ops}});
+  }
+}
+
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "walsh-bench: %s\n", message.c_str());
   return code;
@@ -64,7 +94,7 @@ int Decode(int argc, char** argv) {
   std::string model_path, device = "cpu", batches = "1", json_path;
   int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
   double gpu_memory_utilization = 0.9;
-  bool no_bandwidth = false;
+  bool no_bandwidth = false, profile = false;
   FlagSet flags(
       "walsh-bench decode --model FILE [--device cpu|cuda] [--threads N] [--tp N] "
       "[--batch 1,4,16] [--prompt N] [--gen N] [--json FILE]");
@@ -79,6 +109,8 @@ int Decode(int argc, char** argv) {
   flags.Int("gen", &gen_tokens, "decode steps per batch size (tg)");
   flags.String("json", &json_path, "also write the results as JSON to this file");
   flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth and int8-peak measurements");
+  flags.Bool("profile", &profile,
+             "also print each test's step profile: wall time per backend op (CPU)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     return Fail(2, std::string(s.message()) + "\n" + flags.Help());
   }
@@ -111,6 +143,8 @@ int Decode(int argc, char** argv) {
   opts.gpu_memory_utilization = gpu_memory_utilization;
   opts.threads = static_cast<int>(threads);
   opts.tp = static_cast<int>(tp);
+  OpProfile op_profile;
+  if (profile) opts.profile = &op_profile;
   opts.state_slots = max_batch;
   opts.kv_pages =
       (max_batch * (16 + gen_tokens + 1) + prompt_tokens) / opts.page_size + 2 * max_batch + 2;
@@ -164,6 +198,7 @@ int Decode(int argc, char** argv) {
   }
   std::printf("| test        | batch |     t/s | ms/step | weight GB/s | roofline | int8 peak |\n");
   std::printf("|-------------|-------|---------|---------|-------------|----------|-----------|\n");
+  std::vector<TestProfile> profiles;
   auto row = [&](const std::string& test, int64_t batch, double tokens_per_s, double step_s,
                  double weight_rate) {
     const double roofline = bandwidth > 0 ? weight_rate / bandwidth : 0.0;
@@ -181,10 +216,19 @@ int Decode(int argc, char** argv) {
                             {"int8_peak_fraction", peak_share}});
   };
 
+  {  // One untimed token first: it faults every weight page of the mapping in.
+    auto seq = e.AddSequence();
+    if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
+    if (auto out = e.Forward({{*seq, random_tokens(1)}}); !out.ok()) {
+      return Fail(3, std::string(out.status().message()));
+    }
+    (void)e.RemoveSequence(*seq);
+  }
   {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).
     auto seq = e.AddSequence();
     if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
     const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
+    op_profile.Reset();
     const auto t = std::chrono::steady_clock::now();
     int64_t steps = 0;
     for (int64_t i = 0; i < prompt_tokens; i += prefill_chunk, ++steps) {
@@ -197,6 +241,7 @@ int Decode(int argc, char** argv) {
     const double s = Since(t);
     row("pp" + std::to_string(prompt_tokens), 1, prompt_tokens / s, s / steps,
         steps * static_cast<double>(step_bytes) / s);
+    profiles.push_back({"pp" + std::to_string(prompt_tokens), s, steps, op_profile.Entries()});
     (void)e.RemoveSequence(*seq);
   }
   for (int64_t b : batch_sizes) {  // tg: b sequences stepping together
@@ -212,6 +257,7 @@ int Decode(int argc, char** argv) {
       }
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
     }
+    op_profile.Reset();
     const auto t = std::chrono::steady_clock::now();
     for (int64_t k = 0; k < gen_tokens; ++k) {
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
@@ -222,8 +268,11 @@ int Decode(int argc, char** argv) {
     const double s = Since(t);
     row("tg" + std::to_string(gen_tokens), b, gen_tokens * b / s, s / gen_tokens,
         gen_tokens * static_cast<double>(step_bytes) / s);
+    profiles.push_back({"tg" + std::to_string(gen_tokens) + " batch " + std::to_string(b), s,
+                        gen_tokens, op_profile.Entries()});
     for (const SequenceInput& in : batch) (void)e.RemoveSequence(in.id);
   }
+  if (profile) PrintProfiles(profiles, &doc);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << doc.dump(2) << "\n";

@@ -11,7 +11,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model,
                                                      const EngineOptions& options, CpuIsa isa) {
   switch (options.device) {
     case Device::kCpu:
-      return std::make_unique<CpuBackend>(model, CpuBackendOptions{options.threads, isa});
+      return std::make_unique<CpuBackend>(model,
+                                          CpuBackendOptions{options.threads, isa, options.profile});
     case Device::kCuda:
       if (!options.quantize_activations) {
         return absl::UnimplementedError(

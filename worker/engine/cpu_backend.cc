@@ -81,6 +81,7 @@ absl::Status CpuBackend::BeginStep(const StepPlan& plan) {
 
 absl::Status CpuBackend::Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                                Tensor out) {
+  ScopedOpTime timer(options_.profile, "embed");
   const int64_t h = table.cols, nb = table.blocks_per_row();
   for (int64_t t = 0; t < out.rows; ++t) {
     const uint8_t* row = table.data + plan_.tokens[t] * table.row_bytes();
@@ -98,6 +99,7 @@ absl::Status CpuBackend::Embed(const TernaryWeights& table, bool rotated, const 
 }
 
 absl::Status CpuBackend::RmsNorm(Tensor x, const float* weight, float eps, Tensor out) {
+  ScopedOpTime timer(options_.profile, "rmsnorm");
   for (int64_t t = 0; t < x.rows; ++t) {
     ::walsh::RmsNorm(x.data + t * x.cols, weight, x.cols, eps, out.data + t * x.cols);
   }
@@ -105,6 +107,7 @@ absl::Status CpuBackend::RmsNorm(Tensor x, const float* weight, float eps, Tenso
 }
 
 absl::Status CpuBackend::GatherLogitRows(Tensor x, Tensor out) {
+  ScopedOpTime timer(options_.profile, "copies");
   for (size_t i = 0; i < plan_.logit_tokens.size(); ++i) {
     std::memcpy(out.data + i * x.cols, x.data + plan_.logit_tokens[i] * x.cols,
                 x.cols * sizeof(float));
@@ -113,44 +116,56 @@ absl::Status CpuBackend::GatherLogitRows(Tensor x, Tensor out) {
 }
 
 absl::Status CpuBackend::AddInPlace(Tensor acc, Tensor x) {
+  ScopedOpTime timer(options_.profile, "residual add");
   for (int64_t i = 0; i < acc.rows * acc.cols; ++i) acc.data[i] += x.data[i];
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
-  ::walsh::SwiGlu(gate.data, up.data, gate.rows * gate.cols, out.data);
+  ScopedOpTime timer(options_.profile, "swiglu");
+  const int64_t n = gate.rows * gate.cols;
+  pool_.ParallelFor(n, 4096, [&](int64_t begin, int64_t end) {
+    ::walsh::SwiGlu(gate.data + begin, up.data + begin, end - begin, out.data + begin);
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) {
+  ScopedOpTime timer(options_.profile, "rotate");
   if (t == Transform::kPermutedRotated) {
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
   }
   const int64_t w = x.cols, block = model_.contract().block_size;
-  for (int64_t i = 0; i < x.rows; ++i) {
-    if (t == Transform::kPlain) {
-      std::memcpy(out.data + i * w, x.data + i * w, w * sizeof(float));
-    } else {
-      SignedFwhtForward(options_.isa, x.data + i * w, signs, w, block, out.data + i * w);
+  pool_.ParallelFor(x.rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      if (t == Transform::kPlain) {
+        std::memcpy(out.data + i * w, x.data + i * w, w * sizeof(float));
+      } else {
+        SignedFwhtForward(options_.isa, x.data + i * w, signs, w, block, out.data + i * w);
+      }
     }
-  }
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) {
+  ScopedOpTime timer(options_.profile, "rotate + quantize");
   if (t == Transform::kPermutedRotated) {
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
   }
   const int64_t w = x.cols, block = model_.contract().block_size, nb = w / kTernaryBlockElems;
-  std::vector<float> rotated(w);
-  for (int64_t i = 0; i < x.rows; ++i) {
-    const float* row = x.data + i * w;
-    if (t == Transform::kRotated) {
-      SignedFwhtForward(options_.isa, row, signs, w, block, rotated.data());
-      row = rotated.data();
+  pool_.ParallelFor(x.rows, 1, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> rotated;
+    rotated.resize(w);
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* row = x.data + i * w;
+      if (t == Transform::kRotated) {
+        SignedFwhtForward(options_.isa, row, signs, w, block, rotated.data());
+        row = rotated.data();
+      }
+      QuantizeRowQ8(row, w, out.layout, out.data + i * nb);
     }
-    QuantizeRowQ8(row, w, out.layout, out.data + i * nb);
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -167,6 +182,7 @@ void CpuBackend::Run(const TernaryProduct& product, int64_t rows, bool f32) {
 
 absl::Status CpuBackend::MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
                                 Tensor y) {
+  ScopedOpTime timer(options_.profile, "ternary product");
   TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
   product.x = x.data;
   Run(product, rows.count(), /*f32=*/false);
@@ -175,6 +191,7 @@ absl::Status CpuBackend::MatMul(const Projection& p, Q8Tensor x, const RowSelect
 
 absl::Status CpuBackend::MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
                                    Tensor y) {
+  ScopedOpTime timer(options_.profile, "ternary product (fp32)");
   TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
   product.x_f32 = x.data;
   Run(product, rows.count(), /*f32=*/true);
@@ -184,6 +201,7 @@ absl::Status CpuBackend::MatMulF32(const Projection& p, Tensor x, const RowSelec
 absl::Status CpuBackend::MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
                                       const std::vector<Span>& slices,
                                       const std::vector<Tensor>& partials) {
+  ScopedOpTime timer(options_.profile, "ternary product");
   ASSIGN_OR_RETURN(TernaryProduct product,
                    SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
   product.x = x.data;
@@ -194,6 +212,7 @@ absl::Status CpuBackend::MatMulSlices(const Projection& p, Q8Tensor x, int64_t x
 absl::Status CpuBackend::MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
                                          const std::vector<Span>& slices,
                                          const std::vector<Tensor>& partials) {
+  ScopedOpTime timer(options_.profile, "ternary product (fp32)");
   ASSIGN_OR_RETURN(TernaryProduct product,
                    SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
   product.x_f32 = x.data;
@@ -202,33 +221,53 @@ absl::Status CpuBackend::MatMulSlicesF32(const Projection& p, Tensor x, int64_t 
 }
 
 absl::Status CpuBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out) {
+  ScopedOpTime timer(options_.profile, "slice tree sum");
   const size_t n = leaves.size();
   if (n == 0 || (n & (n - 1)) != 0) return absl::InternalError("tree over a non-power of two");
   const int64_t count = out.rows * out.cols;
-  std::vector<float> level(n);
-  for (int64_t i = 0; i < count; ++i) {
-    for (size_t l = 0; l < n; ++l) level[l] = leaves[l].data[i];
-    for (size_t width = n; width > 1; width /= 2) {
-      for (size_t l = 0; l < width / 2; ++l) level[l] = level[2 * l] + level[2 * l + 1];
+  if (n == 1) {
+    std::memcpy(out.data, leaves[0].data, count * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Level by level over whole rows: every element still joins its leaves in the same pairs.
+  std::vector<float>& level = tree_scratch_;
+  level.resize(n / 2 * count);
+  auto node = [&](size_t l) { return level.data() + l * count; };
+  for (size_t l = 0; l < n / 2; ++l) {
+    const float* a = leaves[2 * l].data;
+    const float* b = leaves[2 * l + 1].data;
+    float* o = n == 2 ? out.data : node(l);
+    for (int64_t i = 0; i < count; ++i) o[i] = a[i] + b[i];
+  }
+  for (size_t width = n / 2; width > 1; width /= 2) {
+    for (size_t l = 0; l < width / 2; ++l) {
+      const float* a = node(2 * l);
+      const float* b = node(2 * l + 1);
+      float* o = width == 2 ? out.data : node(l);
+      for (int64_t i = 0; i < count; ++i) o[i] = a[i] + b[i];
     }
-    out.data[i] = level[0];
   }
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows,
                                       Tensor y, int64_t col_offset) {
-  for (int64_t t = 0; t < x.rows; ++t) {
-    for (int64_t i = 0; i < rows.count(); ++i) {
-      const int64_t r = rows.index != nullptr ? (*rows.index)[i] : rows.begin + i;
-      y.data[t * y.cols + col_offset + i] =
-          DenseRowDot(w.format, w.data, r, w.cols, x.data + t * x.cols);
+  ScopedOpTime timer(options_.profile, "dense (ssm_alpha, ssm_beta)");
+  const int64_t n = rows.count();
+  std::vector<int64_t> index(n);
+  for (int64_t i = 0; i < n; ++i)
+    index[i] = rows.index != nullptr ? (*rows.index)[i] : rows.begin + i;
+  pool_.ParallelFor(x.rows, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      DenseRowsDot(w.format, w.data, index.data(), n, w.cols, x.data + t * x.cols,
+                   y.data + t * y.cols + col_offset);
     }
-  }
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CopyColumns(Tensor x, int64_t col_begin, Tensor out) {
+  ScopedOpTime timer(options_.profile, "copies");
   if (out.cols == 0) return absl::OkStatus();  // a rank with no share (memcpy wants pointers)
   for (int64_t t = 0; t < x.rows; ++t) {
     std::memcpy(out.data + t * out.cols, x.data + t * x.cols + col_begin, out.cols * 4);
@@ -237,6 +276,7 @@ absl::Status CpuBackend::CopyColumns(Tensor x, int64_t col_begin, Tensor out) {
 }
 
 absl::Status CpuBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
+  ScopedOpTime timer(options_.profile, "copies");
   if (x.cols == 0) return absl::OkStatus();
   for (int64_t t = 0; t < x.rows; ++t) {
     std::memcpy(out.data + t * out.cols + col_begin, x.data + t * x.cols, x.cols * 4);
@@ -245,6 +285,7 @@ absl::Status CpuBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
 }
 
 absl::Status CpuBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) {
+  ScopedOpTime timer(options_.profile, "gdn ungroup");
   for (int64_t t = 0; t < x.rows; ++t) {
     GdnUnpermuteRef(x.data + t * x.cols, n_k, rep, hd, out.data + t * out.cols);
   }
@@ -264,6 +305,7 @@ float* CpuBackend::StateLayer(int32_t slot, int64_t layer) const {
 absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer,
                                           const AttentionShard& heads, Tensor q_gate, Tensor k,
                                           Tensor v) {
+  ScopedOpTime timer(options_.profile, "attention (norm, rope, kv store)");
   if (geometry_.kv_value_bytes == 2) return Prepare<uint16_t>(w, layer, heads, q_gate, k, v);
   return Prepare<float>(w, layer, heads, q_gate, k, v);
 }
@@ -301,6 +343,7 @@ absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
 
 absl::Status CpuBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
                                    Tensor out) {
+  ScopedOpTime timer(options_.profile, "attention");
   if (geometry_.kv_value_bytes == 2) return Attend<uint16_t>(layer, heads, q_gate, out);
   return Attend<float>(layer, heads, q_gate, out);
 }
@@ -339,28 +382,43 @@ absl::Status CpuBackend::Attend(int64_t layer, const AttentionShard& heads, Tens
 }
 
 absl::Status CpuBackend::GdnConv(const GdnLayerParams& p, int64_t layer, Tensor qkv, Tensor u) {
-  for (int64_t t = 0; t < qkv.rows; ++t) {
-    const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
-    GdnConvStep(p, qkv.data + t * qkv.cols, StateLayer(slot, layer), u.data + t * u.cols);
-  }
+  ScopedOpTime timer(options_.profile, "gdn conv");
+  // Channels are independent: each thread takes a range of them through every token in order
+  // (so each channel's window shifts as one token at a time would shift it), then the q and k
+  // heads are L2-normed per token.
+  pool_.ParallelFor(p.conv_dim(), 256, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < qkv.rows; ++t) {
+      float* state = StateLayer(plan_.seq_slots[plan_.seq_of_token[t]], layer);
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        u.data[t * u.cols + ch] = GdnConvChannel(p, qkv.data + t * qkv.cols, state, ch);
+      }
+    }
+  });
+  pool_.ParallelFor(qkv.rows * 2 * p.n_k, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t th = begin; th < end; ++th) {
+      const int64_t t = th / (2 * p.n_k), h = th % (2 * p.n_k);
+      L2NormInPlace(u.data + t * u.cols + h * p.hd, p.hd, p.eps);
+    }
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, Tensor u, Tensor z,
                                        Tensor alpha_beta, Tensor out) {
-  // The recurrence runs token by token; within a token the value heads are independent.
-  for (int64_t t = 0; t < u.rows; ++t) {
-    const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
-    float* S = StateLayer(slot, layer) + geometry_.conv_floats;
-    const float* alpha = alpha_beta.data + t * alpha_beta.cols;
-    const float* beta = alpha + p.n_v;
-    const float* ut = u.data + t * u.cols;
-    const float* zt = z.data + t * z.cols;
-    float* o = out.data + t * out.cols;
-    pool_.ParallelFor(p.n_v, 1, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) GdnHeadStep(p, ut, zt, alpha, beta, h, S, o);
-    });
-  }
+  ScopedOpTime timer(options_.profile, "gdn recurrence");
+  // Value heads are independent: each thread takes whole heads through every token in order,
+  // so a head's state stays in cache across a prompt's tokens.
+  pool_.ParallelFor(p.n_v, 1, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t t = 0; t < u.rows; ++t) {
+        const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
+        float* S = StateLayer(slot, layer) + geometry_.conv_floats;
+        const float* alpha = alpha_beta.data + t * alpha_beta.cols;
+        GdnHeadStepInterleaved(p, u.data + t * u.cols, z.data + t * z.cols, alpha, alpha + p.n_v, h,
+                               S, out.data + t * out.cols);
+      }
+    }
+  });
   return absl::OkStatus();
 }
 

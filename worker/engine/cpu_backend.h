@@ -14,12 +14,14 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ternary_product.h"
 #include "worker/engine/backend.h"
+#include "worker/engine/op_profile.h"
 
 namespace walsh {
 
 struct CpuBackendOptions {
   int threads = 1;
   CpuIsa isa = CpuIsa::kScalar;
+  OpProfile* profile = nullptr;  // EngineOptions::profile
 };
 
 class CpuBackend final : public Backend {
@@ -92,6 +94,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<float, FreeDeleter> state_{nullptr, &std::free};
   std::vector<float> buffers_[static_cast<int>(Buffer::kCount)];
   std::vector<Q8Block128> quantized_[kQuantizedBuffers];
+  std::vector<float> tree_scratch_;  // TreeSum's inner levels
   StepPlan plan_;
 };
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cpu/isa.h"
+#include "worker/engine/op_profile.h"
 
 namespace walsh {
 
@@ -47,6 +48,8 @@ struct EngineOptions {
   // per worker/parallel/shard_plan.h. CPU only.
   int tp = 1;
   std::chrono::milliseconds collective_timeout{10000};
+  // CPU: when set, every backend op adds its wall time here (walsh-bench decode --profile).
+  OpProfile* profile = nullptr;
 };
 
 // Faults a test injects into an engine: a seam for tests, never set by walsh-worker (only the

@@ -11,6 +11,7 @@
 #include "kernels/block_types.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/float_convert.h"
@@ -295,10 +296,71 @@ TEST(Q8Activation, MatchesQ8_0Numerics) {
     for (int g = 0; g < 8; ++g) {
       int32_t sum = 0;
       for (int j = 16 * g; j < 16 * g + 16; ++j) sum += natural.qs[j];
-      EXPECT_EQ(b.sum[Q8GroupLane(layout, g)], sum) << "group " << g;
-      EXPECT_EQ(natural.sum[g], sum);
+      EXPECT_EQ(b.minus_sum[Q8GroupLane(layout, g)], -sum) << "group " << g;
+      EXPECT_EQ(natural.minus_sum[g], -sum);
       EXPECT_EQ(b.d[Q8GroupLane(layout, g)], natural.d[2 * (g / 2)]);
       EXPECT_EQ(Q8LaneGroup(layout, Q8GroupLane(layout, g)), g);
+    }
+  }
+}
+
+// The CPU's interleaved loops over the shared per-token ops give the shared code's bits.
+TEST(CpuOps, GdnHeadStepInterleavedEqualsShared) {
+  std::mt19937 gen(4);
+  std::normal_distribution<float> dist;
+  auto fill = [&](std::vector<float>& v, float scale) {
+    for (float& x : v) x = scale * dist(gen);
+  };
+  for (int64_t hd : {16, 20, 128}) {
+    const int64_t n_k = 2, n_v = 4;
+    std::vector<float> ssm_a(n_v), dt_bias(n_v), norm_w(hd);
+    fill(ssm_a, 1.0f);
+    for (float& a : ssm_a) a = -std::fabs(a);
+    fill(dt_bias, 1.0f);
+    fill(norm_w, 1.0f);
+    GdnLayerParams p{n_k, n_v, hd, 4, nullptr, ssm_a.data(), dt_bias.data(), norm_w.data(), 1e-6f};
+    p.rep = n_v / n_k;
+    std::vector<float> u(p.conv_dim()), z(n_v * hd), ab(2 * n_v), state(n_v * hd * hd);
+    fill(u, 0.3f);
+    fill(z, 1.0f);
+    fill(ab, 1.0f);
+    fill(state, 0.1f);
+    std::vector<float> s_ref = state, s_got = state, o_ref(n_v * hd), o_got(n_v * hd);
+    for (int step = 0; step < 3; ++step) {
+      for (int64_t h = 0; h < n_v; ++h) {
+        GdnHeadStep(p, u.data(), z.data(), ab.data(), ab.data() + n_v, h, s_ref.data(),
+                    o_ref.data());
+        GdnHeadStepInterleaved(p, u.data(), z.data(), ab.data(), ab.data() + n_v, h, s_got.data(),
+                               o_got.data());
+      }
+      ASSERT_EQ(0, std::memcmp(s_ref.data(), s_got.data(), s_ref.size() * 4)) << "hd " << hd;
+      ASSERT_EQ(0, std::memcmp(o_ref.data(), o_got.data(), o_ref.size() * 4)) << "hd " << hd;
+    }
+  }
+}
+
+TEST(CpuOps, DenseRowsDotEqualsShared) {
+  std::mt19937 gen(9);
+  std::normal_distribution<float> dist;
+  const int64_t rows = 13, cols = 300;
+  std::vector<float> f32(rows * cols), x(cols);
+  for (float& v : f32) v = dist(gen);
+  for (float& v : x) v = dist(gen);
+  std::vector<uint16_t> half(rows * cols), bf16(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    half[i] = FloatToFp16(f32[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &f32[i], 4);
+    bf16[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  const std::vector<int64_t> pick = {12, 0, 5, 5, 7, 1, 2, 3, 4, 11, 10};
+  for (auto [format, w] : {std::pair<DenseFormat, const void*>{DenseFormat::kF32, f32.data()},
+                           {DenseFormat::kF16, half.data()},
+                           {DenseFormat::kBf16, bf16.data()}}) {
+    std::vector<float> got(pick.size());
+    DenseRowsDot(format, w, pick.data(), pick.size(), cols, x.data(), got.data());
+    for (size_t i = 0; i < pick.size(); ++i) {
+      EXPECT_EQ(got[i], DenseRowDot(format, w, pick[i], cols, x.data())) << i;
     }
   }
 }
