@@ -116,8 +116,6 @@ void BM_TernaryMatMul(benchmark::State& state) {
   const double macs = static_cast<double>(rows) * cols * tokens;
   state.counters["GMAC/s"] =
       benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["us/token"] = benchmark::Counter(
-      1e6 / tokens, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(m.bytes.size()));
   state.SetLabel(std::string(FormatTraits(format).name) + " " + CpuIsaName(isa));
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/token_ops.h"
 
 namespace walsh {
@@ -14,11 +15,35 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 int64_t Argmax(const float* x, int64_t n);  // lowest index on ties
 
-// GdnHeadStep (kernels/token_ops.h) bit for bit, faster on a CPU: each row's sums run in the
-// same order, but eight rows at a time, so eight dependency chains overlap instead of one.
+// GdnHeadStep (kernels/token_ops.h) bit for bit, faster on a CPU, on the ISA's path: each row's
+// sums run in the same order, but eight rows at a time (eight dependency chains overlap, or
+// eight lanes of a vector after a transpose).
+void GdnHeadStepFast(CpuIsa isa, const GdnLayerParams& p, const float* u, const float* z,
+                     const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
+                     float* out);
+// The portable path of GdnHeadStepFast, and the AVX2 one (false where hd is not a multiple of 8).
 void GdnHeadStepInterleaved(const GdnLayerParams& p, const float* u, const float* z,
                             const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
                             float* out);
+
+bool GdnHeadStepAvx2(const GdnLayerParams& p, const float* u, const float* z,
+                     const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
+                     float* out);
+
+// AttendOneHead (kernels/token_ops.h) bit for bit, faster on a CPU, on the ISA's path: eight
+// keys' scores at a time (eight dot-product chains overlap, or eight lanes after a transpose),
+// and the weighted values key by key across the head's dimensions, each dimension still
+// summing its keys in position order. T: float or uint16_t (fp16).
+template <typename T>
+void AttendOneHeadFast(CpuIsa isa, const float* q, int64_t head_dim, const PagedKv<T>& kv,
+                       int64_t n_keys, float scale, float* scores, float* out);
+// Its portable path, and the AVX2 one (false where head_dim is not a multiple of 8).
+template <typename T>
+void AttendOneHeadInterleaved(const float* q, int64_t head_dim, const PagedKv<T>& kv,
+                              int64_t n_keys, float scale, float* scores, float* out);
+template <typename T>
+bool AttendOneHeadAvx2(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_keys,
+                       float scale, float* scores, float* out);
 
 // y[i] = DenseRowDot(format, w, rows[i], cols, x) for i < n, bit for bit, eight rows at a time.
 void DenseRowsDot(DenseFormat format, const void* w, const int64_t* rows, int64_t n, int64_t cols,

@@ -154,16 +154,24 @@ absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* sig
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
   }
   const int64_t w = x.cols, block = model_.contract().block_size, nb = w / kTernaryBlockElems;
-  pool_.ParallelFor(x.rows, 1, [&](int64_t r0, int64_t r1) {
+  // Rotation blocks and quantization blocks are independent: pieces of whole ones (both powers
+  // of two, so the larger is a multiple of the smaller) go to the pool, so even one token's row
+  // fills every core.
+  const int64_t unit = std::max<int64_t>(block, kTernaryBlockElems);
+  const int64_t piece = w % unit == 0 ? unit : w;
+  const int64_t pieces = w / piece;
+  pool_.ParallelFor(x.rows * pieces, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> rotated;
-    rotated.resize(w);
-    for (int64_t i = r0; i < r1; ++i) {
-      const float* row = x.data + i * w;
+    rotated.resize(piece);
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t i = k / pieces, c0 = k % pieces * piece;
+      const float* in = x.data + i * w + c0;
       if (t == Transform::kRotated) {
-        SignedFwhtForward(options_.isa, row, signs, w, block, rotated.data());
-        row = rotated.data();
+        SignedFwhtForward(options_.isa, in, signs != nullptr ? signs + c0 : nullptr, piece, block,
+                          rotated.data());
+        in = rotated.data();
       }
-      QuantizeRowQ8(row, w, out.layout, out.data + i * nb);
+      QuantizeRowQ8(in, piece, out.layout, out.data + i * nb + c0 / kTernaryBlockElems);
     }
   });
   return absl::OkStatus();
@@ -257,10 +265,14 @@ absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, const RowS
   std::vector<int64_t> index(n);
   for (int64_t i = 0; i < n; ++i)
     index[i] = rows.index != nullptr ? (*rows.index)[i] : rows.begin + i;
-  pool_.ParallelFor(x.rows, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      DenseRowsDot(w.format, w.data, index.data(), n, w.cols, x.data + t * x.cols,
-                   y.data + t * y.cols + col_offset);
+  // Every (token, run of 8 rows) in parallel: one token's rows alone fill both cores.
+  constexpr int64_t kRun = 8;
+  const int64_t runs = (n + kRun - 1) / kRun;
+  pool_.ParallelFor(x.rows * runs, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t t = k / runs, r0 = k % runs * kRun, m = std::min(kRun, n - r0);
+      DenseRowsDot(w.format, w.data, index.data() + r0, m, w.cols, x.data + t * x.cols,
+                   y.data + t * y.cols + col_offset + r0);
     }
   });
   return absl::OkStatus();
@@ -374,7 +386,7 @@ absl::Status CpuBackend::Attend(int64_t layer, const AttentionShard& heads, Tens
                           page,
                           kv_dim,
                           kv_head * hd};
-      AttendOneHead(q, hd, kv, pos + 1, scale, scores.data(), u);
+      AttendOneHeadFast(options_.isa, q, hd, kv, pos + 1, scale, scores.data(), u);
       for (int64_t i = 0; i < hd; ++i) u[i] *= Sigmoid(g[i]);
     }
   });
@@ -414,8 +426,8 @@ absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, T
         const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
         float* S = StateLayer(slot, layer) + geometry_.conv_floats;
         const float* alpha = alpha_beta.data + t * alpha_beta.cols;
-        GdnHeadStepInterleaved(p, u.data + t * u.cols, z.data + t * z.cols, alpha, alpha + p.n_v, h,
-                               S, out.data + t * out.cols);
+        GdnHeadStepFast(options_.isa, p, u.data + t * u.cols, z.data + t * z.cols, alpha,
+                        alpha + p.n_v, h, S, out.data + t * out.cols);
       }
     }
   });

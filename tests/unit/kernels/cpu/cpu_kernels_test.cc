@@ -305,7 +305,7 @@ TEST(Q8Activation, MatchesQ8_0Numerics) {
 }
 
 // The CPU's interleaved loops over the shared per-token ops give the shared code's bits.
-TEST(CpuOps, GdnHeadStepInterleavedEqualsShared) {
+TEST(CpuOps, GdnHeadStepFastEqualsSharedOnEveryIsa) {
   std::mt19937 gen(4);
   std::normal_distribution<float> dist;
   auto fill = [&](std::vector<float>& v, float scale) {
@@ -363,6 +363,37 @@ TEST(CpuOps, DenseRowsDotEqualsShared) {
       EXPECT_EQ(got[i], DenseRowDot(format, w, pick[i], cols, x.data())) << i;
     }
   }
+}
+
+template <typename T>
+void CheckAttention(std::mt19937& gen) {
+  std::normal_distribution<float> dist;
+  const int64_t hd = 40, kv_heads = 2, page = 4, pages = 7, keys = 25;
+  const int64_t row = kv_heads * hd, page_stride = page * row;
+  std::vector<T> k(pages * page_stride), v(pages * page_stride);
+  for (int64_t i = 0; i < pages * page_stride; ++i) {
+    KvStore(dist(gen), &k[i]);
+    KvStore(dist(gen), &v[i]);
+  }
+  const std::vector<int32_t> table = {3, 0, 6, 1, 5, 2, 4};
+  const PagedKv<T> kv{k.data(), v.data(), table.data(), page_stride, page, row, hd};
+  std::vector<float> q(hd);
+  for (float& x : q) x = dist(gen);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, keys}) {
+    std::vector<float> s_ref(n), s_got(n), o_ref(hd), o_got(hd);
+    AttendOneHead(q.data(), hd, kv, n, 0.125f, s_ref.data(), o_ref.data());
+    for (CpuIsa isa : AllIsas()) {
+      AttendOneHeadFast(isa, q.data(), hd, kv, n, 0.125f, s_got.data(), o_got.data());
+      EXPECT_EQ(0, std::memcmp(o_ref.data(), o_got.data(), hd * 4))
+          << n << " keys " << CpuIsaName(isa);
+    }
+  }
+}
+
+TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
+  std::mt19937 gen(12);
+  CheckAttention<float>(gen);
+  CheckAttention<uint16_t>(gen);
 }
 
 TEST(Hadamard, FastPathEqualsReferenceBitForBit) {
