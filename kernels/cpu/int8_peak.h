@@ -1,6 +1,7 @@
 // The yardstick batched ternary products are measured against: how many int8 multiply-adds per
 // second this machine's cores can issue. Each thread runs twelve independent dependency chains
-// of one instruction on registers only (no memory traffic); the best of several passes counts.
+// of one instruction on registers only (no memory traffic); the best of 15 passes counts (the
+// shared VMs here read up to a third low in a single pass).
 // A multiply-add is one int8 × int8 product added into a sum, so vpmaddubsw counts 32 per
 // instruction on 256-bit registers, as does vpdpbusd.
 #ifndef WALSH_KERNELS_CPU_INT8_PEAK_H_
@@ -17,7 +18,7 @@ enum class Int8PeakInstruction {
 
 // Multiply-adds per second over `threads` threads, or 0 where this build or CPU lacks the
 // instruction.
-double MeasureInt8Peak(int threads, Int8PeakInstruction instruction, int passes = 5);
+double MeasureInt8Peak(int threads, Int8PeakInstruction instruction, int passes = 15);
 
 // One thread's chains: `iterations` rounds of 12 instructions; returns a value that depends on
 // every result. Per-ISA files, for the dispatcher.

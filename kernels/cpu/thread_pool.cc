@@ -2,7 +2,25 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace walsh {
+namespace {
+
+// About 50 microseconds of polling before a thread blocks on a condition variable.
+constexpr int kSpins = 20000;
+
+inline void Pause() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -28,6 +46,7 @@ void ThreadPool::RunChunks() {
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
+    for (int i = 0; i < kSpins && posted_.load(std::memory_order_acquire) == seen; ++i) Pause();
     {
       MutexLock lock(&mu_);
       while (!(stop_ || generation_ != seen)) start_cv_.Wait(&mu_);
@@ -35,6 +54,7 @@ void ThreadPool::WorkerLoop() {
       seen = generation_;
     }
     RunChunks();
+    running_.fetch_sub(1, std::memory_order_release);
     {
       MutexLock lock(&mu_);
       if (--busy_ == 0) done_cv_.Signal();
@@ -57,10 +77,13 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     grain_ = grain;
     next_.store(0);
     busy_ = static_cast<int>(workers_.size());
+    running_.store(busy_, std::memory_order_relaxed);
     ++generation_;
+    posted_.store(generation_, std::memory_order_release);
   }
   start_cv_.SignalAll();
   RunChunks();
+  for (int i = 0; i < kSpins && running_.load(std::memory_order_acquire) != 0; ++i) Pause();
   MutexLock lock(&mu_);
   while (busy_ != 0) done_cv_.Wait(&mu_);
 }
