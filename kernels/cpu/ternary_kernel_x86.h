@@ -27,10 +27,11 @@
 namespace walsh {
 namespace {
 
-// How far ahead of a row's current block the one-token kernel prefetches: one row tile streams
-// several rows at once, too few loads in flight for the hardware prefetchers alone to reach the
-// read bandwidth (bench/RESULTS.md: 14 -> 20 of 23 GB/s streaming PQ2_0 on 2 cores). Past a row's
-// end it fetches the rows that follow, the next tile's; a prefetch never faults.
+// How far ahead of a row's current block a tile prefetches (the one-token kernel always, the
+// multi-token one on its first token tile, the one that meets the weights first): one row tile
+// streams several rows at once, too few loads in flight for the hardware prefetchers alone to
+// reach the read bandwidth (bench/RESULTS.md: 14 -> 20 of 23 GB/s streaming PQ2_0 on 2 cores). Past
+// a row's end it fetches the rows that follow, the next tile's; a prefetch never faults.
 inline constexpr int64_t kPrefetchAhead = 8192;
 
 struct TileShape {
@@ -150,7 +151,7 @@ inline __m256 Accumulate(__m256 acc, const BlockCodes& w, const Q8Block128& xb) 
 
 // Blocks [b0, b1) of R rows by T tokens (tokens t0 .. t0 + T − 1), continuing the accumulators
 // acc[r · acc_stride + t], which stay in registers meanwhile.
-template <class Dot, TernaryFormat F, int R, int T>
+template <class Dot, TernaryFormat F, int R, int T, bool kPrefetch>
 void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64_t b0, int64_t b1,
           __m256* acc, int acc_stride) {
   const Q8Block128* x0 = p.x + t0 * p.x_stride - p.x_first_block;
@@ -162,9 +163,9 @@ void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64
       F == TernaryFormat::kPq2_0 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
   for (int64_t b = b0; b < b1; ++b) {
     for (int r = 0; r < R; ++r) {
-      if (T == 1) {
+      if constexpr (kPrefetch) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + b * kBlockBytes + kPrefetchAhead),
-                     _MM_HINT_T0);
+                     T == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
       }
       const BlockCodes w = DecodeBlock<F>(rows[r], b);
       for (int t = 0; t < T; ++t) a[r][t] = Accumulate<Dot>(a[r][t], w, x0[t * p.x_stride + b]);
@@ -178,10 +179,13 @@ void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64
 // The same for exactly n <= N tokens.
 template <class Dot, TernaryFormat F, int R, int N>
 void TokenRun(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int n, int64_t b0,
-              int64_t b1, __m256* acc, int acc_stride) {
+              int64_t b1, __m256* acc, int acc_stride, bool prefetch) {
   if constexpr (N > 0) {
-    if (n == N) return Tile<Dot, F, R, N>(p, rows, t0, b0, b1, acc, acc_stride);
-    TokenRun<Dot, F, R, N - 1>(p, rows, t0, n, b0, b1, acc, acc_stride);
+    if (n == N) {
+      if (prefetch) return Tile<Dot, F, R, N, true>(p, rows, t0, b0, b1, acc, acc_stride);
+      return Tile<Dot, F, R, N, false>(p, rows, t0, b0, b1, acc, acc_stride);
+    }
+    TokenRun<Dot, F, R, N - 1>(p, rows, t0, n, b0, b1, acc, acc_stride, prefetch);
   }
 }
 
@@ -201,9 +205,9 @@ void MatVec(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
       __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                        _mm256_setzero_ps()};
       if (rows_here == 4) {
-        Tile<Dot, F, 4, 1>(p, rows, 0, p.segment_begin[s], p.segment_end[s], acc, 1);
+        Tile<Dot, F, 4, 1, true>(p, rows, 0, p.segment_begin[s], p.segment_end[s], acc, 1);
       } else {
-        Tile<Dot, F, 1, 1>(p, rows, 0, p.segment_begin[s], p.segment_end[s], acc, 1);
+        Tile<Dot, F, 1, 1, true>(p, rows, 0, p.segment_begin[s], p.segment_end[s], acc, 1);
       }
       for (int r = 0; r < rows_here; ++r) p.y[s][i + r] = JoinLanes<F>(acc[r]);
     }
@@ -235,10 +239,12 @@ void MatMul(const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
           const int64_t b1 = std::min(p.segment_end[s], b0 + kBlockRun);
           int64_t i = c0;
           for (; i + R <= c1; i += R) {
-            TokenRun<Dot, F, R, T>(p, rows + (i - c0), t0, n, b0, b1, acc + (i - c0) * T, T);
+            TokenRun<Dot, F, R, T>(p, rows + (i - c0), t0, n, b0, b1, acc + (i - c0) * T, T,
+                                   t0 == 0);
           }
           for (; i < c1; ++i) {
-            TokenRun<Dot, F, 1, T>(p, rows + (i - c0), t0, n, b0, b1, acc + (i - c0) * T, T);
+            TokenRun<Dot, F, 1, T>(p, rows + (i - c0), t0, n, b0, b1, acc + (i - c0) * T, T,
+                                   t0 == 0);
           }
         }
         for (int64_t i = c0; i < c1; ++i) {
