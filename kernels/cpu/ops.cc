@@ -132,6 +132,19 @@ template void AttendOneHeadInterleaved<float>(const float*, int64_t, const Paged
 template void AttendOneHeadInterleaved<uint16_t>(const float*, int64_t, const PagedKv<uint16_t>&,
                                                  int64_t, float, float*, float*);
 
+void DenseRowsDot8Tokens(CpuIsa isa, DenseFormat format, const void* w, const int64_t* rows,
+                         int64_t n_rows, int64_t cols, const float* x, int64_t x_stride, float* y,
+                         int64_t y_stride) {
+#if WALSH_X86_KERNELS
+  if (isa != CpuIsa::kScalar) {
+    DenseRowsDot8TokensAvx2(format, w, rows, n_rows, cols, x, x_stride, y, y_stride);
+    return;
+  }
+#endif
+  for (int t = 0; t < 8; ++t)
+    DenseRowsDot(format, w, rows, n_rows, cols, x + t * x_stride, y + t * y_stride);
+}
+
 void DenseRowsDot(DenseFormat format, const void* w, const int64_t* rows, int64_t n, int64_t cols,
                   const float* x, float* y) {
   for (int64_t i = 0; i < n; i += kChains) {

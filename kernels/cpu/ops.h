@@ -49,6 +49,19 @@ bool AttendOneHeadAvx2(const float* q, int64_t head_dim, const PagedKv<T>& kv, i
 void DenseRowsDot(DenseFormat format, const void* w, const int64_t* rows, int64_t n, int64_t cols,
                   const float* x, float* y);
 
+// The same for eight tokens at once (token t's input at x + t · x_stride, its outputs at
+// y + t · y_stride): y[t · y_stride + i] = DenseRowDot(format, w, rows[i], cols, x_t). Only
+// where HasDenseRowsDot8Tokens(isa) (it needs AVX2).
+inline bool HasDenseRowsDot8Tokens(CpuIsa isa) {
+  return WALSH_X86_KERNELS && isa != CpuIsa::kScalar;
+}
+void DenseRowsDot8Tokens(CpuIsa isa, DenseFormat format, const void* w, const int64_t* rows,
+                         int64_t n_rows, int64_t cols, const float* x, int64_t x_stride, float* y,
+                         int64_t y_stride);
+void DenseRowsDot8TokensAvx2(DenseFormat format, const void* w, const int64_t* rows, int64_t n_rows,
+                             int64_t cols, const float* x, int64_t x_stride, float* y,
+                             int64_t y_stride);
+
 }  // namespace walsh
 
 #endif  // WALSH_KERNELS_CPU_OPS_H_

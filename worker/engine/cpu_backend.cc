@@ -265,12 +265,22 @@ absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, const RowS
   std::vector<int64_t> index(n);
   for (int64_t i = 0; i < n; ++i)
     index[i] = rows.index != nullptr ? (*rows.index)[i] : rows.begin + i;
-  // Every (token, run of 8 rows) in parallel: one token's rows alone fill both cores.
+  // Groups of eight tokens run as the eight lanes of a vector (AVX2); the rest, every (token,
+  // run of 8 rows) in parallel, so one token's rows alone fill both cores.
   constexpr int64_t kRun = 8;
+  const int64_t t_vec = HasDenseRowsDot8Tokens(options_.isa) ? x.rows / 8 * 8 : 0;
   const int64_t runs = (n + kRun - 1) / kRun;
-  pool_.ParallelFor(x.rows * runs, 1, [&](int64_t begin, int64_t end) {
+  pool_.ParallelFor(t_vec / 8 * runs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
-      const int64_t t = k / runs, r0 = k % runs * kRun, m = std::min(kRun, n - r0);
+      const int64_t t = k / runs * 8, r0 = k % runs * kRun, m = std::min(kRun, n - r0);
+      DenseRowsDot8Tokens(options_.isa, w.format, w.data, index.data() + r0, m, w.cols,
+                          x.data + t * x.cols, x.cols, y.data + t * y.cols + col_offset + r0,
+                          y.cols);
+    }
+  });
+  pool_.ParallelFor((x.rows - t_vec) * runs, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t t = t_vec + k / runs, r0 = k % runs * kRun, m = std::min(kRun, n - r0);
       DenseRowsDot(w.format, w.data, index.data() + r0, m, w.cols, x.data + t * x.cols,
                    y.data + t * y.cols + col_offset + r0);
     }

@@ -362,6 +362,17 @@ TEST(CpuOps, DenseRowsDotEqualsShared) {
     for (size_t i = 0; i < pick.size(); ++i) {
       EXPECT_EQ(got[i], DenseRowDot(format, w, pick[i], cols, x.data())) << i;
     }
+    // Eight tokens as vector lanes: token t's input is x shifted by t.
+    std::vector<float> xs(cols + 8), y8(8 * pick.size());
+    for (int64_t c = 0; c < cols + 8; ++c) xs[c] = dist(gen);
+    DenseRowsDot8Tokens(BestCpuIsa(), format, w, pick.data(), pick.size(), cols, xs.data(), 1,
+                        y8.data(), pick.size());
+    for (int t = 0; t < 8; ++t) {
+      for (size_t i = 0; i < pick.size(); ++i) {
+        EXPECT_EQ(y8[t * pick.size() + i], DenseRowDot(format, w, pick[i], cols, xs.data() + t))
+            << "token " << t << " row " << i;
+      }
+    }
   }
 }
 
