@@ -8,6 +8,15 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }
 
+void SwiGluFast(CpuIsa isa, const float* gate, const float* up, int64_t n, float* out) {
+#if WALSH_X86_KERNELS
+  if (isa != CpuIsa::kScalar) return SwiGluAvx2(gate, up, n, out);
+#else
+  (void)isa;
+#endif
+  SwiGlu(gate, up, n, out);
+}
+
 int64_t Argmax(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {

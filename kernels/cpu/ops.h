@@ -10,8 +10,10 @@
 
 namespace walsh {
 
-// out[i] = silu(gate[i]) * up[i].
+// out[i] = silu(gate[i]) * up[i]; the same bits on the ISA's path (AVX2: eight lanes at once).
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+void SwiGluFast(CpuIsa isa, const float* gate, const float* up, int64_t n, float* out);
+void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out);
 
 int64_t Argmax(const float* x, int64_t n);  // lowest index on ties
 

@@ -125,7 +125,7 @@ absl::Status CpuBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
   ScopedOpTime timer(options_.profile, "swiglu");
   const int64_t n = gate.rows * gate.cols;
   pool_.ParallelFor(n, 4096, [&](int64_t begin, int64_t end) {
-    ::walsh::SwiGlu(gate.data + begin, up.data + begin, end - begin, out.data + begin);
+    SwiGluFast(options_.isa, gate.data + begin, up.data + begin, end - begin, out.data + begin);
   });
   return absl::OkStatus();
 }

@@ -407,6 +407,33 @@ TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
   CheckAttention<uint16_t>(gen);
 }
 
+TEST(CpuOps, SwiGluFastEqualsSharedOnEveryIsa) {
+  std::mt19937 gen(13);
+  std::vector<float> gate, up;
+  // Every range of ExpF(-g): ordinary, the clamps' edges, over- and underflow, subnormal
+  // results, infinities and NaN.
+  for (float g :
+       {0.0f,   -0.0f,  1.0f,   -1.0f,   87.0f, -87.0f, 88.7f,    -88.8f,    100.0f, -100.0f,
+        103.9f, 104.0f, 126.0f, -126.0f, 3e38f, -3e38f, INFINITY, -INFINITY, NAN,    1e-30f}) {
+    gate.push_back(g);
+  }
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int i = 0; i < 4000; ++i) gate.push_back(i % 2 ? wide(gen) : normal(gen));
+  for (size_t i = 0; i < gate.size(); ++i) up.push_back(normal(gen));
+  std::vector<float> ref(gate.size()), got(gate.size());
+  SwiGlu(gate.data(), up.data(), gate.size(), ref.data());
+  for (CpuIsa isa : AllIsas()) {
+    for (size_t off : {size_t{0}, size_t{3}}) {
+      SwiGluFast(isa, gate.data() + off, up.data() + off, gate.size() - off, got.data() + off);
+      for (size_t i = off; i < gate.size(); ++i) {
+        ASSERT_EQ(0, std::memcmp(&ref[i], &got[i], 4))
+            << CpuIsaName(isa) << " g " << gate[i] << ": " << ref[i] << " vs " << got[i];
+      }
+    }
+  }
+}
+
 TEST(Hadamard, FastPathEqualsReferenceBitForBit) {
   std::mt19937 gen(2);
   std::vector<int8_t> signs(17408);
