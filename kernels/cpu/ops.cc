@@ -17,6 +17,15 @@ void SwiGluFast(CpuIsa isa, const float* gate, const float* up, int64_t n, float
   SwiGlu(gate, up, n, out);
 }
 
+void QuantizeRowQ8Fast(CpuIsa isa, const float* x, int64_t n, Q8Layout layout, Q8Block128* out) {
+#if WALSH_X86_KERNELS
+  if (isa != CpuIsa::kScalar) return QuantizeRowQ8Avx2(x, n, layout, out);
+#else
+  (void)isa;
+#endif
+  QuantizeRowQ8(x, n, layout, out);
+}
+
 int64_t Argmax(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {

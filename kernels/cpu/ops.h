@@ -15,6 +15,10 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 void SwiGluFast(CpuIsa isa, const float* gate, const float* up, int64_t n, float* out);
 void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out);
 
+// QuantizeRowQ8 (kernels/q8_activation.h) bit for bit on the ISA's path (AVX2: eight lanes).
+void QuantizeRowQ8Fast(CpuIsa isa, const float* x, int64_t n, Q8Layout layout, Q8Block128* out);
+void QuantizeRowQ8Avx2(const float* x, int64_t n, Q8Layout layout, Q8Block128* out);
+
 int64_t Argmax(const float* x, int64_t n);  // lowest index on ties
 
 // GdnHeadStep (kernels/token_ops.h) bit for bit, faster on a CPU, on the ISA's path: each row's

@@ -171,7 +171,8 @@ absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* sig
                           rotated.data());
         in = rotated.data();
       }
-      QuantizeRowQ8(in, piece, out.layout, out.data + i * nb + c0 / kTernaryBlockElems);
+      QuantizeRowQ8Fast(options_.isa, in, piece, out.layout,
+                        out.data + i * nb + c0 / kTernaryBlockElems);
     }
   });
   return absl::OkStatus();

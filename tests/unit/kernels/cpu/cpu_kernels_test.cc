@@ -434,6 +434,39 @@ TEST(CpuOps, SwiGluFastEqualsSharedOnEveryIsa) {
   }
 }
 
+TEST(Q8Activation, FastPathEqualsReferenceOnEveryIsa) {
+  std::mt19937 gen(14);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  const int64_t n = 128 * 24;
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(gen);
+  // Sub-blocks whose scale is 1 (max 127), so exact halves and their neighbours meet the
+  // rounding: 2.5, -3.5, 0.49999997, 126.5 ...
+  for (int s = 0; s < 4; ++s) {
+    float* sub = x.data() + 32 * s;
+    sub[0] = 127.0f;
+    const float halves[] = {2.5f,   -3.5f,   0.5f,       -0.5f, 0.49999997f, -0.49999997f,
+                            126.5f, -126.5f, 1.5000001f, -0.0f, 0.0f,        64.49999f};
+    for (int j = 0; j < 12; ++j) sub[1 + j] = halves[j];
+  }
+  x[128 * 5 + 3] = NAN;  // NaN in a sub-block: skipped by the maximum, clamped to -127
+  x[128 * 6 + 40] = INFINITY;
+  x[128 * 7 + 70] = -INFINITY;
+  for (int j = 0; j < 32; ++j) x[128 * 8 + j] = 0.0f;  // an all-zero sub-block
+  x[128 * 9 + 1] = 1e-40f;                             // a subnormal maximum
+  for (Q8Layout layout : {Q8Layout::kNatural, Q8Layout::kPq2Planes, Q8Layout::kPtq1Lanes}) {
+    std::vector<Q8Block128> ref(n / 128), got(n / 128);
+    QuantizeRowQ8(x.data(), n, layout, ref.data());
+    for (CpuIsa isa : AllIsas()) {
+      QuantizeRowQ8Fast(isa, x.data(), n, layout, got.data());
+      for (int64_t b = 0; b < n / 128; ++b) {
+        ASSERT_EQ(0, std::memcmp(&ref[b], &got[b], sizeof(Q8Block128)))
+            << CpuIsaName(isa) << " layout " << static_cast<int>(layout) << " block " << b;
+      }
+    }
+  }
+}
+
 TEST(Hadamard, FastPathEqualsReferenceBitForBit) {
   std::mt19937 gen(2);
   std::vector<int8_t> signs(17408);
