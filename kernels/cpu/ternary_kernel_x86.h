@@ -5,11 +5,12 @@
 //
 // Shape of the work. A row tile of R rows meets a token tile of T tokens: each block of each
 // row is decoded once into four 32-byte code vectors and used for all T tokens, and each
-// activation block, once loaded, serves all R rows. A (row, token) pair keeps its eight group
-// accumulators in one register, so a block costs one convert, one multiply and one FMA per
-// pair and no horizontal sum; the eight lanes join once per window. One token runs R = 4 rows
-// (four FMA chains in flight); several run R = 2 rows by up to kTokenTile tokens, over row
-// chunks small enough that their weights stay in cache while every token tile passes.
+// activation block, once loaded, serves all R rows (from L1 for every row after the first). A
+// (row, token) pair keeps its eight group accumulators in one register, so a block costs one
+// convert, one multiply and one FMA per pair and no horizontal sum; the eight lanes join once
+// per window. One token runs R = 4 rows (four FMA chains in flight); several run the ISA's
+// Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
+// cache while every token tile passes.
 //
 // Everything here has internal linkage on purpose: each including file is compiled for its own
 // ISA, and a shared inline definition could otherwise be linked from the wrong one.

@@ -45,7 +45,7 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, grain_ = 1;
   std::atomic<int64_t> next_{0};
-  // Mirrors of generation_ and busy_ that threads spin on for a few microseconds before they
+  // Mirrors of generation_ and busy_ that threads poll for tens of microseconds before they
   // block: a step's ops come back to back, and a futex wake per loop cost 5% of a decode step.
   std::atomic<uint64_t> posted_{0};
   std::atomic<int> running_{0};

@@ -118,6 +118,11 @@ int Decode(int argc, char** argv) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
+  if (profile && tp > 1) {
+    return Fail(2,
+                "--profile: ranks run their ops at once, so per-op wall times do not add up "
+                "to a step; profile with --tp 1");
+  }
   Device dev;
   std::vector<int64_t> batch_sizes;
   for (absl::string_view b : absl::StrSplit(batches, ',')) {

@@ -325,16 +325,20 @@ TEST(CpuOps, GdnHeadStepFastEqualsSharedOnEveryIsa) {
     fill(z, 1.0f);
     fill(ab, 1.0f);
     fill(state, 0.1f);
-    std::vector<float> s_ref = state, s_got = state, o_ref(n_v * hd), o_got(n_v * hd);
-    for (int step = 0; step < 3; ++step) {
-      for (int64_t h = 0; h < n_v; ++h) {
-        GdnHeadStep(p, u.data(), z.data(), ab.data(), ab.data() + n_v, h, s_ref.data(),
-                    o_ref.data());
-        GdnHeadStepInterleaved(p, u.data(), z.data(), ab.data(), ab.data() + n_v, h, s_got.data(),
-                               o_got.data());
+    for (CpuIsa isa : AllIsas()) {
+      std::vector<float> s_ref = state, s_got = state, o_ref(n_v * hd), o_got(n_v * hd);
+      for (int step = 0; step < 3; ++step) {
+        for (int64_t h = 0; h < n_v; ++h) {
+          GdnHeadStep(p, u.data(), z.data(), ab.data(), ab.data() + n_v, h, s_ref.data(),
+                      o_ref.data());
+          GdnHeadStepFast(isa, p, u.data(), z.data(), ab.data(), ab.data() + n_v, h, s_got.data(),
+                          o_got.data());
+        }
+        ASSERT_EQ(0, std::memcmp(s_ref.data(), s_got.data(), s_ref.size() * 4))
+            << "hd " << hd << " " << CpuIsaName(isa);
+        ASSERT_EQ(0, std::memcmp(o_ref.data(), o_got.data(), o_ref.size() * 4))
+            << "hd " << hd << " " << CpuIsaName(isa);
       }
-      ASSERT_EQ(0, std::memcmp(s_ref.data(), s_got.data(), s_ref.size() * 4)) << "hd " << hd;
-      ASSERT_EQ(0, std::memcmp(o_ref.data(), o_got.data(), o_ref.size() * 4)) << "hd " << hd;
     }
   }
 }
