@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/ordered_sums_avx2.h"
 
 namespace walsh {
 namespace {
@@ -13,25 +14,6 @@ namespace {
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline void Transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
 template <typename T>
@@ -46,8 +28,7 @@ void Attend(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_ke
       const __m256 qi = _mm256_loadu_ps(q + i);
       __m256 prod[8];
       for (int r = 0; r < 8; ++r) prod[r] = _mm256_mul_ps(qi, Load8(k[r] + i));
-      Transpose8(prod);
-      for (int c = 0; c < 8; ++c) dot = _mm256_add_ps(dot, prod[c]);
+      dot = SumInOrder(dot, prod);
     }
     _mm256_storeu_ps(scores + t0, _mm256_mul_ps(dot, _mm256_set1_ps(scale)));
   }

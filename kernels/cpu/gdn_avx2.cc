@@ -6,39 +6,9 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/ordered_sums_avx2.h"
 
 namespace walsh {
-namespace {
-
-// Rows of an 8 x 8 tile -> its columns.
-inline void Transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
-// Adds the products of eight rows (r[k] = row k's products at indices i .. i+7) to the running
-// sums, index by index.
-inline __m256 SumInOrder(__m256 sums, __m256 r[8]) {
-  Transpose8(r);
-  for (int k = 0; k < 8; ++k) sums = _mm256_add_ps(sums, r[k]);
-  return sums;
-}
-
-}  // namespace
 
 bool GdnHeadStepAvx2(const GdnLayerParams& p, const float* u, const float* z,
                      const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
