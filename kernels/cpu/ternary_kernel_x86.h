@@ -20,6 +20,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/block_types.h"
 #include "kernels/q8_activation.h"
@@ -155,7 +156,8 @@ inline __m256 Accumulate(__m256 acc, const BlockCodes& w, const Q8Block128& xb) 
 template <class Dot, TernaryFormat F, int R, int T, bool kPrefetch>
 void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64_t b0, int64_t b1,
           __m256* acc, int acc_stride) {
-  const Q8Block128* x0 = p.x + t0 * p.x_stride - p.x_first_block;
+  // Block b of token t0 + t is xt[t · x_stride + b − x_first_block] (no pointer before p.x).
+  const Q8Block128* xt = p.x + t0 * p.x_stride;
   __m256 a[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) a[r][t] = acc[r * acc_stride + t];
@@ -165,11 +167,15 @@ void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64
   for (int64_t b = b0; b < b1; ++b) {
     for (int r = 0; r < R; ++r) {
       if constexpr (kPrefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + b * kBlockBytes + kPrefetchAhead),
-                     T == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+        // Integer arithmetic: the address may lie past the matrix, where a pointer may not.
+        const uintptr_t ahead =
+            reinterpret_cast<uintptr_t>(rows[r]) + b * kBlockBytes + kPrefetchAhead;
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), T == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
       }
       const BlockCodes w = DecodeBlock<F>(rows[r], b);
-      for (int t = 0; t < T; ++t) a[r][t] = Accumulate<Dot>(a[r][t], w, x0[t * p.x_stride + b]);
+      for (int t = 0; t < T; ++t) {
+        a[r][t] = Accumulate<Dot>(a[r][t], w, xt[t * p.x_stride + (b - p.x_first_block)]);
+      }
     }
   }
   for (int r = 0; r < R; ++r) {
