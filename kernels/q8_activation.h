@@ -27,7 +27,7 @@ enum class Q8Layout {
 };
 
 struct alignas(64) Q8Block128 {
-  float d[kQ8Groups];      // lane L: the fp16-exact scale of group Q8LaneGroup(layout, L)
+  float d[kQ8Groups];  // lane L: the fp16-exact scale of group Q8LaneGroup(layout, L)
   // Lane L: −Σ q over that group. Ternary codes are value + 1, so a dot product of codes with q
   // that starts from it sums (code − 1) · q.
   int32_t minus_sum[kQ8Groups];

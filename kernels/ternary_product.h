@@ -4,8 +4,9 @@
 // is the row's sum over the window's blocks in the combine order of
 // kernels/ternary_block_combine.h (eight group accumulators over the blocks in order, then a
 // fixed tree), written to y_s[t · y_stride + i] for local row i (weight row row_index[i], or
-// row_first + i), token t. A projection computed whole has one segment spanning the row; a row-parallel projection has the canonical slices of
-// docs/architecture.md "Exact tensor parallelism", which ranks may hold a subset of.
+// row_first + i), token t. A projection computed whole has one segment spanning the row; a
+// row-parallel projection has the canonical slices of docs/architecture.md "Exact tensor
+// parallelism", which ranks may hold a subset of.
 #ifndef WALSH_KERNELS_TERNARY_PRODUCT_H_
 #define WALSH_KERNELS_TERNARY_PRODUCT_H_
 
