@@ -45,6 +45,17 @@ Matrix MakeMatrix(TernaryFormat format, int64_t rows, int64_t cols) {
   return m;
 }
 
+// `tokens` rows of normal activations, quantized in the format's layout.
+std::vector<Q8Block128> QuantizedInput(TernaryFormat format, int64_t cols, int64_t tokens) {
+  std::vector<float> x(tokens * cols);
+  std::mt19937 gen(2);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(gen);
+  std::vector<Q8Block128> q(tokens * cols / 128);
+  QuantizeRowQ8(x.data(), tokens * cols, Q8LayoutFor(format), q.data());
+  return q;
+}
+
 // args: type, rows, cols, isa, threads
 void BM_TernaryMatVec(benchmark::State& state) {
   const TernaryFormat format = static_cast<TernaryFormat>(state.range(0));
@@ -55,12 +66,7 @@ void BM_TernaryMatVec(benchmark::State& state) {
     return;
   }
   const Matrix m = MakeMatrix(format, rows, cols);
-  std::vector<float> x(cols);
-  std::mt19937 gen(2);
-  std::normal_distribution<float> dist;
-  for (float& v : x) v = dist(gen);
-  std::vector<Q8Block128> q(cols / 128);
-  QuantizeRowQ8(x.data(), cols, Q8LayoutFor(format), q.data());
+  const std::vector<Q8Block128> q = QuantizedInput(format, cols, 1);
   std::vector<float> y(rows);
   ThreadPool pool(static_cast<int>(state.range(4)));
   for (auto _ : state) {
@@ -98,12 +104,7 @@ void BM_TernaryMatMul(benchmark::State& state) {
   const TernaryFormat format = static_cast<TernaryFormat>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), tokens = state.range(3);
   const Matrix m = MakeMatrix(format, rows, cols);
-  std::vector<float> x(tokens * cols);
-  std::mt19937 gen(2);
-  std::normal_distribution<float> dist;
-  for (float& v : x) v = dist(gen);
-  std::vector<Q8Block128> q(tokens * cols / 128);
-  QuantizeRowQ8(x.data(), tokens * cols, Q8LayoutFor(format), q.data());
+  const std::vector<Q8Block128> q = QuantizedInput(format, cols, tokens);
   std::vector<float> y(tokens * rows);
   ThreadPool pool(static_cast<int>(state.range(4)));
   const CpuIsa isa = BestCpuIsa();
