@@ -263,9 +263,11 @@ absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, const RowS
                                       Tensor y, int64_t col_offset) {
   ScopedOpTime timer(options_.profile, "dense (ssm_alpha, ssm_beta)");
   const int64_t n = rows.count();
-  std::vector<int64_t> index(n);
-  for (int64_t i = 0; i < n; ++i)
+  std::vector<int64_t>& index = dense_rows_;
+  index.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
     index[i] = rows.index != nullptr ? (*rows.index)[i] : rows.begin + i;
+  }
   // Groups of eight tokens run as the eight lanes of a vector (AVX2); the rest, every (token,
   // run of 8 rows) in parallel, so one token's rows alone fill both cores.
   constexpr int64_t kRun = 8;

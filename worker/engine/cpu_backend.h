@@ -95,6 +95,7 @@ class CpuBackend final : public Backend {
   std::vector<float> buffers_[static_cast<int>(Buffer::kCount)];
   std::vector<Q8Block128> quantized_[kQuantizedBuffers];
   std::vector<float> tree_scratch_;  // TreeSum's inner levels
+  std::vector<int64_t> dense_rows_;  // DenseProject's weight rows, kept across calls
   StepPlan plan_;
 };
 
