@@ -188,13 +188,14 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
 TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
   SchedulerFixture fx;
   auto engine = fx.MakeEngine();
+  // Read before the scheduler's thread starts: from then on only the scheduler touches the engine.
+  const int64_t pages = engine->Stats().kv_pages_total, page = engine->page_size();
   MetricsRegistry registry;
   WorkerMetrics metrics(registry);
   Scheduler scheduler(engine.get(), {}, &metrics);
   auto running_sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(scheduler.Submit(fx.Request(1, 64, running_sink)).ok());
 
-  const int64_t pages = engine->Stats().kv_pages_total, page = engine->page_size();
   auto huge_sink = std::make_shared<RecordingSink>();
   auto huge = fx.Request(2, 4, huge_sink);
   huge->prompt.assign(static_cast<size_t>(pages * page), 1);  // and the token it samples: +1 page
