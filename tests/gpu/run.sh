@@ -1,67 +1,192 @@
 #!/usr/bin/env bash
-# The GPU check: one prepared script for a machine with an NVIDIA GPU and nvcc, cmake, ninja and
-# a compiler, but none of our Debian packages. Prepare it here with scripts/gpu-bundle (the
-# engine's binaries and their libraries in build-gpu-bundle/), carry that folder along, then run
-# this there. It prints one table and writes it to $OUT/gpu-check.txt when OUT is set. Budget:
-# under 8 minutes on an H200.
-#   1. kernels, built there from kernels/ alone: CUDA = CPU bit for bit (FWHT, quantization,
-#      mat-vec and mat-mat at the 27B shapes), device copy bandwidth, mat-vec share of it, FWHT
-#      cost per token;
-#   2. the engine on CUDA (cuda_engine_test): logits vs the CPU on tiny, small and the peer
-#      model (bits, KL, greedy), schedule invariance, a prefix-cache hit (device copies of a
-#      snapshot) equal to a cold run, the peer's greedy tokens;
-#   3. end to end on 27B-shape synthetic models made there: TTFT for 2,048 tokens, decode
-#      tokens/s at batch 1 and 16, PQ2_0 and PTQ1_0.
+# The GPU check (docs/gpu-check.md): one command for a machine with an NVIDIA GPU, nvcc, cmake,
+# ninja and a compiler but none of our Debian packages. It builds the engine-only target there
+# from this tree and the kit that scripts/gpu-kit packs here (build-gpu-kit/kit.tar.gz: Abseil,
+# ICU, nlohmann-json and GoogleTest as Debian ships them), then runs each step below under its
+# own time budget, all inside one global deadline of 480 s. It writes the whole log to
+# $OUT/gpu-check.log, a JSON summary to $OUT/gpu-check.json and each decode benchmark's JSON
+# beside them ($OUT defaults to build-gpu-out/).
+#
+#   tests/gpu/run.sh            on the GPU machine: a missing device, a driver older than the
+#                               runtime or a skipped CUDA test fails the check, never passes it
+#   tests/gpu/run.sh --dry-run  here, without a GPU: packs the kit, builds exactly what the
+#                               device would build from a clean build folder, proves that build
+#                               read no header or library of Debian's outside the kit, and runs
+#                               the CPU side of every step
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-bundle=$root/build-gpu-bundle
+mode=device
+[ "${1:-}" = "--dry-run" ] && mode=dry-run
+
 out=${OUT:-$root/build-gpu-out}
 mkdir -p "$out"
-log=$out/gpu-check.txt
+log=$out/gpu-check.log
+summary=$out/gpu-check.json
 : >"$log"
-say() { echo "$@" | tee -a "$log"; }
-section() { say ""; say "== $* =="; }
+start=$(date +%s)
+deadline=$((start + 480))
+build=$root/build-gpu-engine
+kit=$root/build-gpu-kit
+steps_json=""
 failures=0
 
-section "device"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$log"
+say() { echo "$@" | tee -a "$log"; }
 
-section "1. kernels (built here from kernels/ alone)"
-if cmake -S tests/gpu -B build-gpu -G Ninja >/dev/null && cmake --build build-gpu -j "$(nproc)" \
-    >"$out/kernels-build.log" 2>&1; then
-  build-gpu/gpu_check 2>&1 | tee -a "$log" || failures=$((failures + 1))
-else
-  say "kernel check: build failed (tail of $out/kernels-build.log follows)"
-  tail -30 "$out/kernels-build.log" | tee -a "$log"
-  failures=$((failures + 1))
-fi
+write_summary() {
+  printf '{"mode":"%s","seconds":%d,"failures":%d,"steps":[%s]}\n' "$mode" \
+    $(($(date +%s) - start)) "$failures" "${steps_json#,}" >"$summary"
+}
 
-if [ ! -x "$bundle/bin/walsh-run" ]; then
-  say "no build-gpu-bundle/: run scripts/gpu-bundle before carrying the tree here"
-  exit 1
-fi
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# step NAME BUDGET_SECONDS FUNCTION: runs FUNCTION with at most BUDGET seconds (and never past
+# the global deadline) on the device; a dry run is timed but not cut off, this machine being
+# slower. Records pass, fail, timeout or skipped.
+step() {
+  local name=$1 budget=$2 fn=$3 status rc t0
+  say ""
+  say "== $name (budget ${budget} s) =="
+  t0=$(date +%s)
+  local left=$((deadline - t0))
+  if [ "$mode" = device ] && [ "$left" -le 0 ]; then
+    status=skipped
+    say "skipped: the global deadline has passed"
+    failures=$((failures + 1))
+  else
+    local limit=$budget
+    [ "$mode" = device ] && [ "$left" -lt "$limit" ] && limit=$left
+    [ "$mode" = dry-run ] && limit=0
+    STEP_LIMIT=$limit "$fn" 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+      0) status=pass ;;
+      124 | 137) status=timeout ;;
+      *) status=fail ;;
+    esac
+    [ "$status" = pass ] || failures=$((failures + 1))
+  fi
+  local took=$(($(date +%s) - t0))
+  say "-- $name: $status in ${took} s"
+  steps_json+=$(printf ',{"name":"%s","status":"%s","seconds":%d,"budget_s":%d}' "$name" \
+    "$status" "$took" "$budget")
+  write_summary
+}
+
+# Runs a command under the step's limit (none in a dry run).
+limited() {
+  if [ "${STEP_LIMIT:-0}" -gt 0 ]; then timeout -k 5 "$STEP_LIMIT" "$@"; else "$@"; fi
+}
+
+device_info() {
+  if [ "$mode" = dry-run ]; then
+    echo "dry run: the device step queries nvidia-smi, and the kernel step the driver and runtime"
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "no nvcc"; return 1; }
+    return 0
+  fi
+  limited nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || return 1
+  (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2
+}
+
+build_engine() {
+  if [ "$mode" = dry-run ]; then scripts/gpu-kit || return 1; fi
+  [ -f "$kit/kit.tar.gz" ] || { echo "no $kit/kit.tar.gz: run scripts/gpu-kit here and carry it"; return 1; }
+  rm -rf "$kit/kit" "$build"
+  tar -C "$kit" -xzf "$kit/kit.tar.gz" || return 1
+  limited cmake -S "$root" -B "$build" -G Ninja -DWALSH_ENGINE_ONLY=ON -DWALSH_CUDA=ON \
+    -DCMAKE_PREFIX_PATH="$kit/kit" -DICU_ROOT="$kit/kit" >"$out/build.log" 2>&1 &&
+    limited cmake --build "$build" -j "$(nproc)" --target walsh-bench walsh-mkmodel gpu_check \
+      cuda_engine_test peer_conformance_test engine_schedule_test prefix_cache_test \
+      >>"$out/build.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    tail -40 "$out/build.log"
+    return $rc
+  fi
+  echo "built $(ls "$build"/tools/walsh-bench "$build"/tools/walsh-mkmodel "$build"/tests/gpu_check \
+    "$build"/tests/cuda_engine_test | wc -l) binaries in $build"
+  # Everything from the kit: no header or library of Debian's own beyond the C and C++ runtimes.
+  local leaks
+  leaks=$(ninja -C "$build" -t deps 2>/dev/null |
+    grep -E '^ +/usr/include/(absl|unicode|nlohmann|gtest|gmock|grpc|grpcpp|google|openssl)/' |
+    sort -u | head -5)
+  leaks+=$(grep -oE '/usr/lib/x86_64-linux-gnu/lib(absl|icu|gtest|gmock|grpc|protobuf|ssl|crypto)[^ ]*' \
+    "$build/build.ninja" | sort -u | head -5)
+  if [ -n "$leaks" ]; then
+    echo "the engine-only build read files outside the kit:"
+    echo "$leaks"
+    return 1
+  fi
+  echo "the engine-only build read no Debian header or library outside the kit"
+}
+
+export LD_LIBRARY_PATH=$kit/kit/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export WALSH_SOURCE_DIR=$root
 
-section "2. engine conformance on CUDA"
-timeout 240 "$bundle/bin/cuda_engine_test" 2>&1 | grep -E '^cuda vs cpu|^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|error' |
-  tee -a "$log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || failures=$((failures + 1))
+kernels() {
+  if [ "$mode" = dry-run ]; then limited "$build/tests/gpu_check" --dry-run; else limited "$build/tests/gpu_check"; fi
+}
 
-section "3. end to end, 27B shape"
-for fmt in pq2_0 ptq1_0; do
-  model=/tmp/walsh-27b-$fmt.gguf
-  start=$(date +%s)
-  "$bundle/bin/walsh-mkmodel" --preset 27b --signs real --format "$fmt" --out "$model" \
-    >"$out/mkmodel-$fmt.log" 2>&1 || { say "walsh-mkmodel $fmt failed"; failures=$((failures + 1)); continue; }
-  say "made $model in $(( $(date +%s) - start )) s"
-  timeout 200 "$bundle/bin/walsh-bench" decode --model "$model" --device cuda --batch 1,16 \
-    --prompt 2048 --gen 64 --json "$out/bench-$fmt.json" 2>&1 | tee -a "$log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || failures=$((failures + 1))
-  rm -f "$model"
-done
+conformance() {
+  if [ "$mode" = device ]; then
+    WALSH_REQUIRE_CUDA=1 limited "$build/tests/cuda_engine_test" --gtest_brief=1
+    return
+  fi
+  # The CPU side: the same properties on the CPU backend, and the CUDA test binary skipping.
+  local t
+  for t in peer_conformance_test engine_schedule_test prefix_cache_test cuda_engine_test; do
+    limited "$build/tests/$t" --gtest_brief=1 || return 1
+  done
+}
 
-section "summary"
-say "failures: $failures"
-exit $(( failures > 0 ))
+memcheck_filter='Models/CudaEngine.MatchesTheCpuBitForBit/0'
+memcheck() {
+  local listed
+  listed=$("$build/tests/cuda_engine_test" --gtest_list_tests --gtest_filter="$memcheck_filter" |
+    grep -c '^  ')
+  [ "$listed" -eq 1 ] || { echo "the memcheck filter selects $listed tests, not 1"; return 1; }
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ ! -x "$sanitizer" ]; then
+    echo "compute-sanitizer not found: memcheck not run"
+    return 0
+  fi
+  if [ "$mode" = dry-run ]; then
+    echo "dry run: would run $sanitizer --tool memcheck on $memcheck_filter (tiny, PQ2_0)"
+    return 0
+  fi
+  WALSH_REQUIRE_CUDA=1 limited "$sanitizer" --tool memcheck --error-exitcode 1 \
+    "$build/tests/cuda_engine_test" --gtest_filter="$memcheck_filter" --gtest_brief=1
+}
+
+# 27B-shape synthetic models made there: TTFT for 2,048 tokens, decode at batch 1 and 16. A
+# slice of WALSH_GPU_LAYERS layers (16 by default, of 64) keeps the step inside its budget.
+end_to_end() {
+  local layers=${WALSH_GPU_LAYERS:-16} fmt model
+  for fmt in pq2_0 ptq1_0; do
+    model=/tmp/walsh-gpu-check-$fmt.gguf
+    if [ "$mode" = dry-run ]; then
+      limited "$build/tools/walsh-mkmodel" --preset small --format "$fmt" --out "$model" || return 1
+      limited "$build/tools/walsh-bench" decode --model "$model" --device cpu --batch 1,16 \
+        --prompt 64 --gen 2 --no-bandwidth --json "$out/bench-$fmt.json" || return 1
+    else
+      limited "$build/tools/walsh-mkmodel" --preset 27b --signs real --layers "$layers" \
+        --format "$fmt" --out "$model" || return 1
+      limited "$build/tools/walsh-bench" decode --model "$model" --device cuda --batch 1,16 \
+        --prompt 2048 --gen 32 --no-bandwidth --json "$out/bench-$fmt.json" || return 1
+    fi
+    rm -f "$model"
+  done
+}
+
+say "walsh GPU check ($mode), $(date -u +%FT%TZ), tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+step "1. device" 10 device_info
+step "2. build (engine-only target, from source)" 150 build_engine
+if [ -x "$build/tests/gpu_check" ]; then
+  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies" 60 kernels
+  step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
+  step "5. compute-sanitizer memcheck, tiny model" 45 memcheck
+  step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 90 end_to_end
+fi
+say ""
+say "failures: $failures (summary in $summary)"
+write_summary
+exit $((failures > 0))

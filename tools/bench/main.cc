@@ -20,8 +20,10 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"
-#include "tools/bench/serve.h"
 #include "worker/engine/engine.h"
+#ifndef WALSH_ENGINE_ONLY
+#include "tools/bench/serve.h"
+#endif
 
 namespace walsh {
 namespace {
@@ -289,7 +291,11 @@ int Decode(int argc, char** argv) {
 int Run(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   if (command == "decode") return Decode(argc - 1, argv + 1);
+#ifdef WALSH_ENGINE_ONLY
+  if (command == "serve") return Fail(2, "walsh-bench serve is not in the engine-only build");
+#else
   if (command == "serve") return ServeBenchMain(argc - 1, argv + 1);
+#endif
   return Fail(2,
               "usage: walsh-bench decode --model FILE ... | walsh-bench serve --target ADDR ...");
 }

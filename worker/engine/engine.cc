@@ -5,7 +5,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/engine/backend_factory.h"
 
 namespace walsh {
 
@@ -18,34 +17,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
     return absl::InvalidArgumentError("engine threads must be 1..1024");
   }
   if (options.page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
-  if (options.isa && !CpuSupports(*options.isa)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("this CPU does not support the ", CpuIsaName(*options.isa), " kernels",
-                     WALSH_X86_KERNELS ? "" : " (this build has the scalar path only)"));
-  }
-  if (options.device == Device::kCuda && options.tp != 1) {
-    return absl::UnimplementedError(
-        "--device cuda runs one GPU per engine in this build; --tp > 1 is CPU ranks only");
-  }
   ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Build(model->file(), options.tp));
-  const CpuIsa isa = options.isa.value_or(BestCpuIsa());
-  std::unique_ptr<Engine> engine(new Engine(std::move(model), options, isa, 0, 0));
+  ASSIGN_OR_RETURN(BackendGroup group, MakeBackendGroup(*model, options, faults));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(group), 0, 0));
   engine->plan_ = std::make_unique<ShardPlan>(std::move(plan));
-  const int ranks = options.tp;
-  if (ranks > 1) {
-    engine->comm_ = std::make_unique<CpuCommunicator>(ranks);
-    engine->threads_ =
-        std::make_unique<RankThreads>(ranks, options.collective_timeout * 2, faults.stall_rank);
-  }
-  for (int r = 0; r < ranks; ++r) {
-    EngineOptions rank_options = options;
-    if (ranks > 1) rank_options.threads = 1;  // one thread per CPU rank
-    Rank rank;
-    ASSIGN_OR_RETURN(rank.backend, MakeBackend(*engine->model_, rank_options, isa));
-    rank.graph = std::make_unique<Qwen35Graph>(*engine->model_, *rank.backend,
-                                               options.quantize_activations, *engine->plan_, r,
-                                               engine->comm_.get(), options.collective_timeout);
-    engine->ranks_.push_back(std::move(rank));
+  for (int r = 0; r < engine->group_.size(); ++r) {
+    engine->graphs_.push_back(std::make_unique<Qwen35Graph>(
+        *engine->model_, engine->group_.backend(r), options.quantize_activations, *engine->plan_, r,
+        engine->group_.communicator(), options.collective_timeout));
   }
   // Pages and slots from the budgets, counted at TP = 1 sizes (each rank holds its heads' part
   // of every page and slot); a device with less room keeps the slots and cuts the pages.
@@ -64,7 +43,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   int64_t snapshot_slots = options.prefix_caching && engine->model_->attention_layers() > 0
                                ? std::max<int64_t>(0, options.prefix_cache_bytes) / slot_bytes
                                : 0;
-  const int64_t room = engine->ranks_[0].backend->cache_bytes_available();
+  const int64_t room = engine->group_.backend(0).cache_bytes_available();
   if (slots * slot_bytes > room) {
     return absl::ResourceExhaustedError(absl::StrCat("the state budget's ", slots, " slots need ",
                                                      slots * slot_bytes, " bytes; the device has ",
@@ -97,19 +76,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
     engine->prefix_ =
         std::make_unique<PrefixCache>(&engine->kv_, snapshot_slots, static_cast<int32_t>(slots));
   }
-  for (Rank& rank : engine->ranks_) {
-    CacheGeometry g = rank.graph->Geometry(pages, options.page_size, slots + snapshot_slots);
+  for (int r = 0; r < engine->group_.size(); ++r) {
+    CacheGeometry g =
+        engine->graphs_[r]->Geometry(pages, options.page_size, slots + snapshot_slots);
     g.kv_value_bytes = kv_value_bytes;
-    RETURN_IF_ERROR(rank.backend->AllocateCaches(g));
+    RETURN_IF_ERROR(engine->group_.backend(r).AllocateCaches(g));
   }
   return engine;
 }
 
-Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIsa isa,
+Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, BackendGroup group,
                int64_t pages, int64_t slots)
     : model_(std::move(model)),
       options_(options),
-      isa_(isa),
+      group_(std::move(group)),
       max_context_(options.max_context > 0
                        ? std::min(options.max_context, model_->config().context_length)
                        : model_->config().context_length),
@@ -118,8 +98,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIs
 
 BackendMemory Engine::Memory() const {
   BackendMemory total;
-  for (const Rank& r : ranks_) {
-    const BackendMemory m = r.backend->Memory();
+  for (int r = 0; r < group_.size(); ++r) {
+    const BackendMemory m = group_.backend(r).Memory();
     total.device_used += m.device_used;
     total.device_total += m.device_total;
     total.weights += m.weights;
@@ -146,7 +126,7 @@ const char* PrefixOutcomeName(PrefixOutcome o) {
 }
 
 absl::Status Engine::ForEachRank(const std::function<absl::Status(Backend&)>& op) {
-  for (Rank& rank : ranks_) RETURN_IF_ERROR(op(*rank.backend));
+  for (int r = 0; r < group_.size(); ++r) RETURN_IF_ERROR(op(group_.backend(r)));
   return absl::OkStatus();
 }
 
@@ -343,9 +323,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
     }
   }
   const absl::Status run =
-      threads_ == nullptr
-          ? ranks_[0].graph->Run(plan, &result.logits)
-          : threads_->Run([&](int rank) { return ranks_[rank].graph->Run(plan, &result.logits); });
+      group_.Run([&](int rank) { return graphs_[rank]->Run(plan, &result.logits); });
   if (!run.ok()) {
     // Layers before the failure have advanced their state, so this is never a "nothing
     // changed" RESOURCE_EXHAUSTED (only the page allocation above says that), whatever the

@@ -21,16 +21,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "kernels/cpu/isa.h"
 #include "worker/engine/backend.h"
+#include "worker/engine/backend_group.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/kv_page_pool.h"
 #include "worker/engine/model.h"
 #include "worker/engine/prefix_cache.h"
 #include "worker/engine/qwen35_graph.h"
-#include "worker/engine/rank_threads.h"
 #include "worker/engine/state_slot_pool.h"
-#include "worker/parallel/cpu_communicator.h"
 #include "worker/parallel/shard_plan.h"
 
 namespace walsh {
@@ -91,16 +89,13 @@ class Engine {
   ~Engine();
 
   const Model& model() const { return *model_; }
-  CpuIsa isa() const { return isa_; }
-  const Backend& backend(int rank = 0) const { return *ranks_[rank].backend; }
+  const Backend& backend(int rank = 0) const { return group_.backend(rank); }
   // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni").
-  std::string kernels() const {
-    return options_.device == Device::kCuda ? "cuda" : CpuIsaName(isa_);
-  }
+  std::string kernels() const { return group_.kernels(); }
   // Device memory of all ranks' backends together, or of one rank (bytes; the CPU reports its
   // caches only).
   BackendMemory Memory() const;
-  BackendMemory RankMemory(int rank) const { return ranks_[rank].backend->Memory(); }
+  BackendMemory RankMemory(int rank) const { return group_.backend(rank).Memory(); }
   int64_t max_context() const { return max_context_; }
   int64_t page_size() const { return kv_.page_size(); }
 
@@ -138,7 +133,7 @@ class Engine {
   int tp() const { return options_.tp; }
   // A collective failed (a rank stalled or died): the group is broken and every later step
   // fails; the server reports NOT_SERVING.
-  bool broken() const { return comm_ != nullptr && comm_->broken(); }
+  bool broken() const { return group_.broken(); }
   // The tensor-parallel plan (one rank when tp is 1).
   const ShardPlan& shard_plan() const { return *plan_; }
 
@@ -152,28 +147,21 @@ class Engine {
     std::vector<int32_t> tokens;
     std::vector<PrefixCache::NodeId> nodes;
   };
-  // One rank of the group: its backend (device memory) and its graph.
-  struct Rank {
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<Qwen35Graph> graph;
-  };
   absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);
   void CommitFullPages(Sequence& sq);
-  Engine(std::unique_ptr<Model> model, const EngineOptions& options, CpuIsa isa, int64_t pages,
-         int64_t slots);
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options, BackendGroup group,
+         int64_t pages, int64_t slots);
 
   std::unique_ptr<Model> model_;
   EngineOptions options_;
-  CpuIsa isa_;
+  BackendGroup group_;
   int64_t max_context_;
   KvPagePool kv_;
   StateSlotPool states_;
   std::unique_ptr<PrefixCache> prefix_;  // null when prefix caching is off
   int64_t slot_bytes_ = 0, page_bytes_ = 0;
   std::unique_ptr<ShardPlan> plan_;
-  std::unique_ptr<CpuCommunicator> comm_;
-  std::vector<Rank> ranks_;
-  std::unique_ptr<RankThreads> threads_;
+  std::vector<std::unique_ptr<Qwen35Graph>> graphs_;  // one per rank, over group_'s backends
   absl::flat_hash_map<SequenceId, Sequence> sequences_;
   SequenceId next_id_ = 1;
 };

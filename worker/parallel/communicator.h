@@ -33,6 +33,8 @@ class Communicator {
   // root's `bytes` bytes at `buffer` are copied into every rank's `buffer`.
   virtual absl::Status Broadcast(int rank, int root, void* buffer, size_t bytes,
                                  std::chrono::milliseconds timeout) = 0;
+  // A collective failed (a rank stalled or died): every later call fails at once.
+  virtual bool broken() const = 0;
 };
 
 }  // namespace walsh

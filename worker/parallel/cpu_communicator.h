@@ -27,7 +27,7 @@ class CpuCommunicator final : public Communicator {
                             std::chrono::milliseconds timeout) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Broadcast(int rank, int root, void* buffer, size_t bytes,
                          std::chrono::milliseconds timeout) override ABSL_LOCKS_EXCLUDED(mu_);
-  bool broken() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool broken() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const int ranks_;

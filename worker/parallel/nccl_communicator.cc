@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct NcclCommunicator::Impl {
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> streams;
   std::vector<float*> scratch;
+  std::atomic<bool> broken{false};
 };
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -68,6 +70,8 @@ NcclCommunicator::~NcclCommunicator() {
 
 int NcclCommunicator::size() const { return static_cast<int>(impl_->comms.size()); }
 
+bool NcclCommunicator::broken() const { return impl_->broken.load(); }
+
 absl::Status NcclCommunicator::Wait(int rank, std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -79,6 +83,7 @@ absl::Status NcclCommunicator::Wait(int rank, std::chrono::milliseconds timeout)
     if (async != ncclSuccess) return NcclError("NCCL async error", async);
     if (std::chrono::steady_clock::now() >= end) {
       ncclCommAbort(impl_->comms[rank]);
+      impl_->broken.store(true);
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", rank, ": NCCL collective did not complete within ", timeout.count(),
                        " ms; communicator aborted"));

@@ -28,6 +28,7 @@ class NcclCommunicator final : public Communicator {
                             std::chrono::milliseconds timeout) override;
   absl::Status Broadcast(int rank, int root, void* buffer, size_t bytes,
                          std::chrono::milliseconds timeout) override;
+  bool broken() const override;
 
  private:
   struct Impl;

@@ -6,7 +6,6 @@
 #include <set>
 #include <vector>
 
-#include "common/sha256.h"
 #include "gtest/gtest.h"
 #include "kernels/block_types.h"
 #include "kernels/cpu/hadamard.h"

@@ -1,0 +1,13 @@
+# The CUDA tests, in the full and the engine-only builds; they skip where no device answers.
+add_executable(cuda_probe_test unit/kernels/cuda/cuda_probe_test.cc)
+target_link_libraries(cuda_probe_test PRIVATE walsh_kernels_cuda GTest::gtest_main)
+gtest_discover_tests(cuda_probe_test DISCOVERY_TIMEOUT 60)
+add_executable(cuda_engine_test unit/worker/engine/cuda_engine_test.cc)
+target_link_libraries(cuda_engine_test PRIVATE walsh_engine walsh_mkmodel_lib walsh_test_util
+  nlohmann_json::nlohmann_json GTest::gtest_main)
+gtest_discover_tests(cuda_engine_test DISCOVERY_TIMEOUT 60)
+# The GPU machine's kernel check (tests/gpu/run.sh builds it there from the kernels alone);
+# compiled here too so CI keeps it building.
+add_executable(gpu_check gpu/gpu_check.cu)
+target_compile_options(gpu_check PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
+target_link_libraries(gpu_check PRIVATE walsh_kernels_cuda walsh_kernels_cpu)
