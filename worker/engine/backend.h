@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/block_types.h"
 #include "kernels/q8_activation.h"
 #include "kernels/token_ops.h"
 #include "worker/engine/model.h"
@@ -24,17 +25,23 @@
 
 namespace walsh {
 
-// rows × cols floats in the backend's memory, row-major.
-struct Tensor {
-  float* data = nullptr;
-  int64_t rows = 0, cols = 0;
+// What an activation view holds.
+enum class DType {
+  kF32,  // floats
+  kQ8,   // int8 blocks of 128 with their scales (kernels/q8_activation.h), in a Q8Layout
 };
 
-// rows × (cols / 128) int8 blocks in the backend's memory.
-struct Q8Tensor {
-  Q8Block128* data = nullptr;
+// A view of rows × cols activations in the backend's memory, row-major: floats, or cols / 128
+// int8 blocks per row. The graph and the communicator see views, never the memory behind them;
+// a view stays valid until the step ends.
+struct Tensor {
+  void* data = nullptr;
   int64_t rows = 0, cols = 0;
-  Q8Layout layout = Q8Layout::kNatural;
+  DType dtype = DType::kF32;
+  Q8Layout layout = Q8Layout::kNatural;  // kQ8 only
+
+  float* f32() const { return static_cast<float*>(data); }
+  Q8Block128* q8() const { return static_cast<Q8Block128*>(data); }
 };
 
 // The activation transform a projection's input gets (docs/format.md §7.2): none, T(s ⊙ x), or
@@ -43,38 +50,28 @@ struct Q8Tensor {
 // are asked only for kPlain or kRotated and refuse kPermutedRotated.
 enum class Transform { kPlain, kRotated, kPermutedRotated };
 
-// Named activation buffers of one step; each is resized by Activation() and reused by every
-// layer.
-enum class Buffer {
-  kHidden,         // the residual stream h
-  kNormed,         // RMSNorm(h), the mixers' and the FFN's input
-  kMixerOut,       // a mixer's or the FFN's output, added into h
-  kAttnQueryGate,  // q projection: query and output gate, alternating per head
-  kAttnKey,        // k projection
-  kAttnValue,      // v projection
-  kAttnOut,        // gated attention output, attn_output's input
-  kGdnQkv,         // GatedDeltaNet qkv projection: the conv input
-  kGdnConvOut,     // conv + SiLU + q/k L2 norms
-  kGdnGate,        // z (attn_gate projection)
-  kGdnAlphaBeta,   // ssm_alpha then ssm_beta per token
-  kGdnOut,         // gated-normed head outputs, ssm_out's input
-  kFfnGate,        // ffn_gate projection
-  kFfnUp,          // ffn_up projection
-  kFfnAct,         // SwiGLU(gate, up), ffn_down's input
-  kLastHidden,     // the residual rows whose logits are asked for
-  kHeadIn,         // those rows, final-normed
-  kLogits,         // output projection
-  kRotated0,       // fp32 transformed inputs (activation quantization off), per Transform
-  kRotated1,
-  kRotated2,
-  kGathered,        // a row-parallel input all-gathered from every rank, rank after rank
-  kFullInput,       // that input reassembled in column order
-  kOwnedInput,      // the columns of it this rank owns
-  kSlicePartials,   // the owned canonical slices' sums, slice after slice
-  kTreeGather,      // every rank's subtree sum, rank after rank
-  kLogitsGathered,  // every rank's vocabulary rows of the logits, rank after rank
-  kCount,
-};
+// A step's activation views come from numbered slots (the graph names them: qwen35_graph.h);
+// each slot is resized by Activation() and reused by every layer.
+inline constexpr int kActivationSlots = 48;
+
+// The bytes a view of rows × cols `dtype` activations takes; refuses a slot out of range and
+// int8 rows that are not whole 128-blocks.
+inline absl::StatusOr<int64_t> ActivationBytes(int slot, int64_t rows, int64_t cols, DType dtype) {
+  if (slot < 0 || slot >= kActivationSlots) {
+    return absl::InternalError("activation slot out of range");
+  }
+  if (dtype == DType::kF32) return rows * cols * static_cast<int64_t>(sizeof(float));
+  if (cols % kTernaryBlockElems != 0) {
+    return absl::InternalError("int8 activations need whole 128-blocks per row");
+  }
+  return rows * (cols / kTernaryBlockElems) * static_cast<int64_t>(sizeof(Q8Block128));
+}
+
+// The view rows × cols that starts `offset` floats into t's memory (fp32 views only): the one
+// place the graph's views are offset.
+inline Tensor SubTensor(Tensor t, int64_t offset, int64_t rows, int64_t cols) {
+  return {t.f32() + offset, rows, cols};
+}
 
 // Rows of a column-parallel product: weight rows [begin, end), or the listed weight rows (the
 // list must live as long as the model: a device backend uploads it once).
@@ -93,12 +90,6 @@ struct RowSelection {
 struct AttentionShard {
   int64_t q_head_begin = 0, q_heads = 0, kv_head_begin = 0, kv_heads = 0;
 };
-
-// Quantized inputs, one per (Transform, Q8Layout) pair, then one for a row-parallel input: an
-// input's forms are made once and shared by every projection that reads it (q/k/v, qkv/gate,
-// gate/up).
-inline constexpr int kQuantizedBuffers = 7;
-inline constexpr int kRowParallelQuantized = 6;
 
 // One step, flattened: each sequence's new tokens in order, sequence after sequence.
 struct StepPlan {
@@ -143,10 +134,11 @@ class Backend {
   virtual absl::Status CopyStateSlot(int32_t from, int32_t to) = 0;
   virtual absl::Status CopyKvPage(int32_t from, int32_t to) = 0;
 
-  // Buffers for this step (contents undefined until written).
-  virtual absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) = 0;
-  virtual absl::StatusOr<Q8Tensor> Quantized(int index, int64_t rows, int64_t cols,
-                                             Q8Layout layout) = 0;
+  // A view of slot `slot` (0..kActivationSlots-1) for this step, holding `dtype` (contents
+  // undefined until written).
+  virtual absl::StatusOr<Tensor> Activation(int slot, int64_t rows, int64_t cols,
+                                            DType dtype = DType::kF32,
+                                            Q8Layout layout = Q8Layout::kNatural) = 0;
 
   // Makes the step's tokens, positions, page tables and slots visible to the ops below.
   virtual absl::Status BeginStep(const StepPlan& plan) = 0;
@@ -161,25 +153,19 @@ class Backend {
   virtual absl::Status AddInPlace(Tensor acc, Tensor x) = 0;
   virtual absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) = 0;
 
-  // The signed blocked FWHT (kRotated; kPlain: none), fused with the int8 quantization in
-  // out.layout; or, activation quantization off, into fp32.
-  virtual absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) = 0;
+  // The signed blocked FWHT (kRotated; kPlain: none) of fp32 x into out: fused with the int8
+  // quantization in out.layout when out is kQ8 (activation quantization off: kF32).
   virtual absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) = 0;
   // Column-parallel: y[t][i] = W[row i of `rows`] · x[t] over the whole input, on packed
-  // ternary weights, from int8 or fp32 activations.
-  virtual absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+  // ternary weights, from int8 (kQ8) or fp32 activations.
+  virtual absl::Status MatMul(const Projection& p, Tensor x, const RowSelection& rows,
                               Tensor y) = 0;
-  virtual absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
-                                 Tensor y) = 0;
   // Row-parallel: for each input column window slices[s] (whole 128-blocks, in order, tiling
-  // one range), every row's sum over the window's blocks into partials[s]; x holds the input
-  // columns from x_first_col on.
-  virtual absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+  // one range), every row's sum over the window's blocks into partials[s]; x (kQ8 or kF32)
+  // holds the input columns from x_first_col on.
+  virtual absl::Status MatMulSlices(const Projection& p, Tensor x, int64_t x_first_col,
                                     const std::vector<Span>& slices,
                                     const std::vector<Tensor>& partials) = 0;
-  virtual absl::Status MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
-                                       const std::vector<Span>& slices,
-                                       const std::vector<Tensor>& partials) = 0;
   // out = the pairwise tree over the leaves (a power of two of them), elementwise:
   // ((l0 + l1) + (l2 + l3)) + ... out may alias a leaf.
   virtual absl::Status TreeSum(const std::vector<Tensor>& leaves, Tensor out) = 0;

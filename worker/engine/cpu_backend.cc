@@ -60,21 +60,27 @@ absl::Status CpuBackend::CopyKvPage(int32_t from, int32_t to) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> CpuBackend::Activation(Buffer id, int64_t rows, int64_t cols) {
-  std::vector<float>& b = buffers_[static_cast<int>(id)];
-  if (static_cast<int64_t>(b.size()) < rows * cols) b.resize(rows * cols);
-  return Tensor{b.data(), rows, cols};
-}
-
-absl::StatusOr<Q8Tensor> CpuBackend::Quantized(int index, int64_t rows, int64_t cols,
-                                               Q8Layout layout) {
-  std::vector<Q8Block128>& b = quantized_[index];
-  const int64_t blocks = rows * (cols / kTernaryBlockElems);
-  if (static_cast<int64_t>(b.size()) < blocks) b.resize(blocks);
-  return Q8Tensor{b.data(), rows, cols, layout};
+absl::StatusOr<Tensor> CpuBackend::Activation(int slot, int64_t rows, int64_t cols, DType dtype,
+                                              Q8Layout layout) {
+  ASSIGN_OR_RETURN(const int64_t bytes, ActivationBytes(slot, rows, cols, dtype));
+  SlotMemory& m = slots_[slot];
+  if (m.bytes < bytes) {
+    // Views handed out earlier in the step keep the old memory until the step ends.
+    const int64_t size = (bytes + bytes / 4 + 63) / 64 * 64;
+    void* fresh = std::aligned_alloc(64, static_cast<size_t>(size));
+    if (fresh == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("activation slot ", slot, ": cannot allocate ", size, " bytes"));
+    }
+    if (m.memory != nullptr) retired_.push_back(std::move(m));
+    m.memory.reset(fresh);
+    m.bytes = size;
+  }
+  return Tensor{m.memory.get(), rows, cols, dtype, layout};
 }
 
 absl::Status CpuBackend::BeginStep(const StepPlan& plan) {
+  retired_.clear();
   plan_ = plan;
   return absl::OkStatus();
 }
@@ -85,7 +91,7 @@ absl::Status CpuBackend::Embed(const TernaryWeights& table, bool rotated, const 
   const int64_t h = table.cols, nb = table.blocks_per_row();
   for (int64_t t = 0; t < out.rows; ++t) {
     const uint8_t* row = table.data + plan_.tokens[t] * table.row_bytes();
-    float* o = out.data + t * h;
+    float* o = out.f32() + t * h;
     for (int64_t b = 0; b < nb; ++b) {
       for (int j = 0; j < kTernaryBlockElems; ++j) {
         o[b * kTernaryBlockElems + j] = DequantizeTernary(table.format, row, b, j);
@@ -101,7 +107,7 @@ absl::Status CpuBackend::Embed(const TernaryWeights& table, bool rotated, const 
 absl::Status CpuBackend::RmsNorm(Tensor x, const float* weight, float eps, Tensor out) {
   ScopedOpTime timer(options_.profile, "rmsnorm");
   for (int64_t t = 0; t < x.rows; ++t) {
-    ::walsh::RmsNorm(x.data + t * x.cols, weight, x.cols, eps, out.data + t * x.cols);
+    ::walsh::RmsNorm(x.f32() + t * x.cols, weight, x.cols, eps, out.f32() + t * x.cols);
   }
   return absl::OkStatus();
 }
@@ -109,7 +115,7 @@ absl::Status CpuBackend::RmsNorm(Tensor x, const float* weight, float eps, Tenso
 absl::Status CpuBackend::GatherLogitRows(Tensor x, Tensor out) {
   ScopedOpTime timer(options_.profile, "copies");
   for (size_t i = 0; i < plan_.logit_tokens.size(); ++i) {
-    std::memcpy(out.data + i * x.cols, x.data + plan_.logit_tokens[i] * x.cols,
+    std::memcpy(out.f32() + i * x.cols, x.f32() + plan_.logit_tokens[i] * x.cols,
                 x.cols * sizeof(float));
   }
   return absl::OkStatus();
@@ -117,7 +123,7 @@ absl::Status CpuBackend::GatherLogitRows(Tensor x, Tensor out) {
 
 absl::Status CpuBackend::AddInPlace(Tensor acc, Tensor x) {
   ScopedOpTime timer(options_.profile, "residual add");
-  for (int64_t i = 0; i < acc.rows * acc.cols; ++i) acc.data[i] += x.data[i];
+  for (int64_t i = 0; i < acc.rows * acc.cols; ++i) acc.f32()[i] += x.f32()[i];
   return absl::OkStatus();
 }
 
@@ -125,12 +131,13 @@ absl::Status CpuBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
   ScopedOpTime timer(options_.profile, "swiglu");
   const int64_t n = gate.rows * gate.cols;
   pool_.ParallelFor(n, 4096, [&](int64_t begin, int64_t end) {
-    SwiGluFast(options_.isa, gate.data + begin, up.data + begin, end - begin, out.data + begin);
+    SwiGluFast(options_.isa, gate.f32() + begin, up.f32() + begin, end - begin, out.f32() + begin);
   });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) {
+  if (out.dtype == DType::kQ8) return RotateQuantize(x, t, signs, out);
   ScopedOpTime timer(options_.profile, "rotate");
   if (t == Transform::kPermutedRotated) {
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
@@ -139,16 +146,16 @@ absl::Status CpuBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tens
   pool_.ParallelFor(x.rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
       if (t == Transform::kPlain) {
-        std::memcpy(out.data + i * w, x.data + i * w, w * sizeof(float));
+        std::memcpy(out.f32() + i * w, x.f32() + i * w, w * sizeof(float));
       } else {
-        SignedFwhtForward(options_.isa, x.data + i * w, signs, w, block, out.data + i * w);
+        SignedFwhtForward(options_.isa, x.f32() + i * w, signs, w, block, out.f32() + i * w);
       }
     }
   });
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) {
+absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Tensor out) {
   ScopedOpTime timer(options_.profile, "rotate + quantize");
   if (t == Transform::kPermutedRotated) {
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
@@ -165,14 +172,14 @@ absl::Status CpuBackend::RotateQuantize(Tensor x, Transform t, const int8_t* sig
     rotated.resize(piece);
     for (int64_t k = begin; k < end; ++k) {
       const int64_t i = k / pieces, c0 = k % pieces * piece;
-      const float* in = x.data + i * w + c0;
+      const float* in = x.f32() + i * w + c0;
       if (t == Transform::kRotated) {
         SignedFwhtForward(options_.isa, in, signs != nullptr ? signs + c0 : nullptr, piece, block,
                           rotated.data());
         in = rotated.data();
       }
       QuantizeRowQ8Fast(options_.isa, in, piece, out.layout,
-                        out.data + i * nb + c0 / kTernaryBlockElems);
+                        out.q8() + i * nb + c0 / kTernaryBlockElems);
     }
   });
   return absl::OkStatus();
@@ -189,43 +196,24 @@ void CpuBackend::Run(const TernaryProduct& product, int64_t rows, bool f32) {
   });
 }
 
-absl::Status CpuBackend::MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
-                                Tensor y) {
-  ScopedOpTime timer(options_.profile, "ternary product");
+absl::Status CpuBackend::MatMul(const Projection& p, Tensor x, const RowSelection& rows, Tensor y) {
+  const bool f32 = x.dtype == DType::kF32;
+  ScopedOpTime timer(options_.profile, f32 ? "ternary product (fp32)" : "ternary product");
   TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
-  product.x = x.data;
-  Run(product, rows.count(), /*f32=*/false);
+  SetProductInput(x, &product);
+  Run(product, rows.count(), f32);
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
-                                   Tensor y) {
-  ScopedOpTime timer(options_.profile, "ternary product (fp32)");
-  TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
-  product.x_f32 = x.data;
-  Run(product, rows.count(), /*f32=*/true);
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+absl::Status CpuBackend::MatMulSlices(const Projection& p, Tensor x, int64_t x_first_col,
                                       const std::vector<Span>& slices,
                                       const std::vector<Tensor>& partials) {
-  ScopedOpTime timer(options_.profile, "ternary product");
+  const bool f32 = x.dtype == DType::kF32;
+  ScopedOpTime timer(options_.profile, f32 ? "ternary product (fp32)" : "ternary product");
   ASSIGN_OR_RETURN(TernaryProduct product,
                    SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
-  product.x = x.data;
-  Run(product, p.w.rows, /*f32=*/false);
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
-                                         const std::vector<Span>& slices,
-                                         const std::vector<Tensor>& partials) {
-  ScopedOpTime timer(options_.profile, "ternary product (fp32)");
-  ASSIGN_OR_RETURN(TernaryProduct product,
-                   SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
-  product.x_f32 = x.data;
-  Run(product, p.w.rows, /*f32=*/true);
+  SetProductInput(x, &product);
+  Run(product, p.w.rows, f32);
   return absl::OkStatus();
 }
 
@@ -235,7 +223,7 @@ absl::Status CpuBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out) 
   if (n == 0 || (n & (n - 1)) != 0) return absl::InternalError("tree over a non-power of two");
   const int64_t count = out.rows * out.cols;
   if (n == 1) {
-    std::memcpy(out.data, leaves[0].data, count * sizeof(float));
+    std::memcpy(out.f32(), leaves[0].f32(), count * sizeof(float));
     return absl::OkStatus();
   }
   // Level by level over whole rows: every element still joins its leaves in the same pairs.
@@ -243,16 +231,16 @@ absl::Status CpuBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out) 
   level.resize(n / 2 * count);
   auto node = [&](size_t l) { return level.data() + l * count; };
   for (size_t l = 0; l < n / 2; ++l) {
-    const float* a = leaves[2 * l].data;
-    const float* b = leaves[2 * l + 1].data;
-    float* o = n == 2 ? out.data : node(l);
+    const float* a = leaves[2 * l].f32();
+    const float* b = leaves[2 * l + 1].f32();
+    float* o = n == 2 ? out.f32() : node(l);
     for (int64_t i = 0; i < count; ++i) o[i] = a[i] + b[i];
   }
   for (size_t width = n / 2; width > 1; width /= 2) {
     for (size_t l = 0; l < width / 2; ++l) {
       const float* a = node(2 * l);
       const float* b = node(2 * l + 1);
-      float* o = width == 2 ? out.data : node(l);
+      float* o = width == 2 ? out.f32() : node(l);
       for (int64_t i = 0; i < count; ++i) o[i] = a[i] + b[i];
     }
   }
@@ -277,15 +265,15 @@ absl::Status CpuBackend::DenseProject(const DenseWeight& w, Tensor x, const RowS
     for (int64_t k = begin; k < end; ++k) {
       const int64_t t = k / runs * 8, r0 = k % runs * kRun, m = std::min(kRun, n - r0);
       DenseRowsDot8Tokens(options_.isa, w.format, w.data, index.data() + r0, m, w.cols,
-                          x.data + t * x.cols, x.cols, y.data + t * y.cols + col_offset + r0,
+                          x.f32() + t * x.cols, x.cols, y.f32() + t * y.cols + col_offset + r0,
                           y.cols);
     }
   });
   pool_.ParallelFor((x.rows - t_vec) * runs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t t = t_vec + k / runs, r0 = k % runs * kRun, m = std::min(kRun, n - r0);
-      DenseRowsDot(w.format, w.data, index.data() + r0, m, w.cols, x.data + t * x.cols,
-                   y.data + t * y.cols + col_offset + r0);
+      DenseRowsDot(w.format, w.data, index.data() + r0, m, w.cols, x.f32() + t * x.cols,
+                   y.f32() + t * y.cols + col_offset + r0);
     }
   });
   return absl::OkStatus();
@@ -295,7 +283,7 @@ absl::Status CpuBackend::CopyColumns(Tensor x, int64_t col_begin, Tensor out) {
   ScopedOpTime timer(options_.profile, "copies");
   if (out.cols == 0) return absl::OkStatus();  // a rank with no share (memcpy wants pointers)
   for (int64_t t = 0; t < x.rows; ++t) {
-    std::memcpy(out.data + t * out.cols, x.data + t * x.cols + col_begin, out.cols * 4);
+    std::memcpy(out.f32() + t * out.cols, x.f32() + t * x.cols + col_begin, out.cols * 4);
   }
   return absl::OkStatus();
 }
@@ -304,7 +292,7 @@ absl::Status CpuBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
   ScopedOpTime timer(options_.profile, "copies");
   if (x.cols == 0) return absl::OkStatus();
   for (int64_t t = 0; t < x.rows; ++t) {
-    std::memcpy(out.data + t * out.cols + col_begin, x.data + t * x.cols, x.cols * 4);
+    std::memcpy(out.f32() + t * out.cols + col_begin, x.f32() + t * x.cols, x.cols * 4);
   }
   return absl::OkStatus();
 }
@@ -312,7 +300,7 @@ absl::Status CpuBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
 absl::Status CpuBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) {
   ScopedOpTime timer(options_.profile, "gdn ungroup");
   for (int64_t t = 0; t < x.rows; ++t) {
-    GdnUnpermuteRef(x.data + t * x.cols, n_k, rep, hd, out.data + t * out.cols);
+    GdnUnpermuteRef(x.f32() + t * x.cols, n_k, rep, hd, out.f32() + t * out.cols);
   }
   return absl::OkStatus();
 }
@@ -344,20 +332,20 @@ absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
   T* v_layer = k_layer + page * geometry_.kv_dim;
   for (int64_t t = 0; t < q_gate.rows; ++t) {
     const int64_t pos = plan_.pos_of_token[t];
-    float* qg = q_gate.data + t * q_gate.cols;
+    float* qg = q_gate.f32() + t * q_gate.cols;
     for (int64_t j = 0; j < heads.q_heads; ++j) {
       float* q = qg + j * 2 * hd;
       ::walsh::RmsNorm(q, w.q_norm, hd, c.rms_epsilon, q);
       RopeNeoxInPlace(q, c.rope_dimension_count, pos, rope_inv_freq_.data());
     }
-    float* kt = k.data + t * kv_dim;
+    float* kt = k.f32() + t * kv_dim;
     for (int64_t m = 0; m < heads.kv_heads; ++m) {
       ::walsh::RmsNorm(kt + m * hd, w.k_norm, hd, c.rms_epsilon, kt + m * hd);
       RopeNeoxInPlace(kt + m * hd, c.rope_dimension_count, pos, rope_inv_freq_.data());
     }
     const int32_t pg = plan_.seq_pages[plan_.seq_of_token[t]][pos / page];
     const int64_t at = pg * geometry_.page_floats() + (pos % page) * kv_dim;
-    const float* vt = v.data + t * kv_dim;
+    const float* vt = v.f32() + t * kv_dim;
     for (int64_t i = 0; i < kv_dim; ++i) {
       KvStore(kt[i], k_layer + at + i);
       KvStore(vt[i], v_layer + at + i);
@@ -388,9 +376,9 @@ absl::Status CpuBackend::Attend(int64_t layer, const AttentionShard& heads, Tens
     for (int64_t th = begin; th < end; ++th) {
       const int64_t t = th / nh, j = th % nh, pos = plan_.pos_of_token[t];
       scores.resize(pos + 1);
-      const float* q = q_gate.data + t * q_gate.cols + j * 2 * hd;
+      const float* q = q_gate.f32() + t * q_gate.cols + j * 2 * hd;
       const float* g = q + hd;
-      float* u = out.data + t * out.cols + j * hd;
+      float* u = out.f32() + t * out.cols + j * hd;
       const int64_t kv_head = (heads.q_head_begin + j) / group - heads.kv_head_begin;  // GQA
       const PagedKv<T> kv{k_layer,
                           k_layer + page * geometry_.kv_dim,
@@ -415,14 +403,14 @@ absl::Status CpuBackend::GdnConv(const GdnLayerParams& p, int64_t layer, Tensor 
     for (int64_t t = 0; t < qkv.rows; ++t) {
       float* state = StateLayer(plan_.seq_slots[plan_.seq_of_token[t]], layer);
       for (int64_t ch = c0; ch < c1; ++ch) {
-        u.data[t * u.cols + ch] = GdnConvChannel(p, qkv.data + t * qkv.cols, state, ch);
+        u.f32()[t * u.cols + ch] = GdnConvChannel(p, qkv.f32() + t * qkv.cols, state, ch);
       }
     }
   });
   pool_.ParallelFor(qkv.rows * 2 * p.n_k, 8, [&](int64_t begin, int64_t end) {
     for (int64_t th = begin; th < end; ++th) {
       const int64_t t = th / (2 * p.n_k), h = th % (2 * p.n_k);
-      L2NormInPlace(u.data + t * u.cols + h * p.hd, p.hd, p.eps);
+      L2NormInPlace(u.f32() + t * u.cols + h * p.hd, p.hd, p.eps);
     }
   });
   return absl::OkStatus();
@@ -438,9 +426,9 @@ absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, T
       for (int64_t t = 0; t < u.rows; ++t) {
         const int32_t slot = plan_.seq_slots[plan_.seq_of_token[t]];
         float* S = StateLayer(slot, layer) + geometry_.conv_floats;
-        const float* alpha = alpha_beta.data + t * alpha_beta.cols;
-        GdnHeadStepFast(options_.isa, p, u.data + t * u.cols, z.data + t * z.cols, alpha,
-                        alpha + p.n_v, h, S, out.data + t * out.cols);
+        const float* alpha = alpha_beta.f32() + t * alpha_beta.cols;
+        GdnHeadStepFast(options_.isa, p, u.f32() + t * u.cols, z.f32() + t * z.cols, alpha,
+                        alpha + p.n_v, h, S, out.f32() + t * out.cols);
       }
     }
   });
@@ -448,7 +436,7 @@ absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, T
 }
 
 absl::Status CpuBackend::ReadToHost(Tensor x, float* host) {
-  std::memcpy(host, x.data, x.rows * x.cols * sizeof(float));
+  std::memcpy(host, x.f32(), x.rows * x.cols * sizeof(float));
   return absl::OkStatus();
 }
 

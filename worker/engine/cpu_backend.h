@@ -34,9 +34,8 @@ class CpuBackend final : public Backend {
   absl::Status ClearStateSlot(int32_t slot) override;
   absl::Status CopyStateSlot(int32_t from, int32_t to) override;
   absl::Status CopyKvPage(int32_t from, int32_t to) override;
-  absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) override;
-  absl::StatusOr<Q8Tensor> Quantized(int index, int64_t rows, int64_t cols,
-                                     Q8Layout layout) override;
+  absl::StatusOr<Tensor> Activation(int slot, int64_t rows, int64_t cols, DType dtype,
+                                    Q8Layout layout) override;
   absl::Status BeginStep(const StepPlan& plan) override;
   absl::Status Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                      Tensor out) override;
@@ -44,17 +43,11 @@ class CpuBackend final : public Backend {
   absl::Status GatherLogitRows(Tensor x, Tensor out) override;
   absl::Status AddInPlace(Tensor acc, Tensor x) override;
   absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
-  absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
   absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
-  absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows, Tensor y) override;
-  absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
-                         Tensor y) override;
-  absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+  absl::Status MatMul(const Projection& p, Tensor x, const RowSelection& rows, Tensor y) override;
+  absl::Status MatMulSlices(const Projection& p, Tensor x, int64_t x_first_col,
                             const std::vector<Span>& slices,
                             const std::vector<Tensor>& partials) override;
-  absl::Status MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
-                               const std::vector<Span>& slices,
-                               const std::vector<Tensor>& partials) override;
   absl::Status TreeSum(const std::vector<Tensor>& leaves, Tensor out) override;
   absl::Status DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows, Tensor y,
                             int64_t col_offset) override;
@@ -73,6 +66,12 @@ class CpuBackend final : public Backend {
 
  private:
   using FreeDeleter = void (*)(void*);
+  // One activation slot's memory (64-byte aligned).
+  struct SlotMemory {
+    std::unique_ptr<void, FreeDeleter> memory{nullptr, &std::free};
+    int64_t bytes = 0;
+  };
+  absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Tensor out);
   // Runs the product over its local rows on the thread pool.
   void Run(const TernaryProduct& product, int64_t rows, bool f32);
   template <typename T>
@@ -92,8 +91,8 @@ class CpuBackend final : public Backend {
   // calloc: the kernel hands out zeroed pages lazily, so an unused budget costs nothing.
   std::unique_ptr<uint8_t, FreeDeleter> kv_{nullptr, &std::free};  // fp16 or fp32 elements
   std::unique_ptr<float, FreeDeleter> state_{nullptr, &std::free};
-  std::vector<float> buffers_[static_cast<int>(Buffer::kCount)];
-  std::vector<Q8Block128> quantized_[kQuantizedBuffers];
+  SlotMemory slots_[kActivationSlots];
+  std::vector<SlotMemory> retired_;  // outgrown slot memory, freed when the next step begins
   std::vector<float> tree_scratch_;  // TreeSum's inner levels
   std::vector<int64_t> dense_rows_;  // DenseProject's weight rows, kept across calls
   StepPlan plan_;

@@ -186,24 +186,18 @@ absl::Status CudaBackend::CopyKvPage(int32_t from, int32_t to) {
       "copy KV page");
 }
 
-absl::StatusOr<Tensor> CudaBackend::Activation(Buffer id, int64_t rows, int64_t cols) {
-  DeviceBuffer& b = buffers_[static_cast<int>(id)];
-  if (b.bytes() < rows * cols * 4) {
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "synchronize"));
-    RETURN_IF_ERROR(b.Reserve(rows * cols * 4, "activations"));
-  }
-  return Tensor{b.as<float>(), rows, cols};
-}
-
-absl::StatusOr<Q8Tensor> CudaBackend::Quantized(int index, int64_t rows, int64_t cols,
-                                                Q8Layout layout) {
-  DeviceBuffer& b = quantized_[index];
-  const int64_t bytes = rows * (cols / 128) * static_cast<int64_t>(sizeof(Q8Block128));
+absl::StatusOr<Tensor> CudaBackend::Activation(int slot, int64_t rows, int64_t cols, DType dtype,
+                                               Q8Layout layout) {
+  ASSIGN_OR_RETURN(const int64_t bytes, ActivationBytes(slot, rows, cols, dtype));
+  DeviceBuffer& b = slots_[slot];
   if (b.bytes() < bytes) {
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "synchronize"));
-    RETURN_IF_ERROR(b.Reserve(bytes, "quantized activations"));
+    // Views handed out earlier in the step keep the old memory until the step ends.
+    DeviceBuffer fresh;
+    RETURN_IF_ERROR(fresh.Allocate(bytes + bytes / 4, "activations"));
+    if (b.bytes() > 0) retired_.push_back(std::move(b));
+    b = std::move(fresh);
   }
-  return Q8Tensor{b.as<Q8Block128>(), rows, cols, layout};
+  return Tensor{b.as<void>(), rows, cols, dtype, layout};
 }
 
 template <typename T>
@@ -223,8 +217,10 @@ absl::StatusOr<T*> CudaBackend::UploadStepArray(DeviceBuffer& buffer, const std:
 absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   // The engine may be driven from another thread than the one that made it.
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
-  // The previous step's copies must be done before its host arrays are rewritten.
+  // The previous step's copies must be done before its host arrays are rewritten (and before
+  // the activation memory it outgrew is freed).
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "synchronize"));
+  retired_.clear();
   StepArrays& h = host_step_;
   const int64_t n = static_cast<int64_t>(plan.tokens.size());
   if (n > kMaxStepTokens) {
@@ -284,8 +280,9 @@ absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const
   ASSIGN_OR_RETURN(const uint8_t* w, ResidentAs(table.data, table.bytes()));
   const int32_t* tokens = d_tokens_.as<int32_t>();
   if (!rotated) {
-    return Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows, out.data, stream_),
-                  "embedding");
+    return Launch(
+        cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows, out.f32(), stream_),
+        "embedding");
   }
   RETURN_IF_ERROR(embed_scratch_.Reserve(out.rows * out.cols * 4, "embedding rows"));
   RETURN_IF_ERROR(Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows,
@@ -296,34 +293,35 @@ absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const
     ASSIGN_OR_RETURN(s, ResidentAs(signs, out.cols));
   }
   return Launch(cuda::SignedFwht(embed_scratch_.as<float>(), out.rows, out.cols,
-                                 model_.contract().block_size, nullptr, s, {}, out.data, stream_),
+                                 model_.contract().block_size, nullptr, s, {}, out.f32(), stream_),
                 "embedding inverse transform");
 }
 
 absl::Status CudaBackend::RmsNorm(Tensor x, const float* weight, float eps, Tensor out) {
   ASSIGN_OR_RETURN(const float* w, ResidentAs(weight, x.cols));
-  return Launch(cuda::RmsNormRows(x.data, x.rows, x.cols, w, eps, out.data, stream_), "rms norm");
+  return Launch(cuda::RmsNormRows(x.f32(), x.rows, x.cols, w, eps, out.f32(), stream_), "rms norm");
 }
 
 absl::Status CudaBackend::GatherLogitRows(Tensor x, Tensor out) {
   return Launch(
-      cuda::GatherRows(x.data, x.cols, d_logit_rows_.as<int32_t>(), out.rows, out.data, stream_),
+      cuda::GatherRows(x.f32(), x.cols, d_logit_rows_.as<int32_t>(), out.rows, out.f32(), stream_),
       "gather rows");
 }
 
 absl::Status CudaBackend::AddInPlace(Tensor acc, Tensor x) {
-  return Launch(cuda::AddInPlace(acc.data, x.data, acc.rows * acc.cols, stream_), "residual add");
+  return Launch(cuda::AddInPlace(acc.f32(), x.f32(), acc.rows * acc.cols, stream_), "residual add");
 }
 
 absl::Status CudaBackend::SwiGlu(Tensor gate, Tensor up, Tensor out) {
-  return Launch(cuda::SwiGlu(gate.data, up.data, gate.rows * gate.cols, out.data, stream_),
+  return Launch(cuda::SwiGlu(gate.f32(), up.f32(), gate.rows * gate.cols, out.f32(), stream_),
                 "swiglu");
 }
 
 absl::Status CudaBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) {
+  if (out.dtype == DType::kQ8) return RotateQuantize(x, t, signs, out);
   if (t == Transform::kPlain) {
     return CudaStatus(
-        cudaMemcpyAsync(out.data, x.data, x.rows * x.cols * 4, cudaMemcpyDeviceToDevice, stream_),
+        cudaMemcpyAsync(out.f32(), x.f32(), x.rows * x.cols * 4, cudaMemcpyDeviceToDevice, stream_),
         "copy activations");
   }
   const int8_t* s = nullptr;
@@ -334,19 +332,19 @@ absl::Status CudaBackend::Rotate(Tensor x, Transform t, const int8_t* signs, Ten
     return absl::InternalError("the GatedDeltaNet permutation is applied by its producer");
   }
   const cuda::Permutation perm;
-  return Launch(cuda::SignedFwht(x.data, x.rows, x.cols, model_.contract().block_size, s, nullptr,
-                                 perm, out.data, stream_),
+  return Launch(cuda::SignedFwht(x.f32(), x.rows, x.cols, model_.contract().block_size, s, nullptr,
+                                 perm, out.f32(), stream_),
                 "signed fwht");
 }
 
-absl::Status CudaBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) {
-  const float* src = x.data;
+absl::Status CudaBackend::RotateQuantize(Tensor x, Transform t, const int8_t* signs, Tensor out) {
+  const float* src = x.f32();
   if (t != Transform::kPlain) {
     RETURN_IF_ERROR(rotate_scratch_.Reserve(x.rows * x.cols * 4, "rotated activations"));
     RETURN_IF_ERROR(Rotate(x, t, signs, Tensor{rotate_scratch_.as<float>(), x.rows, x.cols}));
     src = rotate_scratch_.as<float>();
   }
-  return Launch(cuda::QuantizeRowsQ8(src, x.rows, x.cols, out.layout, out.data, stream_),
+  return Launch(cuda::QuantizeRowsQ8(src, x.rows, x.cols, out.layout, out.q8(), stream_),
                 "int8 quantization");
 }
 
@@ -360,29 +358,26 @@ absl::Status CudaBackend::RunProduct(TernaryProduct product, const RowSelection*
   return Launch(cuda::TernaryMatMulQ8(product, n_rows, stream_), op);
 }
 
-absl::Status CudaBackend::MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows,
+absl::Status CudaBackend::MatMul(const Projection& p, Tensor x, const RowSelection& rows,
                                  Tensor y) {
+  RETURN_IF_ERROR(RequireInt8(p, x));
   TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
-  product.x = x.data;
+  SetProductInput(x, &product);
   return RunProduct(product, &rows, rows.count(), "ternary matmul");
 }
 
-absl::Status CudaBackend::MatMulF32(const Projection& p, Tensor, const RowSelection&, Tensor) {
-  return absl::UnimplementedError(
-      absl::StrCat("cuda: '", p.name, "' with fp32 activations (a CPU debug mode)"));
-}
-
-absl::Status CudaBackend::MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+absl::Status CudaBackend::MatMulSlices(const Projection& p, Tensor x, int64_t x_first_col,
                                        const std::vector<Span>& slices,
                                        const std::vector<Tensor>& partials) {
+  RETURN_IF_ERROR(RequireInt8(p, x));
   ASSIGN_OR_RETURN(TernaryProduct product,
                    SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
-  product.x = x.data;
+  SetProductInput(x, &product);
   return RunProduct(product, nullptr, p.w.rows, "ternary matmul slices");
 }
 
-absl::Status CudaBackend::MatMulSlicesF32(const Projection& p, Tensor, int64_t,
-                                          const std::vector<Span>&, const std::vector<Tensor>&) {
+absl::Status CudaBackend::RequireInt8(const Projection& p, Tensor x) {
+  if (x.dtype == DType::kQ8) return absl::OkStatus();
   return absl::UnimplementedError(
       absl::StrCat("cuda: '", p.name, "' with fp32 activations (a CPU debug mode)"));
 }
@@ -390,9 +385,9 @@ absl::Status CudaBackend::MatMulSlicesF32(const Projection& p, Tensor, int64_t,
 absl::Status CudaBackend::TreeSum(const std::vector<Tensor>& leaves, Tensor out) {
   if (leaves.size() > 8) return absl::InternalError("cuda: a tree of more than 8 leaves");
   cuda::Leaves l{};
-  for (size_t i = 0; i < leaves.size(); ++i) l.leaf[i] = leaves[i].data;
+  for (size_t i = 0; i < leaves.size(); ++i) l.leaf[i] = leaves[i].f32();
   return Launch(
-      cuda::TreeSum(l, static_cast<int>(leaves.size()), out.rows * out.cols, out.data, stream_),
+      cuda::TreeSum(l, static_cast<int>(leaves.size()), out.rows * out.cols, out.f32(), stream_),
       "tree sum");
 }
 
@@ -405,15 +400,15 @@ absl::Status CudaBackend::Copy2D(const float* from, int64_t from_stride, float* 
 }
 
 absl::Status CudaBackend::CopyColumns(Tensor x, int64_t col_begin, Tensor out) {
-  return Copy2D(x.data + col_begin, x.cols, out.data, out.cols, x.rows, out.cols, "copy columns");
+  return Copy2D(x.f32() + col_begin, x.cols, out.f32(), out.cols, x.rows, out.cols, "copy columns");
 }
 
 absl::Status CudaBackend::PlaceColumns(Tensor x, Tensor out, int64_t col_begin) {
-  return Copy2D(x.data, x.cols, out.data + col_begin, out.cols, x.rows, x.cols, "place columns");
+  return Copy2D(x.f32(), x.cols, out.f32() + col_begin, out.cols, x.rows, x.cols, "place columns");
 }
 
 absl::Status CudaBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd, Tensor out) {
-  return Launch(cuda::Ungroup(x.data, x.rows, n_k, rep, hd, out.data, stream_), "ungroup");
+  return Launch(cuda::Ungroup(x.f32(), x.rows, n_k, rep, hd, out.f32(), stream_), "ungroup");
 }
 
 absl::Status CudaBackend::DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows,
@@ -424,8 +419,8 @@ absl::Status CudaBackend::DenseProject(const DenseWeight& w, Tensor x, const Row
     ASSIGN_OR_RETURN(index,
                      ResidentAs(rows.index->data(), static_cast<int64_t>(rows.index->size())));
   }
-  return Launch(cuda::DenseProject(w.format, dw, w.cols, index, rows.begin, rows.count(), x.data,
-                                   x.rows, y.data, y.cols, col_offset, stream_),
+  return Launch(cuda::DenseProject(w.format, dw, w.cols, index, rows.begin, rows.count(), x.f32(),
+                                   x.rows, y.f32(), y.cols, col_offset, stream_),
                 "dense projection");
 }
 
@@ -457,10 +452,11 @@ absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t la
   ASSIGN_OR_RETURN(const float* q_norm, ResidentAs(w.q_norm, hd));
   ASSIGN_OR_RETURN(const float* k_norm, ResidentAs(w.k_norm, hd));
   uint16_t* k_layer = KvLayer(layer);
-  return Launch(cuda::AttentionPrepare(AttentionShapeOf(heads), step_, q_gate.data, k.data, v.data,
-                                       q_norm, k_norm, rope_inv_freq_.as<double>(), k_layer,
-                                       k_layer + geometry_.page_size * geometry_.kv_dim, stream_),
-                "attention prepare");
+  return Launch(
+      cuda::AttentionPrepare(AttentionShapeOf(heads), step_, q_gate.f32(), k.f32(), v.f32(), q_norm,
+                             k_norm, rope_inv_freq_.as<double>(), k_layer,
+                             k_layer + geometry_.page_size * geometry_.kv_dim, stream_),
+      "attention prepare");
 }
 
 absl::Status CudaBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
@@ -475,8 +471,8 @@ absl::Status CudaBackend::Attention(int64_t layer, const AttentionShard& heads, 
     int64_t end = begin + 1;
     while (end < step_.n_tokens && offset[end + 1] - offset[begin] <= capacity) ++end;
     RETURN_IF_ERROR(
-        Launch(cuda::Attention(AttentionShapeOf(heads), step_, begin, end, q_gate.data, k_layer,
-                               v_layer, scores_.as<float>(), out.data, stream_),
+        Launch(cuda::Attention(AttentionShapeOf(heads), step_, begin, end, q_gate.f32(), k_layer,
+                               v_layer, scores_.as<float>(), out.f32(), stream_),
                "attention"));
     begin = end;
   }
@@ -499,20 +495,20 @@ cuda::GdnStateView CudaBackend::StateView(int64_t layer) const {
 
 absl::Status CudaBackend::GdnConv(const GdnLayerParams& host, int64_t layer, Tensor qkv, Tensor u) {
   ASSIGN_OR_RETURN(const GdnLayerParams p, DeviceParams(host));
-  return Launch(cuda::GdnConv(p, step_, StateView(layer), qkv.data, u.data, stream_), "gdn conv");
+  return Launch(cuda::GdnConv(p, step_, StateView(layer), qkv.f32(), u.f32(), stream_), "gdn conv");
 }
 
 absl::Status CudaBackend::GdnRecurrence(const GdnLayerParams& host, int64_t layer, Tensor u,
                                         Tensor z, Tensor alpha_beta, Tensor out) {
   ASSIGN_OR_RETURN(const GdnLayerParams p, DeviceParams(host));
-  return Launch(cuda::GdnRecurrence(p, step_, StateView(layer), u.data, z.data, alpha_beta.data,
-                                    out.data, stream_),
+  return Launch(cuda::GdnRecurrence(p, step_, StateView(layer), u.f32(), z.f32(), alpha_beta.f32(),
+                                    out.f32(), stream_),
                 "gdn recurrence");
 }
 
 absl::Status CudaBackend::ReadToHost(Tensor x, float* host) {
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(host, x.data, x.rows * x.cols * 4, cudaMemcpyDeviceToHost, stream_),
+      cudaMemcpyAsync(host, x.f32(), x.rows * x.cols * 4, cudaMemcpyDeviceToHost, stream_),
       "read logits"));
   return CudaStatus(cudaStreamSynchronize(stream_), "step");
 }

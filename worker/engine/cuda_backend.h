@@ -35,9 +35,8 @@ class CudaBackend final : public Backend {
   absl::Status ClearStateSlot(int32_t slot) override;
   absl::Status CopyStateSlot(int32_t from, int32_t to) override;
   absl::Status CopyKvPage(int32_t from, int32_t to) override;
-  absl::StatusOr<Tensor> Activation(Buffer id, int64_t rows, int64_t cols) override;
-  absl::StatusOr<Q8Tensor> Quantized(int index, int64_t rows, int64_t cols,
-                                     Q8Layout layout) override;
+  absl::StatusOr<Tensor> Activation(int slot, int64_t rows, int64_t cols, DType dtype,
+                                    Q8Layout layout) override;
   absl::Status BeginStep(const StepPlan& plan) override;
   absl::Status Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                      Tensor out) override;
@@ -45,17 +44,11 @@ class CudaBackend final : public Backend {
   absl::Status GatherLogitRows(Tensor x, Tensor out) override;
   absl::Status AddInPlace(Tensor acc, Tensor x) override;
   absl::Status SwiGlu(Tensor gate, Tensor up, Tensor out) override;
-  absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Q8Tensor out) override;
   absl::Status Rotate(Tensor x, Transform t, const int8_t* signs, Tensor out) override;
-  absl::Status MatMul(const Projection& p, Q8Tensor x, const RowSelection& rows, Tensor y) override;
-  absl::Status MatMulF32(const Projection& p, Tensor x, const RowSelection& rows,
-                         Tensor y) override;
-  absl::Status MatMulSlices(const Projection& p, Q8Tensor x, int64_t x_first_col,
+  absl::Status MatMul(const Projection& p, Tensor x, const RowSelection& rows, Tensor y) override;
+  absl::Status MatMulSlices(const Projection& p, Tensor x, int64_t x_first_col,
                             const std::vector<Span>& slices,
                             const std::vector<Tensor>& partials) override;
-  absl::Status MatMulSlicesF32(const Projection& p, Tensor x, int64_t x_first_col,
-                               const std::vector<Span>& slices,
-                               const std::vector<Tensor>& partials) override;
   absl::Status TreeSum(const std::vector<Tensor>& leaves, Tensor out) override;
   absl::Status DenseProject(const DenseWeight& w, Tensor x, const RowSelection& rows, Tensor y,
                             int64_t col_offset) override;
@@ -88,6 +81,9 @@ class CudaBackend final : public Backend {
   template <typename T>
   absl::StatusOr<T*> UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
                                      const char* what);
+  absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Tensor out);
+  // The CUDA products take int8 activations only.
+  static absl::Status RequireInt8(const Projection& p, Tensor x);
   // p with device pointers for its weights.
   absl::StatusOr<GdnLayerParams> DeviceParams(const GdnLayerParams& p);
   // The product with its weights and row list swapped for their resident copies.
@@ -110,8 +106,8 @@ class CudaBackend final : public Backend {
   int64_t cache_room_ = 0;
   CacheGeometry geometry_;
   DeviceBuffer kv_, state_;
-  DeviceBuffer buffers_[static_cast<int>(Buffer::kCount)];
-  DeviceBuffer quantized_[kQuantizedBuffers];
+  DeviceBuffer slots_[kActivationSlots];
+  std::vector<DeviceBuffer> retired_;  // outgrown slot memory, freed when the next step begins
   DeviceBuffer embed_scratch_, rotate_scratch_, scores_;
   // The step: host arrays (kept alive for the copies) and their device twins.
   struct StepArrays {

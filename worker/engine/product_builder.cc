@@ -15,7 +15,7 @@ TernaryProduct ColumnParallelProduct(const Projection& p, const RowSelection& ro
   product.row_first = rows.begin;
   product.n_segments = 1;
   product.segment_end[0] = p.w.blocks_per_row();
-  product.y[0] = y.data;
+  product.y[0] = y.f32();
   product.y_stride = y.cols;
   return product;
 }
@@ -47,7 +47,7 @@ absl::StatusOr<TernaryProduct> SliceProduct(const Projection& p, int64_t n_token
     }
     product.segment_begin[s] = w.begin / kTernaryBlockElems;
     product.segment_end[s] = w.end / kTernaryBlockElems;
-    product.y[s] = partials[s].data;
+    product.y[s] = partials[s].f32();
   }
   return product;
 }

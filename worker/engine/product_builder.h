@@ -16,6 +16,15 @@ namespace walsh {
 TernaryProduct ColumnParallelProduct(const Projection& p, const RowSelection& rows,
                                      int64_t n_tokens, Tensor y);
 
+// The product's input: x's int8 blocks (kQ8) or floats (kF32).
+inline void SetProductInput(Tensor x, TernaryProduct* product) {
+  if (x.dtype == DType::kQ8) {
+    product->x = x.q8();
+  } else {
+    product->x_f32 = x.f32();
+  }
+}
+
 // For each window slices[s] of p's input columns, every row's sum over it into partials[s]; x
 // holds x_cols input columns from x_first_col. Refuses windows that are not whole 128-blocks
 // inside x, or more than kMaxProductSegments of them.

@@ -4,6 +4,44 @@
 #include "common/status_macros.h"
 
 namespace walsh {
+namespace {
+
+// The step's activation slots (Backend::Activation), named.
+enum Buffer : int {
+  kHidden,          // the residual stream h
+  kNormed,          // RMSNorm(h), the mixers' and the FFN's input
+  kMixerOut,        // a mixer's or the FFN's output, added into h
+  kAttnQueryGate,   // q projection: query and output gate, alternating per head
+  kAttnKey,         // k projection
+  kAttnValue,       // v projection
+  kAttnOut,         // gated attention output, attn_output's input
+  kGdnQkv,          // GatedDeltaNet qkv projection: the conv input
+  kGdnConvOut,      // conv + SiLU + q/k L2 norms
+  kGdnGate,         // z (attn_gate projection)
+  kGdnAlphaBeta,    // ssm_alpha then ssm_beta per token
+  kGdnOut,          // gated-normed head outputs, ssm_out's input
+  kFfnGate,         // ffn_gate projection
+  kFfnUp,           // ffn_up projection
+  kFfnAct,          // SwiGLU(gate, up), ffn_down's input
+  kLastHidden,      // the residual rows whose logits are asked for
+  kHeadIn,          // those rows, final-normed
+  kLogits,          // output projection
+  kGathered,        // a row-parallel input all-gathered from every rank, rank after rank
+  kFullInput,       // that input reassembled in column order
+  kOwnedInput,      // the columns of it this rank owns
+  kSlicePartials,   // the owned canonical slices' sums, slice after slice
+  kTreeGather,      // every rank's subtree sum, rank after rank
+  kLogitsGathered,  // every rank's vocabulary rows of the logits, rank after rank
+  kRowParallelIn,   // a row-parallel projection's transformed input (int8 or fp32)
+  kInputForms,      // the first of ProjectionInput's forms (kInputFormCount of them)
+};
+constexpr int kTransforms = 3;  // Transform's values
+constexpr int kQ8Layouts = 3;   // Q8Layout's values
+// int8 forms per (Transform, Q8Layout), then fp32 forms per Transform.
+constexpr int kInputFormCount = kTransforms * kQ8Layouts + kTransforms;
+static_assert(kInputForms + kInputFormCount <= kActivationSlots);
+
+}  // namespace
 
 // One activation that feeds column-parallel projections, with its transformed and quantized
 // forms made once and shared by every projection that reads it (q/k/v, qkv/gate, gate/up):
@@ -14,35 +52,24 @@ class Qwen35Graph::ProjectionInput {
 
   int64_t width() const { return plain_.cols; }
 
-  // The input in one form (transformed, and quantized or fp32), made on first use, with the tag
-  // of what was done to it (the graph check reads it: a cached form made with another sign
-  // vector than a later projection's fails there).
-  template <typename T>
+  // The input in one form (transformed, and quantized in `layout` or fp32), made on first use,
+  // with the tag of what was done to it (the graph check reads it: a cached form made with
+  // another sign vector than a later projection's fails there).
   struct Form {
-    T tensor;
+    Tensor tensor;
     InputTag tag;
     bool made = false;
   };
 
-  absl::StatusOr<Form<Q8Tensor>> Quantized(Transform t, const int8_t* signs, Q8Layout layout) {
-    const int index = static_cast<int>(t) * kQ8Layouts + static_cast<int>(layout);
-    Form<Q8Tensor>& form = int8_forms_[index];
+  absl::StatusOr<Form> Get(Transform t, const int8_t* signs, DType dtype, Q8Layout layout) {
+    if (dtype == DType::kF32 && t == Transform::kPlain) return Form{plain_, {}, true};
+    const int index = dtype == DType::kQ8
+                          ? static_cast<int>(t) * kQ8Layouts + static_cast<int>(layout)
+                          : kTransforms * kQ8Layouts + static_cast<int>(t);
+    Form& form = forms_[index];
     if (!form.made) {
-      ASSIGN_OR_RETURN(form.tensor, backend_.Quantized(index, plain_.rows, plain_.cols, layout));
-      RETURN_IF_ERROR(backend_.RotateQuantize(plain_, t, signs, form.tensor));
-      form.tag = {t, signs};
-      form.made = true;
-    }
-    return form;
-  }
-
-  absl::StatusOr<Form<Tensor>> Rotated(Transform t, const int8_t* signs) {
-    if (t == Transform::kPlain) return Form<Tensor>{plain_, {}, true};
-    Form<Tensor>& form = f32_forms_[static_cast<int>(t)];
-    if (!form.made) {
-      const Buffer id =
-          static_cast<Buffer>(static_cast<int>(Buffer::kRotated0) + static_cast<int>(t));
-      ASSIGN_OR_RETURN(form.tensor, backend_.Activation(id, plain_.rows, plain_.cols));
+      ASSIGN_OR_RETURN(form.tensor, backend_.Activation(kInputForms + index, plain_.rows,
+                                                        plain_.cols, dtype, layout));
       RETURN_IF_ERROR(backend_.Rotate(plain_, t, signs, form.tensor));
       form.tag = {t, signs};
       form.made = true;
@@ -51,19 +78,15 @@ class Qwen35Graph::ProjectionInput {
   }
 
  private:
-  static constexpr int kTransforms = 3;  // Transform's values
-  static constexpr int kQ8Layouts = 2;   // Q8Layout's values
-
   Backend& backend_;
   Tensor plain_;
-  Form<Q8Tensor> int8_forms_[kTransforms * kQ8Layouts];  // per (Transform, Q8Layout)
-  Form<Tensor> f32_forms_[kTransforms];                  // per Transform (no activation quant)
+  Form forms_[kInputFormCount];
 };
 
 namespace {
 
 Tensor Rows(Tensor t, int64_t first_row, int64_t rows) {
-  return {t.data + first_row * t.cols, rows, t.cols};
+  return SubTensor(t, first_row * t.cols, rows, t.cols);
 }
 
 }  // namespace
@@ -197,21 +220,16 @@ absl::Status Qwen35Graph::Project(const Projection& p, ProjectionInput& in,
                                             ", got an activation of width ", in.width()));
   }
   if (rows.count() == 0) return absl::OkStatus();
-  if (quantize_) {
-    ASSIGN_OR_RETURN(ProjectionInput::Form<Q8Tensor> x,
-                     in.Quantized(Rotation(p), p.signs, Q8LayoutFor(p.w.format)));
-    RETURN_IF_ERROR(CheckInput(p, x.tag, p.signs));
-    return backend_.MatMul(p, x.tensor, rows, y);
-  }
-  ASSIGN_OR_RETURN(ProjectionInput::Form<Tensor> x, in.Rotated(Rotation(p), p.signs));
+  ASSIGN_OR_RETURN(ProjectionInput::Form x,
+                   in.Get(Rotation(p), p.signs, InputType(), Q8LayoutFor(p.w.format)));
   RETURN_IF_ERROR(CheckInput(p, x.tag, p.signs));
-  return backend_.MatMulF32(p, x.tensor, rows, y);
+  return backend_.MatMul(p, x.tensor, rows, y);
 }
 
 absl::Status Qwen35Graph::AllGather(Tensor buffer, const std::vector<int64_t>& offsets,
                                     const std::vector<int64_t>& counts) {
   std::vector<size_t> off(offsets.begin(), offsets.end()), cnt(counts.begin(), counts.end());
-  return comm_->AllGatherInPlace(rank_, buffer.data, off, cnt, timeout_);
+  return comm_->AllGatherInPlace(rank_, buffer.f32(), off, cnt, timeout_);
 }
 
 absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor held, Span held_cols,
@@ -228,8 +246,8 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
     Tensor full = held;
     if (ranks > 1) {
       // Every rank's columns, rank-major (rank r's columns are [c0, c1) of the input).
-      ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(Buffer::kGathered, n, cols));
-      ASSIGN_OR_RETURN(full, backend_.Activation(Buffer::kFullInput, n, cols));
+      ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(kGathered, n, cols));
+      ASSIGN_OR_RETURN(full, backend_.Activation(kFullInput, n, cols));
       std::vector<int64_t> offsets, counts;
       std::vector<Span> parts;
       for (int r = 0; r < ranks; ++r) {
@@ -241,24 +259,24 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
       }
       if (held_cols.size() > 0) {
         RETURN_IF_ERROR(backend_.PlaceColumns(
-            held, Tensor{gathered.data + n * held_cols.begin, n, held_cols.size()}, 0));
+            held, SubTensor(gathered, n * held_cols.begin, n, held_cols.size()), 0));
       }
       RETURN_IF_ERROR(AllGather(gathered, offsets, counts));
       for (const Span& c : parts) {
         if (c.size() == 0) continue;
         RETURN_IF_ERROR(
-            backend_.PlaceColumns(Tensor{gathered.data + n * c.begin, n, c.size()}, full, c.begin));
+            backend_.PlaceColumns(SubTensor(gathered, n * c.begin, n, c.size()), full, c.begin));
       }
     }
     if (ungroup) {
       const Qwen35Config& c = model_.config();
-      ASSIGN_OR_RETURN(Tensor tiled, backend_.Activation(Buffer::kGathered, n, cols));
+      ASSIGN_OR_RETURN(Tensor tiled, backend_.Activation(kGathered, n, cols));
       RETURN_IF_ERROR(backend_.Ungroup(full, c.ssm_group_count,
                                        c.ssm_time_step_rank / c.ssm_group_count, c.ssm_state_size,
                                        tiled));
       full = tiled;
     }
-    ASSIGN_OR_RETURN(input, backend_.Activation(Buffer::kOwnedInput, n, owned.size()));
+    ASSIGN_OR_RETURN(input, backend_.Activation(kOwnedInput, n, owned.size()));
     RETURN_IF_ERROR(backend_.CopyColumns(full, owned.begin, input));
   } else if (!(held_cols == owned)) {
     return absl::InternalError(absl::StrCat("'", p.name, "': rank ", rank_, " holds columns [",
@@ -272,7 +290,7 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
     windows.push_back(plan_.SliceColumns(cols, static_cast<int>(s)));
   }
   ASSIGN_OR_RETURN(Tensor all_partials,
-                   backend_.Activation(Buffer::kSlicePartials, windows.size() * n, rows));
+                   backend_.Activation(kSlicePartials, windows.size() * n, rows));
   std::vector<Tensor> partials;
   for (size_t s = 0; s < windows.size(); ++s) partials.push_back(Rows(all_partials, s * n, n));
   const int8_t* signs = p.signs != nullptr ? p.signs + owned.begin : nullptr;
@@ -285,21 +303,14 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
     }
     tag.transform = Transform::kPermutedRotated;
   }
-  if (quantize_) {
-    ASSIGN_OR_RETURN(Q8Tensor x, backend_.Quantized(kRowParallelQuantized, n, owned.size(),
-                                                    Q8LayoutFor(p.w.format)));
-    RETURN_IF_ERROR(backend_.RotateQuantize(input, rotation, signs, x));
-    RETURN_IF_ERROR(CheckInput(p, tag, signs));
-    RETURN_IF_ERROR(backend_.MatMulSlices(p, x, owned.begin, windows, partials));
-  } else {
-    ASSIGN_OR_RETURN(Tensor x, backend_.Activation(Buffer::kRotated0, n, owned.size()));
-    RETURN_IF_ERROR(backend_.Rotate(input, rotation, signs, x));
-    RETURN_IF_ERROR(CheckInput(p, tag, signs));
-    RETURN_IF_ERROR(backend_.MatMulSlicesF32(p, x, owned.begin, windows, partials));
-  }
+  ASSIGN_OR_RETURN(Tensor x, backend_.Activation(kRowParallelIn, n, owned.size(), InputType(),
+                                                 Q8LayoutFor(p.w.format)));
+  RETURN_IF_ERROR(backend_.Rotate(input, rotation, signs, x));
+  RETURN_IF_ERROR(CheckInput(p, tag, signs));
+  RETURN_IF_ERROR(backend_.MatMulSlices(p, x, owned.begin, windows, partials));
   if (ranks == 1) return backend_.TreeSum(partials, out);
   // This rank's subtree, then every rank's, and the top of the tree in rank order.
-  ASSIGN_OR_RETURN(Tensor subtrees, backend_.Activation(Buffer::kTreeGather, ranks * n, rows));
+  ASSIGN_OR_RETURN(Tensor subtrees, backend_.Activation(kTreeGather, ranks * n, rows));
   RETURN_IF_ERROR(backend_.TreeSum(partials, Rows(subtrees, rank_ * n, n)));
   std::vector<int64_t> offsets, counts;
   std::vector<Tensor> tops;
@@ -315,10 +326,10 @@ absl::Status Qwen35Graph::RowParallel(const Projection& p, Site site, Tensor hel
 absl::Status Qwen35Graph::AttentionMixer(const LayerWeights& L, Tensor normed, Tensor out) {
   const int64_t n = normed.rows, hd = model_.config().key_length;
   ASSIGN_OR_RETURN(Tensor q_gate,
-                   backend_.Activation(Buffer::kAttnQueryGate, n, 2 * attention_.q_heads * hd));
-  ASSIGN_OR_RETURN(Tensor k, backend_.Activation(Buffer::kAttnKey, n, attention_.kv_heads * hd));
-  ASSIGN_OR_RETURN(Tensor v, backend_.Activation(Buffer::kAttnValue, n, attention_.kv_heads * hd));
-  ASSIGN_OR_RETURN(Tensor attn, backend_.Activation(Buffer::kAttnOut, n, attention_.q_heads * hd));
+                   backend_.Activation(kAttnQueryGate, n, 2 * attention_.q_heads * hd));
+  ASSIGN_OR_RETURN(Tensor k, backend_.Activation(kAttnKey, n, attention_.kv_heads * hd));
+  ASSIGN_OR_RETURN(Tensor v, backend_.Activation(kAttnValue, n, attention_.kv_heads * hd));
+  ASSIGN_OR_RETURN(Tensor attn, backend_.Activation(kAttnOut, n, attention_.q_heads * hd));
   ProjectionInput in(backend_, normed);
   RETURN_IF_ERROR(Project(L.attn.q, in, q_rows_, q_gate));
   RETURN_IF_ERROR(Project(L.attn.k, in, kv_rows_, k));
@@ -335,11 +346,11 @@ absl::Status Qwen35Graph::AttentionMixer(const LayerWeights& L, Tensor normed, T
 absl::Status Qwen35Graph::GdnMixer(const LayerWeights& L, Tensor normed, Tensor out) {
   const GdnLocal& g = gdn_[L.cache_index];
   const int64_t n = normed.rows, nv = g.params.n_v, shd = g.params.hd;
-  ASSIGN_OR_RETURN(Tensor qkv, backend_.Activation(Buffer::kGdnQkv, n, g.params.conv_dim()));
-  ASSIGN_OR_RETURN(Tensor u, backend_.Activation(Buffer::kGdnConvOut, n, g.params.conv_dim()));
-  ASSIGN_OR_RETURN(Tensor z, backend_.Activation(Buffer::kGdnGate, n, nv * shd));
-  ASSIGN_OR_RETURN(Tensor ab, backend_.Activation(Buffer::kGdnAlphaBeta, n, 2 * nv));
-  ASSIGN_OR_RETURN(Tensor gdn, backend_.Activation(Buffer::kGdnOut, n, nv * shd));
+  ASSIGN_OR_RETURN(Tensor qkv, backend_.Activation(kGdnQkv, n, g.params.conv_dim()));
+  ASSIGN_OR_RETURN(Tensor u, backend_.Activation(kGdnConvOut, n, g.params.conv_dim()));
+  ASSIGN_OR_RETURN(Tensor z, backend_.Activation(kGdnGate, n, nv * shd));
+  ASSIGN_OR_RETURN(Tensor ab, backend_.Activation(kGdnAlphaBeta, n, 2 * nv));
+  ASSIGN_OR_RETURN(Tensor gdn, backend_.Activation(kGdnOut, n, nv * shd));
   ProjectionInput in(backend_, normed);
   RETURN_IF_ERROR(Project(L.gdn.qkv, in, {0, 0, &qkv_index_}, qkv));
   RETURN_IF_ERROR(Project(L.gdn.gate, in, {0, 0, &gate_index_}, z));
@@ -357,9 +368,9 @@ absl::Status Qwen35Graph::GdnMixer(const LayerWeights& L, Tensor normed, Tensor 
 
 absl::Status Qwen35Graph::Ffn(const LayerWeights& L, Tensor normed, Tensor out) {
   const int64_t n = normed.rows, width = ffn_rows_.count();
-  ASSIGN_OR_RETURN(Tensor gate, backend_.Activation(Buffer::kFfnGate, n, width));
-  ASSIGN_OR_RETURN(Tensor up, backend_.Activation(Buffer::kFfnUp, n, width));
-  ASSIGN_OR_RETURN(Tensor act, backend_.Activation(Buffer::kFfnAct, n, width));
+  ASSIGN_OR_RETURN(Tensor gate, backend_.Activation(kFfnGate, n, width));
+  ASSIGN_OR_RETURN(Tensor up, backend_.Activation(kFfnUp, n, width));
+  ASSIGN_OR_RETURN(Tensor act, backend_.Activation(kFfnAct, n, width));
   ProjectionInput in(backend_, normed);
   RETURN_IF_ERROR(Project(L.ffn_gate, in, ffn_rows_, gate));
   RETURN_IF_ERROR(Project(L.ffn_up, in, ffn_rows_, up));
@@ -373,14 +384,14 @@ absl::Status Qwen35Graph::Logits(Tensor head_in, std::vector<float>* logits) {
   ProjectionInput head(backend_, head_in);
   Tensor all;  // the whole logits: rank 0 only
   if (rank_ == 0) {
-    ASSIGN_OR_RETURN(all, backend_.Activation(Buffer::kLogits, m, vocab));
+    ASSIGN_OR_RETURN(all, backend_.Activation(kLogits, m, vocab));
   }
   if (plan_.ranks() == 1) {
     RETURN_IF_ERROR(Project(model_.output(), head, vocab_rows_, all));
   } else {
     // Each rank its vocabulary rows, then every rank's, rank after rank, reassembled.
-    ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(Buffer::kLogitsGathered, m, vocab));
-    const Tensor mine{gathered.data + m * shard_.vocab.begin, m, shard_.vocab.size()};
+    ASSIGN_OR_RETURN(Tensor gathered, backend_.Activation(kLogitsGathered, m, vocab));
+    const Tensor mine = SubTensor(gathered, m * shard_.vocab.begin, m, shard_.vocab.size());
     RETURN_IF_ERROR(Project(model_.output(), head, vocab_rows_, mine));
     std::vector<int64_t> offsets, counts;
     for (int r = 0; r < plan_.ranks(); ++r) {
@@ -392,7 +403,7 @@ absl::Status Qwen35Graph::Logits(Tensor head_in, std::vector<float>* logits) {
     for (int r = 0; r < plan_.ranks(); ++r) {
       const Span v = plan_.rank(r).vocab;
       RETURN_IF_ERROR(
-          backend_.PlaceColumns(Tensor{gathered.data + m * v.begin, m, v.size()}, all, v.begin));
+          backend_.PlaceColumns(SubTensor(gathered, m * v.begin, m, v.size()), all, v.begin));
     }
   }
   if (rank_ != 0) return absl::OkStatus();
@@ -405,9 +416,9 @@ absl::Status Qwen35Graph::Run(const StepPlan& plan, std::vector<float>* logits) 
   const int64_t n = static_cast<int64_t>(plan.tokens.size()), H = c.embedding_length;
   const int64_t m = static_cast<int64_t>(plan.logit_tokens.size());
   RETURN_IF_ERROR(backend_.BeginStep(plan));
-  ASSIGN_OR_RETURN(Tensor h, backend_.Activation(Buffer::kHidden, n, H));
-  ASSIGN_OR_RETURN(Tensor normed, backend_.Activation(Buffer::kNormed, n, H));
-  ASSIGN_OR_RETURN(Tensor mixer, backend_.Activation(Buffer::kMixerOut, n, H));
+  ASSIGN_OR_RETURN(Tensor h, backend_.Activation(kHidden, n, H));
+  ASSIGN_OR_RETURN(Tensor normed, backend_.Activation(kNormed, n, H));
+  ASSIGN_OR_RETURN(Tensor mixer, backend_.Activation(kMixerOut, n, H));
   RETURN_IF_ERROR(
       backend_.Embed(model_.token_embd(), model_.embd_rotated(), model_.embd_signs(), h));
   for (const LayerWeights& L : model_.layers()) {
@@ -422,9 +433,9 @@ absl::Status Qwen35Graph::Run(const StepPlan& plan, std::vector<float>* logits) 
     RETURN_IF_ERROR(Ffn(L, normed, mixer));
     RETURN_IF_ERROR(backend_.AddInPlace(h, mixer));
   }
-  ASSIGN_OR_RETURN(Tensor last, backend_.Activation(Buffer::kLastHidden, m, H));
+  ASSIGN_OR_RETURN(Tensor last, backend_.Activation(kLastHidden, m, H));
   RETURN_IF_ERROR(backend_.GatherLogitRows(h, last));
-  ASSIGN_OR_RETURN(Tensor head_in, backend_.Activation(Buffer::kHeadIn, m, H));
+  ASSIGN_OR_RETURN(Tensor head_in, backend_.Activation(kHeadIn, m, H));
   RETURN_IF_ERROR(backend_.RmsNorm(last, model_.output_norm(), c.rms_epsilon, head_in));
   return Logits(head_in, logits);
 }

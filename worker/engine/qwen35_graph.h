@@ -74,6 +74,8 @@ class Qwen35Graph {
   absl::Status GdnMixer(const LayerWeights& L, Tensor normed, Tensor out);
   absl::Status Ffn(const LayerWeights& L, Tensor normed, Tensor out);
   absl::Status Logits(Tensor head_in, std::vector<float>* logits);
+  // What the projections read: int8 blocks, or fp32 with activation quantization off.
+  DType InputType() const { return quantize_ ? DType::kQ8 : DType::kF32; }
 
   const Model& model_;
   Backend& backend_;
