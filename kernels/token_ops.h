@@ -32,11 +32,42 @@ WALSH_HD double SumSquaresLane(const float* x, int64_t n, int lane) {
   return sum;
 }
 
-WALSH_HD double CombineLanes(double* p) {
+// 32 lane sums combined by halving: p[l] = p[l] + p[l + s] for s = 16, 8, 4, 2, 1.
+template <typename T>
+WALSH_HD T CombineLanes(T* p) {
   for (int s = kNormLanes / 2; s > 0; s /= 2) {
     for (int l = 0; l < s; ++l) p[l] = p[l] + p[l + s];
   }
   return p[0];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long sums in 32 lanes (docs/format.md §8.4)
+//
+// Every long float sum (a dense row's dot product, a GatedDeltaNet state row's two dot
+// products, the softmax denominator) runs in kSumLanes = 32 lanes: lane l takes the terms of
+// index ≡ l (mod 32) in index order, starting from +0, and the lanes combine by halving
+// (CombineLanes). A GPU warp runs it a lane per thread (the ...Lane functions) and combines by
+// shuffles; the CPU runs the lanes side by side in vectors, chunk of 32 after chunk of 32 (the
+// whole-sum functions); both give the same bits. A lane with no terms adds nothing: +0.
+inline constexpr int kSumLanes = kNormLanes;
+
+// Lane `lane` of Σ x[0..n).
+WALSH_HD float SumLane(const float* x, int64_t n, int lane) {
+  float sum = 0.0f;
+  for (int64_t i = lane; i < n; i += kSumLanes) sum += x[i];
+  return sum;
+}
+
+// Σ x[0..n) in 32 lanes.
+WALSH_HD float LaneSum(const float* x, int64_t n) {
+  float p[kSumLanes];
+  for (int l = 0; l < kSumLanes; ++l) p[l] = 0.0f;
+  for (int64_t base = 0; base < n; base += kSumLanes) {
+    const int m = n - base < kSumLanes ? static_cast<int>(n - base) : kSumLanes;
+    for (int l = 0; l < m; ++l) p[l] += x[base + l];
+  }
+  return CombineLanes(p);
 }
 
 WALSH_HD float RmsScaleFromSum(double sum_squares, int64_t n, float eps) {
@@ -117,28 +148,66 @@ WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) 
 
 enum class DenseFormat : uint8_t { kF32, kF16, kBf16 };
 
-// Σ_c W[r][c] · x[c], sequential over c.
+// A dense row's elements as floats, by format.
+struct F32Elems {
+  const float* p;
+  WALSH_HD float operator[](int64_t i) const { return p[i]; }
+};
+struct Fp16Elems {
+  const uint16_t* p;
+  WALSH_HD float operator[](int64_t i) const { return Fp16ToFloat(p[i]); }
+};
+struct Bf16Elems {
+  const uint16_t* p;
+  WALSH_HD float operator[](int64_t i) const { return Bf16ToFloat(p[i]); }
+};
+
+// Lane `lane` of Σ_c w[c] · x[c].
+template <typename Elems>
+WALSH_HD float DotLane(const Elems& w, const float* x, int64_t n, int lane) {
+  float sum = 0.0f;
+  for (int64_t c = lane; c < n; c += kSumLanes) sum += w[c] * x[c];
+  return sum;
+}
+
+// Σ_c w[c] · x[c] in 32 lanes.
+template <typename Elems>
+WALSH_HD float LaneDot(const Elems& w, const float* x, int64_t n) {
+  float p[kSumLanes];
+  for (int l = 0; l < kSumLanes; ++l) p[l] = 0.0f;
+  for (int64_t base = 0; base < n; base += kSumLanes) {
+    const int m = n - base < kSumLanes ? static_cast<int>(n - base) : kSumLanes;
+    for (int l = 0; l < m; ++l) p[l] += w[base + l] * x[base + l];
+  }
+  return CombineLanes(p);
+}
+
+// Σ_c W[r][c] · x[c], in 32 lanes.
 WALSH_HD float DenseRowDot(DenseFormat format, const void* w, int64_t r, int64_t cols,
                            const float* x) {
-  float acc = 0.0f;
   switch (format) {
-    case DenseFormat::kBf16: {
-      const uint16_t* row = static_cast<const uint16_t*>(w) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) acc += Bf16ToFloat(row[c]) * x[c];
+    case DenseFormat::kBf16:
+      return LaneDot(Bf16Elems{static_cast<const uint16_t*>(w) + r * cols}, x, cols);
+    case DenseFormat::kF16:
+      return LaneDot(Fp16Elems{static_cast<const uint16_t*>(w) + r * cols}, x, cols);
+    case DenseFormat::kF32:
       break;
-    }
-    case DenseFormat::kF16: {
-      const uint16_t* row = static_cast<const uint16_t*>(w) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) acc += Fp16ToFloat(row[c]) * x[c];
-      break;
-    }
-    case DenseFormat::kF32: {
-      const float* row = static_cast<const float*>(w) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) acc += row[c] * x[c];
-      break;
-    }
   }
-  return acc;
+  return LaneDot(F32Elems{static_cast<const float*>(w) + r * cols}, x, cols);
+}
+
+// Lane `lane` of DenseRowDot.
+WALSH_HD float DenseRowDotLane(DenseFormat format, const void* w, int64_t r, int64_t cols,
+                               const float* x, int lane) {
+  switch (format) {
+    case DenseFormat::kBf16:
+      return DotLane(Bf16Elems{static_cast<const uint16_t*>(w) + r * cols}, x, cols, lane);
+    case DenseFormat::kF16:
+      return DotLane(Fp16Elems{static_cast<const uint16_t*>(w) + r * cols}, x, cols, lane);
+    case DenseFormat::kF32:
+      break;
+  }
+  return DotLane(F32Elems{static_cast<const float*>(w) + r * cols}, x, cols, lane);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -187,19 +256,12 @@ WALSH_HD float MaxScore(const float* scores, int64_t n) {
   return max_score;
 }
 
-// Σ x[0..n) in index order.
-WALSH_HD float SequentialSum(const float* x, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t t = 0; t < n; ++t) sum += x[t];
-  return sum;
-}
-
 // Softmax over scores[0..n) in place: leaves e^(s_τ - max) in scores (each independent of the
-// others) and returns their sum in position order.
+// others) and returns their sum in 32 lanes.
 WALSH_HD float SoftmaxNumerators(float* scores, int64_t n) {
   const float max_score = MaxScore(scores, n);
   for (int64_t t = 0; t < n; ++t) scores[t] = ExpF(scores[t] - max_score);
-  return SequentialSum(scores, n);
+  return LaneSum(scores, n);
 }
 
 // out[i] = Σ_τ (e_τ / sum) · v_τ[i], over τ in position order.
@@ -278,27 +340,56 @@ WALSH_HD void GdnHeadGates(const GdnLayerParams& p, const float* alpha_raw, cons
   *decay = ExpF(Softplus(alpha_raw[h] + p.dt_bias[h]) * p.ssm_a[h]);
 }
 
+// Row j of value head h's delta rule, in two sums: the prediction S_j · k after the decay, then
+// the output S_j · q after the update S_j += δ k, δ = β (v_j - prediction). Each runs in 32
+// lanes; the lane functions touch only their lane's elements of S_j.
+WALSH_HD float GdnDecayPredictLane(float* Sj, const float* kk, float decay, int64_t hd, int lane) {
+  float sum = 0.0f;
+  for (int64_t i = lane; i < hd; i += kSumLanes) {
+    Sj[i] *= decay;
+    sum += Sj[i] * kk[i];
+  }
+  return sum;
+}
+
+WALSH_HD float GdnUpdateOutputLane(float* Sj, const float* kk, const float* qq, float delta,
+                                   int64_t hd, int lane) {
+  float sum = 0.0f;
+  for (int64_t i = lane; i < hd; i += kSumLanes) {
+    Sj[i] += delta * kk[i];
+    sum += Sj[i] * qq[i];
+  }
+  return sum;
+}
+
 // Row j of value head h's delta rule: decays and updates S[h][j][·] and returns the head's
 // output o[j] before its norm. Rows are independent of each other.
 WALSH_HD float GdnHeadRow(const GdnLayerParams& p, const float* u, int64_t h, float beta,
                           float decay, int64_t j, float* S) {
-  const int64_t kh = p.key_head_of(h);
-  const float* qq = u + kh * p.hd;
-  const float* kk = u + p.key_dim() + kh * p.hd;
-  const float* vv = u + 2 * p.key_dim() + h * p.hd;
-  float* Sj = S + (h * p.hd + j) * p.hd;
-  float pred = 0.0f;
-  for (int64_t i = 0; i < p.hd; ++i) {
-    Sj[i] *= decay;
-    pred += Sj[i] * kk[i];
+  const int64_t kh = p.key_head_of(h), hd = p.hd;
+  const float* qq = u + kh * hd;
+  const float* kk = u + p.key_dim() + kh * hd;
+  const float* vv = u + 2 * p.key_dim() + h * hd;
+  float* Sj = S + (h * hd + j) * hd;
+  float lanes[kSumLanes];
+  for (int l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
+  for (int64_t base = 0; base < hd; base += kSumLanes) {
+    const int m = hd - base < kSumLanes ? static_cast<int>(hd - base) : kSumLanes;
+    for (int l = 0; l < m; ++l) {
+      Sj[base + l] *= decay;
+      lanes[l] += Sj[base + l] * kk[base + l];
+    }
   }
-  const float delta = beta * (vv[j] - pred);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < p.hd; ++i) {
-    Sj[i] += delta * kk[i];
-    acc += Sj[i] * qq[i];
+  const float delta = beta * (vv[j] - CombineLanes(lanes));
+  for (int l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
+  for (int64_t base = 0; base < hd; base += kSumLanes) {
+    const int m = hd - base < kSumLanes ? static_cast<int>(hd - base) : kSumLanes;
+    for (int l = 0; l < m; ++l) {
+      Sj[base + l] += delta * kk[base + l];
+      lanes[l] += Sj[base + l] * qq[base + l];
+    }
   }
-  return RsqrtF(static_cast<float>(p.hd)) * acc;
+  return RsqrtF(static_cast<float>(hd)) * CombineLanes(lanes);
 }
 
 // Gated RMSNorm of head h's output with the shared head-width weight, element j.

@@ -38,62 +38,7 @@ namespace {
 
 constexpr int kChains = 8;
 
-// Rows j0 .. j0 + n - 1 of value head h (n <= kChains), each as GdnHeadRow computes it.
-void GdnHeadRows(const GdnLayerParams& p, const float* u, int64_t h, float beta, float decay,
-                 int64_t j0, int n, float* S, float* o) {
-  const int64_t kh = p.key_head_of(h);
-  const float* qq = u + kh * p.hd;
-  const float* kk = u + p.key_dim() + kh * p.hd;
-  const float* vv = u + 2 * p.key_dim() + h * p.hd;
-  float* row[kChains];
-  float pred[kChains], delta[kChains], acc[kChains];
-  for (int r = 0; r < n; ++r) {
-    row[r] = S + (h * p.hd + j0 + r) * p.hd;
-    pred[r] = 0.0f;
-    acc[r] = 0.0f;
-  }
-  for (int64_t i = 0; i < p.hd; ++i) {
-    for (int r = 0; r < n; ++r) {
-      row[r][i] *= decay;
-      pred[r] += row[r][i] * kk[i];
-    }
-  }
-  for (int r = 0; r < n; ++r) delta[r] = beta * (vv[j0 + r] - pred[r]);
-  for (int64_t i = 0; i < p.hd; ++i) {
-    for (int r = 0; r < n; ++r) {
-      row[r][i] += delta[r] * kk[i];
-      acc[r] += row[r][i] * qq[i];
-    }
-  }
-  const float norm = RsqrtF(static_cast<float>(p.hd));
-  for (int r = 0; r < n; ++r) o[j0 + r] = norm * acc[r];
-}
-
-template <typename Load>
-void DenseRows(const Load& load, const int64_t* rows, int n, int64_t cols, const float* x,
-               float* y) {
-  float acc[kChains] = {};
-  for (int64_t c = 0; c < cols; ++c) {
-    for (int r = 0; r < n; ++r) acc[r] += load(rows[r] * cols + c) * x[c];
-  }
-  for (int r = 0; r < n; ++r) y[r] = acc[r];
-}
-
 }  // namespace
-
-void GdnHeadStepInterleaved(const GdnLayerParams& p, const float* u, const float* z,
-                            const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
-                            float* out) {
-  float beta, decay;
-  GdnHeadGates(p, alpha_raw, beta_raw, h, &beta, &decay);
-  float* o = out + h * p.hd;
-  for (int64_t j = 0; j < p.hd; j += kChains) {
-    GdnHeadRows(p, u, h, beta, decay, j, static_cast<int>(std::min<int64_t>(kChains, p.hd - j)), S,
-                o);
-  }
-  const float scale = RmsNormScale(o, p.hd, p.eps);
-  for (int64_t j = 0; j < p.hd; ++j) o[j] = GdnGateOutput(p, o, scale, z, h, j);
-}
 
 void GdnHeadStepFast(CpuIsa isa, const GdnLayerParams& p, const float* u, const float* z,
                      const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
@@ -103,7 +48,7 @@ void GdnHeadStepFast(CpuIsa isa, const GdnLayerParams& p, const float* u, const 
 #else
   (void)isa;
 #endif
-  GdnHeadStepInterleaved(p, u, z, alpha_raw, beta_raw, h, S, out);
+  GdnHeadStep(p, u, z, alpha_raw, beta_raw, h, S, out);
 }
 
 template <typename T>
@@ -165,26 +110,7 @@ void DenseRowsDot8Tokens(CpuIsa isa, DenseFormat format, const void* w, const in
 
 void DenseRowsDot(DenseFormat format, const void* w, const int64_t* rows, int64_t n, int64_t cols,
                   const float* x, float* y) {
-  for (int64_t i = 0; i < n; i += kChains) {
-    const int m = static_cast<int>(std::min<int64_t>(kChains, n - i));
-    switch (format) {
-      case DenseFormat::kBf16: {
-        const auto* q = static_cast<const uint16_t*>(w);
-        DenseRows([q](int64_t k) { return Bf16ToFloat(q[k]); }, rows + i, m, cols, x, y + i);
-        break;
-      }
-      case DenseFormat::kF16: {
-        const auto* q = static_cast<const uint16_t*>(w);
-        DenseRows([q](int64_t k) { return Fp16ToFloat(q[k]); }, rows + i, m, cols, x, y + i);
-        break;
-      }
-      case DenseFormat::kF32: {
-        const auto* q = static_cast<const float*>(w);
-        DenseRows([q](int64_t k) { return q[k]; }, rows + i, m, cols, x, y + i);
-        break;
-      }
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = DenseRowDot(format, w, rows[i], cols, x);
 }
 
 }  // namespace walsh

@@ -21,17 +21,12 @@ void QuantizeRowQ8Avx2(const float* x, int64_t n, Q8Layout layout, Q8Block128* o
 
 int64_t Argmax(const float* x, int64_t n);  // lowest index on ties
 
-// GdnHeadStep (kernels/token_ops.h) bit for bit, faster on a CPU, on the ISA's path: each row's
-// sums run in the same order, but eight rows at a time (eight dependency chains overlap, or
-// eight lanes of a vector after a transpose).
+// GdnHeadStep (kernels/token_ops.h) bit for bit on the ISA's path: AVX2 runs each row's 32
+// sum lanes as four vectors (false where hd is not a multiple of 32); elsewhere the shared code,
+// whose lanes the compiler runs side by side.
 void GdnHeadStepFast(CpuIsa isa, const GdnLayerParams& p, const float* u, const float* z,
                      const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
                      float* out);
-// The portable path of GdnHeadStepFast, and the AVX2 one (false where hd is not a multiple of 8).
-void GdnHeadStepInterleaved(const GdnLayerParams& p, const float* u, const float* z,
-                            const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
-                            float* out);
-
 bool GdnHeadStepAvx2(const GdnLayerParams& p, const float* u, const float* z,
                      const float* alpha_raw, const float* beta_raw, int64_t h, float* S,
                      float* out);
@@ -51,13 +46,15 @@ template <typename T>
 bool AttendOneHeadAvx2(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_keys,
                        float scale, float* scores, float* out);
 
-// y[i] = DenseRowDot(format, w, rows[i], cols, x) for i < n, bit for bit, eight rows at a time.
+// y[i] = DenseRowDot(format, w, rows[i], cols, x) for i < n.
 void DenseRowsDot(DenseFormat format, const void* w, const int64_t* rows, int64_t n, int64_t cols,
                   const float* x, float* y);
 
 // The same for eight tokens at once (token t's input at x + t · x_stride, its outputs at
-// y + t · y_stride): y[t · y_stride + i] = DenseRowDot(format, w, rows[i], cols, x_t). Only
-// where HasDenseRowsDot8Tokens(isa) (it needs AVX2).
+// y + t · y_stride): y[t · y_stride + i] = DenseRowDot(format, w, rows[i], cols, x_t), each
+// row's 32 lanes as four AVX2 vectors, the row read once for the eight. Only where
+// HasDenseRowsDot8Tokens(isa) (it needs AVX2); cols a multiple of 32 (otherwise the shared
+// code runs).
 inline bool HasDenseRowsDot8Tokens(CpuIsa isa) {
   return WALSH_X86_KERNELS && isa != CpuIsa::kScalar;
 }

@@ -4,6 +4,7 @@
 // pieces of kernels/token_ops.h's AttendOneHead.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/warp_lanes.h"
 
 namespace walsh::cuda {
 namespace {
@@ -59,13 +60,22 @@ __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, c
     scores[key] = AttentionScore(q, hd, kv, key, s.scale);
   }
   __syncthreads();
-  if (threadIdx.x == 0) max_score = MaxScore(scores, n_keys);
+  if (threadIdx.x < kSumLanes) {
+    float m = BitsFloat(0xff800000u);
+    for (int64_t key = threadIdx.x; key < n_keys; key += kSumLanes) m = MaxF(m, scores[key]);
+    m = WarpMax(m);
+    if (threadIdx.x == 0) max_score = m;
+  }
   __syncthreads();
   for (int64_t key = threadIdx.x; key < n_keys; key += blockDim.x) {
     scores[key] = ExpF(scores[key] - max_score);
   }
   __syncthreads();
-  if (threadIdx.x == 0) sum = SequentialSum(scores, n_keys);
+  // The denominator in the shared 32 lanes, one per thread of the first warp.
+  if (threadIdx.x < kSumLanes) {
+    const float total = WarpCombineLanes(SumLane(scores, n_keys, static_cast<int>(threadIdx.x)));
+    if (threadIdx.x == 0) sum = total;
+  }
   __syncthreads();
   float* u = out + t * s.n_head * hd + j * hd;
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {

@@ -1,6 +1,7 @@
 // Embedding rows, RMSNorm, residual adds, SwiGLU, row gathers and the small dense projections.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/warp_lanes.h"
 #include "kernels/ternary_block_decode.h"
 
 namespace walsh::cuda {
@@ -54,11 +55,14 @@ __global__ void DenseKernel(DenseFormat format, const void* w, int64_t cols,
                             const int32_t* row_index, int64_t row_first, int64_t rows,
                             const float* x, int64_t n_tokens, float* y, int64_t y_stride,
                             int64_t col_offset) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * n_tokens) return;
+  // One warp per (token, row): lane l sums the row's lane l (the shared 32-lane order).
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kSumLanes;
+  const int lane = static_cast<int>(threadIdx.x % kSumLanes);
+  if (i >= rows * n_tokens) return;  // whole warps leave together: blockDim is a multiple of 32
   const int64_t t = i / rows, local = i % rows;
   const int64_t r = row_index != nullptr ? row_index[local] : row_first + local;
-  y[t * y_stride + col_offset + local] = DenseRowDot(format, w, r, cols, x + t * cols);
+  const float dot = WarpCombineLanes(DenseRowDotLane(format, w, r, cols, x + t * cols, lane));
+  if (lane == 0) y[t * y_stride + col_offset + local] = dot;
 }
 
 __global__ void TreeSumKernel(Leaves leaves, int n_leaves, int64_t count, float* out) {
@@ -127,7 +131,7 @@ int DenseProject(DenseFormat format, const void* w, int64_t cols, const int32_t*
                  int64_t row_first, int64_t rows, const float* x, int64_t n_tokens, float* y,
                  int64_t y_stride, int64_t col_offset, cudaStream_t stream) {
   if (rows * n_tokens == 0) return 0;
-  DenseKernel<<<GridFor(rows * n_tokens, 128), 128, 0, stream>>>(
+  DenseKernel<<<GridFor(rows * n_tokens * kSumLanes, 128), 128, 0, stream>>>(
       format, w, cols, row_index, row_first, rows, x, n_tokens, y, y_stride, col_offset);
   return LastLaunchError();
 }

@@ -95,6 +95,21 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The canonical order of one head's attention, written out as plain loops over flat K and V
 // rows: the shared ops, and the pieces the CUDA kernel runs in parallel, must give these bits.
+// Σ term(i) for i < n as a warp sums it (docs/format.md §8.4): lane l adds the terms i ≡ l
+// (mod 32) in order from +0, then each round lane l adds lane l + s, s = 16 .. 1.
+template <typename Term>
+float WarpOrderSum(size_t n, const Term& term) {
+  float lane[32];
+  for (int l = 0; l < 32; ++l) {
+    lane[l] = 0.0f;
+    for (size_t i = l; i < n; i += 32) lane[l] += term(i);
+  }
+  for (int s = 16; s > 0; s /= 2) {
+    for (int l = 0; l < s; ++l) lane[l] = lane[l] + lane[l + s];
+  }
+  return lane[0];
+}
+
 std::vector<float> AttendWrittenOut(const std::vector<float>& q, const std::vector<const float*>& k,
                                     const std::vector<const float*>& v, float scale) {
   const size_t n = k.size(), hd = q.size();
@@ -106,8 +121,8 @@ std::vector<float> AttendWrittenOut(const std::vector<float>& q, const std::vect
   }
   float mx = -INFINITY;
   for (size_t t = 0; t < n; ++t) mx = std::max(mx, s[t]);
-  float sum = 0.0f;
-  for (size_t t = 0; t < n; ++t) sum += s[t] = ExpF(s[t] - mx);
+  for (size_t t = 0; t < n; ++t) s[t] = ExpF(s[t] - mx);
+  const float sum = WarpOrderSum(n, [&](size_t t) { return s[t]; });
   for (size_t i = 0; i < hd; ++i) {
     for (size_t t = 0; t < n; ++t) out[i] += (s[t] / sum) * v[t][i];
   }
@@ -225,6 +240,77 @@ TEST(TokenOps, GdnStepInPiecesEqualsTheSequentialStep) {
     EXPECT_TRUE(SameBits(out1, out2)) << step;
     EXPECT_TRUE(SameBits(state1, state2)) << step;
     EXPECT_TRUE(SameBits(S1, S2)) << step;
+  }
+}
+
+TEST(TokenOps, LongSumsRunInThirtyTwoLanesAsAWarpDoes) {
+  std::mt19937 gen(12);
+  for (int64_t n : {1, 31, 32, 33, 100, 5120}) {
+    const std::vector<float> x = Random(n, gen, 2.0f), w = Random(n, gen, 0.5f);
+    EXPECT_EQ(LaneSum(x.data(), n), WarpOrderSum(n, [&](size_t i) { return x[i]; })) << n;
+    float lanes[kSumLanes];
+    for (int l = 0; l < kSumLanes; ++l) lanes[l] = SumLane(x.data(), n, l);
+    EXPECT_EQ(CombineLanes(lanes), LaneSum(x.data(), n)) << n;
+    // Dense rows in each stored format, whole and lane by lane.
+    std::vector<uint16_t> bf16(n), fp16(n);
+    for (int64_t i = 0; i < n; ++i) bf16[i] = FloatToBf16(w[i]), fp16[i] = FloatToFp16(w[i]);
+    const struct {
+      DenseFormat format;
+      const void* data;
+    } rows[] = {{DenseFormat::kF32, w.data()},
+                {DenseFormat::kBf16, bf16.data()},
+                {DenseFormat::kF16, fp16.data()}};
+    for (const auto& row : rows) {
+      const float expected = WarpOrderSum(n, [&](size_t i) {
+        const float wi = row.format == DenseFormat::kF32    ? w[i]
+                         : row.format == DenseFormat::kBf16 ? Bf16ToFloat(bf16[i])
+                                                            : Fp16ToFloat(fp16[i]);
+        return wi * x[i];
+      });
+      EXPECT_EQ(DenseRowDot(row.format, row.data, 0, n, x.data()), expected) << n;
+      for (int l = 0; l < kSumLanes; ++l) {
+        lanes[l] = DenseRowDotLane(row.format, row.data, 0, n, x.data(), l);
+      }
+      EXPECT_EQ(CombineLanes(lanes), expected) << n;
+    }
+  }
+}
+
+TEST(TokenOps, GdnRowSumsRunInThirtyTwoLanesWholeAndLaneByLane) {
+  std::mt19937 gen(13);
+  const int64_t n_k = 1, n_v = 1, hd = 128;
+  const std::vector<float> u = Random(2 * n_k * hd + n_v * hd, gen), norm = Random(hd, gen);
+  const std::vector<float> a = {-0.5f}, dt = {0.1f};
+  const GdnLayerParams p{n_k, n_v, hd, 4, nullptr, a.data(), dt.data(), norm.data(), 1e-6f, 1, 0};
+  const std::vector<float> S0 = Random(hd * hd, gen, 0.1f);
+  const float beta = 0.7f, decay = 0.9f;
+  const float* qq = u.data();
+  const float* kk = u.data() + hd;
+  const float* vv = u.data() + 2 * hd;
+  for (int64_t j : {0, 5, 127}) {
+    // Written out: decay, the prediction in warp order, the update, the output in warp order.
+    std::vector<float> S1 = S0;
+    float* row = S1.data() + j * hd;
+    for (int64_t i = 0; i < hd; ++i) row[i] *= decay;
+    const float pred = WarpOrderSum(hd, [&](size_t i) { return row[i] * kk[i]; });
+    const float delta = beta * (vv[j] - pred);
+    for (int64_t i = 0; i < hd; ++i) row[i] += delta * kk[i];
+    const float expected =
+        RsqrtF(static_cast<float>(hd)) * WarpOrderSum(hd, [&](size_t i) { return row[i] * qq[i]; });
+    std::vector<float> S2 = S0;
+    EXPECT_EQ(GdnHeadRow(p, u.data(), 0, beta, decay, j, S2.data()), expected) << j;
+    EXPECT_TRUE(SameBits(S1, S2)) << j;
+    // As the CUDA kernel: a warp's lanes, each touching only its own elements.
+    std::vector<float> S3 = S0;
+    float* Sj = S3.data() + j * hd;
+    float lanes[kSumLanes];
+    for (int l = kSumLanes - 1; l >= 0; --l) lanes[l] = GdnDecayPredictLane(Sj, kk, decay, hd, l);
+    const float delta3 = beta * (vv[j] - CombineLanes(lanes));
+    for (int l = kSumLanes - 1; l >= 0; --l) {
+      lanes[l] = GdnUpdateOutputLane(Sj, kk, qq, delta3, hd, l);
+    }
+    EXPECT_EQ(RsqrtF(static_cast<float>(hd)) * CombineLanes(lanes), expected) << j;
+    EXPECT_TRUE(SameBits(S1, S3)) << j;
   }
 }
 

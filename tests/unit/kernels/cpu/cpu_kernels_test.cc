@@ -345,35 +345,38 @@ TEST(CpuOps, GdnHeadStepFastEqualsSharedOnEveryIsa) {
 TEST(CpuOps, DenseRowsDotEqualsShared) {
   std::mt19937 gen(9);
   std::normal_distribution<float> dist;
-  const int64_t rows = 13, cols = 300;
-  std::vector<float> f32(rows * cols), x(cols);
-  for (float& v : f32) v = dist(gen);
-  for (float& v : x) v = dist(gen);
-  std::vector<uint16_t> half(rows * cols), bf16(rows * cols);
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    half[i] = FloatToFp16(f32[i]);
-    uint32_t bits;
-    std::memcpy(&bits, &f32[i], 4);
-    bf16[i] = static_cast<uint16_t>(bits >> 16);
-  }
-  const std::vector<int64_t> pick = {12, 0, 5, 5, 7, 1, 2, 3, 4, 11, 10};
-  for (auto [format, w] : {std::pair<DenseFormat, const void*>{DenseFormat::kF32, f32.data()},
-                           {DenseFormat::kF16, half.data()},
-                           {DenseFormat::kBf16, bf16.data()}}) {
-    std::vector<float> got(pick.size());
-    DenseRowsDot(format, w, pick.data(), pick.size(), cols, x.data(), got.data());
-    for (size_t i = 0; i < pick.size(); ++i) {
-      EXPECT_EQ(got[i], DenseRowDot(format, w, pick[i], cols, x.data())) << i;
+  const int64_t rows = 13;
+  // 320: the AVX2 path's whole chunks of 32; 300: its fallback to the shared code.
+  for (const int64_t cols : {int64_t{320}, int64_t{300}}) {
+    std::vector<float> f32(rows * cols), x(cols);
+    for (float& v : f32) v = dist(gen);
+    for (float& v : x) v = dist(gen);
+    std::vector<uint16_t> half(rows * cols), bf16(rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      half[i] = FloatToFp16(f32[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f32[i], 4);
+      bf16[i] = static_cast<uint16_t>(bits >> 16);
     }
-    // Eight tokens as vector lanes: token t's input is x shifted by t.
-    std::vector<float> xs(cols + 8), y8(8 * pick.size());
-    for (int64_t c = 0; c < cols + 8; ++c) xs[c] = dist(gen);
-    DenseRowsDot8Tokens(BestCpuIsa(), format, w, pick.data(), pick.size(), cols, xs.data(), 1,
-                        y8.data(), pick.size());
-    for (int t = 0; t < 8; ++t) {
+    const std::vector<int64_t> pick = {12, 0, 5, 5, 7, 1, 2, 3, 4, 11, 10};
+    for (auto [format, w] : {std::pair<DenseFormat, const void*>{DenseFormat::kF32, f32.data()},
+                             {DenseFormat::kF16, half.data()},
+                             {DenseFormat::kBf16, bf16.data()}}) {
+      std::vector<float> got(pick.size());
+      DenseRowsDot(format, w, pick.data(), pick.size(), cols, x.data(), got.data());
       for (size_t i = 0; i < pick.size(); ++i) {
-        EXPECT_EQ(y8[t * pick.size() + i], DenseRowDot(format, w, pick[i], cols, xs.data() + t))
-            << "token " << t << " row " << i;
+        EXPECT_EQ(got[i], DenseRowDot(format, w, pick[i], cols, x.data())) << i;
+      }
+      // Eight tokens as vector lanes: token t's input is x shifted by t.
+      std::vector<float> xs(cols + 8), y8(8 * pick.size());
+      for (int64_t c = 0; c < cols + 8; ++c) xs[c] = dist(gen);
+      DenseRowsDot8Tokens(BestCpuIsa(), format, w, pick.data(), pick.size(), cols, xs.data(), 1,
+                          y8.data(), pick.size());
+      for (int t = 0; t < 8; ++t) {
+        for (size_t i = 0; i < pick.size(); ++i) {
+          EXPECT_EQ(y8[t * pick.size() + i], DenseRowDot(format, w, pick[i], cols, xs.data() + t))
+              << "token " << t << " row " << i;
+        }
       }
     }
   }
