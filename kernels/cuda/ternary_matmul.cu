@@ -2,8 +2,10 @@
 // §3), as a TernaryProduct (kernels/ternary_product.h), in the combine order of
 // kernels/ternary_block_combine.h. Eight lanes carry one (row, token) pair: lane g owns group g
 // (elements 16g .. 16g+15) of every block, walks the window's blocks in order with its own FMA
-// chain, and the eight lanes join by shuffles in the fixed pairwise tree. A warp holds one row
-// and four tokens, so its lanes read each block's 32 code bytes together.
+// chain, and the eight lanes join by shuffles in the fixed pairwise tree. A warp holds four
+// such pairs: four tokens of one row from four tokens on, two rows of two tokens, or four rows
+// of one token (decode), so no lane idles at batch 1 and a pair's lanes read each block's 32
+// code bytes together.
 #include "kernels/block_types.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
@@ -13,8 +15,8 @@
 namespace walsh::cuda {
 namespace {
 
-constexpr int kRowsPerBlock = 4;  // warps per thread block, one row each
-constexpr int kTokensPerWarp = 32 / kQ8Groups;
+constexpr int kWarpsPerBlock = 4;
+constexpr int kPairsPerWarp = 32 / kQ8Groups;  // (row, token) pairs
 
 // Σ code · q over group g of a PQ2_0 block against kPq2Planes activations: the group's codes
 // are the 4 bytes qs[4g .. 4g+3], and plane p of them meets int32 word 8p + g of the
@@ -47,14 +49,19 @@ __device__ __forceinline__ int32_t Ptq1GroupSum(const block_ptq1_0& blk, const Q
   return sum;
 }
 
-template <TernaryFormat F>
+// kTokens tokens (1, 2 or 4) of each of kPairsPerWarp / kTokens rows per warp.
+template <TernaryFormat F, int kTokens>
 __global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t row_bytes) {
+  constexpr int kRowsPerWarp = kPairsPerWarp / kTokens;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane % kQ8Groups;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
-  const int64_t t = static_cast<int64_t>(blockIdx.y) * kTokensPerWarp + lane / kQ8Groups;
-  if (i >= rows) return;  // whole warps leave together
-  const bool active = t < p.n_tokens;
+  const int g = lane % kQ8Groups, pair = lane / kQ8Groups;
+  int64_t i =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp + pair / kTokens;
+  const int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + pair % kTokens;
+  // Lanes past the last row or token stay for the shuffles (the group's eight lanes share a row
+  // and a token, so a pair is active or idle as a whole) and write nothing.
+  const bool active = i < rows && t < p.n_tokens;
+  if (!active) i = 0;
   constexpr Q8Layout layout =
       F == TernaryFormat::kPq2_0 ? Q8Layout::kPq2Planes : Q8Layout::kPtq1Lanes;
   const int xlane = Q8GroupLane(layout, g);
@@ -87,6 +94,23 @@ __global__ void MatMulKernel(TernaryProduct p, int64_t rows, int64_t row_bytes) 
   }
 }
 
+template <int kTokens>
+int Launch(const TernaryProduct& p, int64_t rows, int64_t row_bytes, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kWarpsPerBlock * kPairsPerWarp / kTokens;
+  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(p.n_tokens, kTokens));
+  switch (p.w.format) {
+    case TernaryFormat::kPq2_0:
+      MatMulKernel<TernaryFormat::kPq2_0, kTokens>
+          <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p, rows, row_bytes);
+      break;
+    case TernaryFormat::kPtq1_0:
+      MatMulKernel<TernaryFormat::kPtq1_0, kTokens>
+          <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p, rows, row_bytes);
+      break;
+  }
+  return LastLaunchError();
+}
+
 }  // namespace
 
 int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream) {
@@ -94,19 +118,10 @@ int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream) 
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (rows == 0 || p.n_tokens == 0) return 0;
-  const dim3 grid(GridFor(rows, kRowsPerBlock), GridFor(p.n_tokens, kTokensPerWarp));
   const int64_t row_bytes = p.w.row_bytes();  // the format table's geometry, on the host
-  switch (p.w.format) {
-    case TernaryFormat::kPq2_0:
-      MatMulKernel<TernaryFormat::kPq2_0>
-          <<<grid, 32 * kRowsPerBlock, 0, stream>>>(p, rows, row_bytes);
-      break;
-    case TernaryFormat::kPtq1_0:
-      MatMulKernel<TernaryFormat::kPtq1_0>
-          <<<grid, 32 * kRowsPerBlock, 0, stream>>>(p, rows, row_bytes);
-      break;
-  }
-  return LastLaunchError();
+  if (p.n_tokens >= 4) return Launch<4>(p, rows, row_bytes, stream);
+  if (p.n_tokens >= 2) return Launch<2>(p, rows, row_bytes, stream);
+  return Launch<1>(p, rows, row_bytes, stream);
 }
 
 }  // namespace walsh::cuda

@@ -195,7 +195,7 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
       // Timed over kWeightCopies copies in turn, so the 50 MB L2 cannot hold the weights.
       uint8_t* dw[kWeightCopies] = {};
       for (int c = 0; c < kWeightCopies && !dry_run; ++c) dw[c] = ToDevice(w);
-      for (int64_t tokens : {1, 16}) {
+      for (int64_t tokens : {1, 3, 16}) {           // each lane assignment of the kernel
         if (tokens > 1 && rows > 100000) continue;  // the output head: decode only
         std::vector<float> x(tokens * cols);
         std::normal_distribution<float> dist;
