@@ -213,25 +213,96 @@ WALSH_HD float DenseRowDotLane(DenseFormat format, const void* w, int64_t r, int
 // ---------------------------------------------------------------------------------------------
 // Paged causal attention of one query head
 
-// KV cache elements: fp16 (the default: half the memory, as vLLM keeps the model's 16-bit
-// dtype) or fp32 (the fp32-activation debug mode). Stored once, read back the same way by every
-// step, so a token's keys never depend on how its sequence was fed.
-WALSH_HD float KvLoad(float v) { return v; }
-WALSH_HD float KvLoad(uint16_t v) { return Fp16ToFloat(v); }
-WALSH_HD void KvStore(float x, float* dst) { *dst = x; }
-WALSH_HD void KvStore(float x, uint16_t* dst) { *dst = FloatToFp16(x); }
+// KV cache rows: fp16 (the default: half the memory, as vLLM keeps the model's 16-bit dtype),
+// fp32 (the fp32-activation debug mode), or quantized per 32 values of one position (KvQ8,
+// KvQ4: a scale and the values' codes), so writing a position never touches another's bytes or
+// scales. Stored once, read back the same way by every step, so a token's keys never depend on
+// how its sequence was fed. A row is an array of units T: one value each for fp32 and fp16, 32
+// for the quantized ones (KvValuesPerUnit).
+inline constexpr int kKvGroup = 32;
+
+// d = max|x| / 127 rounded to fp16; x ≈ d · q, q in [-127, 127].
+struct KvQ8 {
+  uint16_t d;
+  int8_t q[kKvGroup];
+};
+// d = max|x| / 7 rounded to fp16; x ≈ d · (n - 8) for the nibble n, value 2m in the low nibble
+// of byte m, value 2m + 1 in the high one.
+struct KvQ4 {
+  uint16_t d;
+  uint8_t q[kKvGroup / 2];
+};
+
+template <typename T>
+inline constexpr int64_t KvValuesPerUnit = 1;
+template <>
+inline constexpr int64_t KvValuesPerUnit<KvQ8> = kKvGroup;
+template <>
+inline constexpr int64_t KvValuesPerUnit<KvQ4> = kKvGroup;
+
+WALSH_HD float KvLoadAt(const float* row, int64_t i) { return row[i]; }
+WALSH_HD float KvLoadAt(const uint16_t* row, int64_t i) { return Fp16ToFloat(row[i]); }
+WALSH_HD float KvLoadAt(const KvQ8* row, int64_t i) {
+  const KvQ8& g = row[i / kKvGroup];
+  return Fp16ToFloat(g.d) * static_cast<float>(g.q[i % kKvGroup]);
+}
+WALSH_HD float KvLoadAt(const KvQ4* row, int64_t i) {
+  const KvQ4& g = row[i / kKvGroup];
+  const int j = static_cast<int>(i % kKvGroup);
+  const int n = (g.q[j / 2] >> (4 * (j % 2))) & 0xf;
+  return Fp16ToFloat(g.d) * static_cast<float>(n - 8);
+}
+
+// Values x[0..n) into a row (n a multiple of the unit's values).
+WALSH_HD void KvStoreRow(const float* x, int64_t n, float* row) {
+  for (int64_t i = 0; i < n; ++i) row[i] = x[i];
+}
+WALSH_HD void KvStoreRow(const float* x, int64_t n, uint16_t* row) {
+  for (int64_t i = 0; i < n; ++i) row[i] = FloatToFp16(x[i]);
+}
+// One group's scale from its largest magnitude over `levels` (127 or 7), and 1 / that scale
+// rounded to fp16 and back, so that codes are chosen against the scale a reader will use.
+WALSH_HD float KvGroupScale(const float* x, float levels, uint16_t* d16) {
+  float amax = 0.0f;
+  for (int j = 0; j < kKvGroup; ++j) amax = MaxF(amax, fabsf(x[j]));
+  *d16 = FloatToFp16(amax / levels);
+  const float d = Fp16ToFloat(*d16);
+  return d != 0.0f ? 1.0f / d : 0.0f;
+}
+WALSH_HD void KvStoreRow(const float* x, int64_t n, KvQ8* row) {
+  for (int64_t b = 0; b < n / kKvGroup; ++b) {
+    const float* xb = x + b * kKvGroup;
+    const float id = KvGroupScale(xb, 127.0f, &row[b].d);
+    for (int j = 0; j < kKvGroup; ++j) {
+      int v = static_cast<int>(roundf(xb[j] * id));
+      row[b].q[j] = static_cast<int8_t>(v < -127 ? -127 : (v > 127 ? 127 : v));
+    }
+  }
+}
+WALSH_HD void KvStoreRow(const float* x, int64_t n, KvQ4* row) {
+  for (int64_t b = 0; b < n / kKvGroup; ++b) {
+    const float* xb = x + b * kKvGroup;
+    const float id = KvGroupScale(xb, 7.0f, &row[b].d);
+    for (int j = 0; j < kKvGroup; j += 2) {
+      int lo = static_cast<int>(roundf(xb[j] * id)), hi = static_cast<int>(roundf(xb[j + 1] * id));
+      lo = lo < -8 ? -8 : (lo > 7 ? 7 : lo);
+      hi = hi < -8 ? -8 : (hi > 7 ? 7 : hi);
+      row[b].q[j / 2] = static_cast<uint8_t>((lo + 8) | (hi + 8) << 4);
+    }
+  }
+}
 
 // Position τ's K row is k_base + pages[τ / page_size] · page_stride + (τ % page_size) ·
-// row_stride + offset (V likewise from v_base); T is the element type.
+// row_stride + offset (V likewise from v_base), all counted in units T.
 template <typename T>
 struct PagedKv {
   const T* k_base;
   const T* v_base;
   const int32_t* pages;
-  int64_t page_stride;  // elements from one page to the next
+  int64_t page_stride;  // units from one page to the next
   int64_t page_size;    // positions per page
-  int64_t row_stride;   // elements per position in a page
-  int64_t offset;       // the head's first element in a position's row
+  int64_t row_stride;   // units per position in a page
+  int64_t offset;       // the head's first unit in a position's row
 };
 
 template <typename T>
@@ -246,7 +317,7 @@ WALSH_HD float AttentionScore(const float* q, int64_t head_dim, const PagedKv<T>
                               float scale) {
   const T* k = PagedRow(kv.k_base, kv, t);
   float dot = 0.0f;
-  for (int64_t i = 0; i < head_dim; ++i) dot += q[i] * KvLoad(k[i]);
+  for (int64_t i = 0; i < head_dim; ++i) dot += q[i] * KvLoadAt(k, i);
   return dot * scale;
 }
 
@@ -270,7 +341,7 @@ WALSH_HD float AttentionOutput(const float* numerators, float sum, const PagedKv
                                int64_t n_keys, int64_t i) {
   float acc = 0.0f;
   for (int64_t t = 0; t < n_keys; ++t) {
-    acc += (numerators[t] / sum) * KvLoad(PagedRow(kv.v_base, kv, t)[i]);
+    acc += (numerators[t] / sum) * KvLoadAt(PagedRow(kv.v_base, kv, t), i);
   }
   return acc;
 }

@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace walsh {
 
@@ -60,7 +61,7 @@ void AttendOneHeadInterleaved(const float* q, int64_t head_dim, const PagedKv<T>
     float dot[kChains] = {};
     for (int r = 0; r < n; ++r) k[r] = PagedRow(kv.k_base, kv, t0 + r);
     for (int64_t i = 0; i < head_dim; ++i) {
-      for (int r = 0; r < n; ++r) dot[r] += q[i] * KvLoad(k[r][i]);
+      for (int r = 0; r < n; ++r) dot[r] += q[i] * KvLoadAt(k[r], i);
     }
     for (int r = 0; r < n; ++r) scores[t0 + r] = dot[r] * scale;
   }
@@ -69,7 +70,7 @@ void AttendOneHeadInterleaved(const float* q, int64_t head_dim, const PagedKv<T>
   for (int64_t t = 0; t < n_keys; ++t) {
     const float weight = scores[t] / sum;
     const T* v = PagedRow(kv.v_base, kv, t);
-    for (int64_t i = 0; i < head_dim; ++i) out[i] += weight * KvLoad(v[i]);
+    for (int64_t i = 0; i < head_dim; ++i) out[i] += weight * KvLoadAt(v, i);
   }
 }
 
@@ -77,8 +78,10 @@ template <typename T>
 void AttendOneHeadFast(CpuIsa isa, const float* q, int64_t head_dim, const PagedKv<T>& kv,
                        int64_t n_keys, float scale, float* scores, float* out) {
 #if WALSH_X86_KERNELS
-  if (isa != CpuIsa::kScalar && AttendOneHeadAvx2(q, head_dim, kv, n_keys, scale, scores, out)) {
-    return;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+    if (isa != CpuIsa::kScalar && AttendOneHeadAvx2(q, head_dim, kv, n_keys, scale, scores, out)) {
+      return;
+    }
   }
 #else
   (void)isa;
@@ -94,6 +97,10 @@ template void AttendOneHeadInterleaved<float>(const float*, int64_t, const Paged
                                               float, float*, float*);
 template void AttendOneHeadInterleaved<uint16_t>(const float*, int64_t, const PagedKv<uint16_t>&,
                                                  int64_t, float, float*, float*);
+template void AttendOneHeadFast<KvQ8>(CpuIsa, const float*, int64_t, const PagedKv<KvQ8>&, int64_t,
+                                      float, float*, float*);
+template void AttendOneHeadFast<KvQ4>(CpuIsa, const float*, int64_t, const PagedKv<KvQ4>&, int64_t,
+                                      float, float*, float*);
 
 void DenseRowsDot8Tokens(CpuIsa isa, DenseFormat format, const void* w, const int64_t* rows,
                          int64_t n_rows, int64_t cols, const float* x, int64_t x_stride, float* y,

@@ -32,8 +32,8 @@ __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, fl
   const int32_t page = step.pages[step.seq_page_offset[seq] + pos / s.page_size];
   const int64_t at = page * s.page_stride + (pos % s.page_size) * kv_dim;
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    KvStore(k[t * kv_dim + i], k_layer + at + i);
-    KvStore(v[t * kv_dim + i], v_layer + at + i);
+    KvStoreRow(k + t * kv_dim + i, 1, k_layer + at + i);
+    KvStoreRow(v + t * kv_dim + i, 1, v_layer + at + i);
   }
 }
 

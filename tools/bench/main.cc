@@ -93,16 +93,17 @@ int Fail(int code, const std::string& message) {
 }
 
 int Decode(int argc, char** argv) {
-  std::string model_path, device = "cpu", batches = "1", json_path;
+  std::string model_path, device = "cpu", batches = "1", json_path, kv_cache_dtype = "fp16";
   int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
   double gpu_memory_utilization = 0.9;
   bool no_bandwidth = false, profile = false;
   FlagSet flags(
       "walsh-bench decode --model FILE [--device cpu|cuda] [--threads N] [--tp N] "
-      "[--batch 1,4,16] [--prompt N] [--gen N] [--json FILE]");
+      "[--batch 1,4,16] [--prompt N] [--gen N] [--kv-cache-dtype fp16|q8|q4] [--json FILE]");
   flags.String("model", &model_path, "GGUF model file (required)");
   flags.String("device", &device, "cpu or cuda");
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization, "with --device cuda");
+  flags.String("kv-cache-dtype", &kv_cache_dtype, "KV page storage: fp16, q8 or q4");
   flags.Int("threads", &threads, "CPU threads (per rank: 1 when --tp > 1)");
   flags.Int("tp", &tp, "tensor-parallel CPU ranks (1, 2, 4 or 8)");
   flags.String("batch", &batches, "decode batch sizes, comma-separated");
@@ -134,8 +135,9 @@ int Decode(int argc, char** argv) {
     }
     batch_sizes.push_back(v);
   }
+  KvCacheDtype kv_dtype;
   if (model_path.empty() || !ParseDevice(device, &dev) || prompt_tokens < 1 || gen_tokens < 1 ||
-      prefill_chunk < 1 || threads < 1) {
+      prefill_chunk < 1 || threads < 1 || !ParseKvCacheDtype(kv_cache_dtype, &kv_dtype)) {
     return Fail(2, "bad arguments\n" + flags.Help());
   }
   auto file = LoadModelFile(model_path);
@@ -148,6 +150,7 @@ int Decode(int argc, char** argv) {
   EngineOptions opts;
   opts.device = dev;
   opts.gpu_memory_utilization = gpu_memory_utilization;
+  opts.kv_cache_dtype = kv_dtype;
   opts.threads = static_cast<int>(threads);
   opts.tp = static_cast<int>(tp);
   OpProfile op_profile;

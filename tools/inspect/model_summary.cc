@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/weight_format.h"
 #include "nlohmann/json.hpp"
+#include "worker/engine/engine_options.h"
 #include "worker/model/ggml_types.h"
 
 namespace walsh {
@@ -62,6 +63,13 @@ std::string TokenizerLine(const GgufFile& g) {
                       merges != nullptr ? merges->elems().size() : 0, " merges");
 }
 
+constexpr KvCacheDtype kKvDtypes[] = {KvCacheDtype::kFp16, KvCacheDtype::kQ8, KvCacheDtype::kQ4};
+
+// K and V of one token in every attention layer (q8 and q4 need head widths of whole 32s).
+int64_t KvBytesPerToken(const Qwen35Config& c, int64_t attention_layers, KvCacheDtype d) {
+  return attention_layers * 2 * KvBytes(d, c.head_count_kv * c.key_length);
+}
+
 }  // namespace
 
 std::string ModelSummaryText(const ModelFile& m) {
@@ -81,6 +89,13 @@ std::string ModelSummaryText(const ModelFile& m) {
   absl::StrAppendFormat(
       &s, "attention     %d query heads / %d kv heads x %d, rope %d dims base %g\n", c.head_count,
       c.head_count_kv, c.key_length, c.rope_dimension_count, c.rope_freq_base);
+  std::vector<std::string> kv;
+  for (const KvCacheDtype d : kKvDtypes) {
+    const int64_t per_token = KvBytesPerToken(c, t.attention_layers, d);
+    kv.push_back(absl::StrFormat("%s %d B (%.2f GiB at context %d)", KvCacheDtypeName(d), per_token,
+                                 per_token * c.context_length / 1073741824.0, c.context_length));
+  }
+  absl::StrAppendFormat(&s, "kv per token  %s\n", absl::StrJoin(kv, ", "));
   absl::StrAppendFormat(&s, "gated deltanet %d key heads / %d value heads x %d, conv %d\n",
                         c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size,
                         c.ssm_conv_kernel);
@@ -131,6 +146,11 @@ std::string ModelSummaryJson(const ModelFile& m) {
                  {"ssm_group_count", c.ssm_group_count},
                  {"ssm_time_step_rank", c.ssm_time_step_rank},
                  {"ssm_state_size", c.ssm_state_size}};
+  for (const KvCacheDtype d : kKvDtypes) {
+    const int64_t per_token = KvBytesPerToken(c, t.attention_layers, d);
+    j["kv_cache"][KvCacheDtypeName(d)] = {{"bytes_per_token", per_token},
+                                          {"context_bytes", per_token * c.context_length}};
+  }
   nlohmann::json folded_by_width = nlohmann::json::object();
   for (const auto& [w, n] : t.folded_by_width) folded_by_width[std::to_string(w)] = n;
   j["contract"] = {{"version", p.version},

@@ -61,7 +61,7 @@ int Run(int argc, char** argv) {
   uint64_t seed = 0;
   bool ignore_eos = false, thinking = false, no_activation_quant = false;
   int64_t tp = 1;
-  std::string device = "cpu";
+  std::string device = "cpu", kv_cache_dtype = "fp16";
   double gpu_memory_utilization = 0.9;
   FlagSet flags(
       "walsh-run --model FILE (--prompt TEXT | --messages JSON | --tokens ID,ID,...) "
@@ -91,6 +91,7 @@ int Run(int argc, char** argv) {
   flags.String("device", &device, "cpu or cuda (the first visible GPU)");
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
+  flags.String("kv-cache-dtype", &kv_cache_dtype, "KV page storage: fp16, q8 or q4");
   flags.Int("max-context", &max_context, "context limit (0: the model's)");
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.String("output", &output, "text | ids | json");
@@ -113,6 +114,10 @@ int Run(int argc, char** argv) {
   }
   Device dev;
   if (!ParseDevice(device, &dev)) return Fail(kUsage, "--device must be cpu or cuda");
+  KvCacheDtype kv_dtype;
+  if (!ParseKvCacheDtype(kv_cache_dtype, &kv_dtype)) {
+    return Fail(kUsage, "--kv-cache-dtype must be fp16, q8 or q4");
+  }
   if (gpu_memory_utilization <= 0 || gpu_memory_utilization > 1) {
     return Fail(kUsage, "--gpu-memory-utilization must be in (0, 1]");
   }
@@ -172,6 +177,7 @@ int Run(int argc, char** argv) {
   opts.tp = static_cast<int>(tp);
   opts.device = dev;
   opts.gpu_memory_utilization = gpu_memory_utilization;
+  opts.kv_cache_dtype = kv_dtype;
   auto engine = Engine::Create(std::move(*bound), opts);
   if (!engine.ok()) return Fail(kModelError, std::string(engine.status().message()));
   const std::string kernels = (*engine)->kernels();

@@ -20,6 +20,7 @@
 #include "kernels/block_types.h"
 #include "kernels/q8_activation.h"
 #include "kernels/token_ops.h"
+#include "worker/engine/engine_options.h"
 #include "worker/engine/model.h"
 #include "worker/parallel/shard_plan.h"
 
@@ -104,12 +105,18 @@ struct StepPlan {
 // The sizes of the KV pages and state slots a backend holds (counts from the engine's budget).
 struct CacheGeometry {
   int64_t pages = 0, page_size = 0, attention_layers = 0, kv_dim = 0;
-  int64_t kv_value_bytes = 2;  // fp16 K and V (4: fp32, the fp32-activation debug mode)
+  KvCacheDtype kv_dtype = KvCacheDtype::kFp16;
   int64_t slots = 0, gdn_layers = 0, conv_floats = 0, recurrent_floats = 0;
 
-  // Elements of K and V in one page (every attention layer), and their bytes.
-  int64_t page_floats() const { return attention_layers * 2 * page_size * kv_dim; }
-  int64_t page_bytes() const { return page_floats() * kv_value_bytes; }
+  // A position's K (or V) row in units of the dtype's storage (one value, or 32 for q8 / q4).
+  int64_t kv_row_units() const {
+    return kv_dtype == KvCacheDtype::kQ8 || kv_dtype == KvCacheDtype::kQ4 ? kv_dim / 32 : kv_dim;
+  }
+  // Units of K and V in one page (every attention layer), and their bytes.
+  int64_t page_units() const { return attention_layers * 2 * page_size * kv_row_units(); }
+  int64_t page_bytes() const {
+    return attention_layers * 2 * page_size * KvBytes(kv_dtype, kv_dim);
+  }
   int64_t slot_floats() const { return gdn_layers * (conv_floats + recurrent_floats); }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -307,7 +308,24 @@ absl::Status CpuBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd,
 
 template <typename T>
 T* CpuBackend::KvLayer(int64_t layer) const {
-  return reinterpret_cast<T*>(kv_.get()) + layer * 2 * geometry_.page_size * geometry_.kv_dim;
+  return reinterpret_cast<T*>(kv_.get()) +
+         layer * 2 * geometry_.page_size * geometry_.kv_row_units();
+}
+
+// Runs f with a null pointer of the KV pages' unit type.
+template <typename F>
+absl::Status WithKvUnit(KvCacheDtype dtype, const F& f) {
+  switch (dtype) {
+    case KvCacheDtype::kFp16:
+      return f(static_cast<uint16_t*>(nullptr));
+    case KvCacheDtype::kQ8:
+      return f(static_cast<KvQ8*>(nullptr));
+    case KvCacheDtype::kQ4:
+      return f(static_cast<KvQ4*>(nullptr));
+    case KvCacheDtype::kF32:
+      break;
+  }
+  return f(static_cast<float*>(nullptr));
 }
 
 float* CpuBackend::StateLayer(int32_t slot, int64_t layer) const {
@@ -319,8 +337,9 @@ absl::Status CpuBackend::AttentionPrepare(const AttentionWeights& w, int64_t lay
                                           const AttentionShard& heads, Tensor q_gate, Tensor k,
                                           Tensor v) {
   ScopedOpTime timer(options_.profile, "attention (norm, rope, kv store)");
-  if (geometry_.kv_value_bytes == 2) return Prepare<uint16_t>(w, layer, heads, q_gate, k, v);
-  return Prepare<float>(w, layer, heads, q_gate, k, v);
+  return WithKvUnit(geometry_.kv_dtype, [&](auto* unit) {
+    return Prepare<std::remove_pointer_t<decltype(unit)>>(w, layer, heads, q_gate, k, v);
+  });
 }
 
 template <typename T>
@@ -328,8 +347,9 @@ absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
                                  const AttentionShard& heads, Tensor q_gate, Tensor k, Tensor v) {
   const Qwen35Config& c = model_.config();
   const int64_t hd = c.key_length, kv_dim = heads.kv_heads * hd, page = geometry_.page_size;
+  const int64_t row_units = geometry_.kv_row_units();
   T* k_layer = KvLayer<T>(layer);
-  T* v_layer = k_layer + page * geometry_.kv_dim;
+  T* v_layer = k_layer + page * row_units;
   for (int64_t t = 0; t < q_gate.rows; ++t) {
     const int64_t pos = plan_.pos_of_token[t];
     float* qg = q_gate.f32() + t * q_gate.cols;
@@ -344,12 +364,9 @@ absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
       RopeNeoxInPlace(kt + m * hd, c.rope_dimension_count, pos, rope_inv_freq_.data());
     }
     const int32_t pg = plan_.seq_pages[plan_.seq_of_token[t]][pos / page];
-    const int64_t at = pg * geometry_.page_floats() + (pos % page) * kv_dim;
-    const float* vt = v.f32() + t * kv_dim;
-    for (int64_t i = 0; i < kv_dim; ++i) {
-      KvStore(kt[i], k_layer + at + i);
-      KvStore(vt[i], v_layer + at + i);
-    }
+    const int64_t at = pg * geometry_.page_units() + (pos % page) * row_units;
+    KvStoreRow(kt, kv_dim, k_layer + at);
+    KvStoreRow(v.f32() + t * kv_dim, kv_dim, v_layer + at);
   }
   return absl::OkStatus();
 }
@@ -357,8 +374,9 @@ absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
 absl::Status CpuBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
                                    Tensor out) {
   ScopedOpTime timer(options_.profile, "attention");
-  if (geometry_.kv_value_bytes == 2) return Attend<uint16_t>(layer, heads, q_gate, out);
-  return Attend<float>(layer, heads, q_gate, out);
+  return WithKvUnit(geometry_.kv_dtype, [&](auto* unit) {
+    return Attend<std::remove_pointer_t<decltype(unit)>>(layer, heads, q_gate, out);
+  });
 }
 
 template <typename T>
@@ -381,12 +399,12 @@ absl::Status CpuBackend::Attend(int64_t layer, const AttentionShard& heads, Tens
       float* u = out.f32() + t * out.cols + j * hd;
       const int64_t kv_head = (heads.q_head_begin + j) / group - heads.kv_head_begin;  // GQA
       const PagedKv<T> kv{k_layer,
-                          k_layer + page * geometry_.kv_dim,
+                          k_layer + page * geometry_.kv_row_units(),
                           plan_.seq_pages[plan_.seq_of_token[t]].data(),
-                          geometry_.page_floats(),
+                          geometry_.page_units(),
                           page,
-                          kv_dim,
-                          kv_head * hd};
+                          geometry_.kv_row_units(),
+                          kv_head * hd / KvValuesPerUnit<T>};
       AttendOneHeadFast(options_.isa, q, hd, kv, pos + 1, scale, scores.data(), u);
       for (int64_t i = 0; i < hd; ++i) u[i] *= Sigmoid(g[i]);
     }

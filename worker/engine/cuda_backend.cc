@@ -149,7 +149,7 @@ BackendMemory CudaBackend::Memory() const {
 absl::Status CudaBackend::AllocateCaches(const CacheGeometry& g) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
   geometry_ = g;
-  if (g.kv_value_bytes != 2) {
+  if (g.kv_dtype != KvCacheDtype::kFp16) {
     return absl::UnimplementedError("cuda: the KV cache is fp16 (fp32 is a CPU debug mode)");
   }
   const int64_t kv_bytes = g.pages * g.page_bytes();
@@ -437,7 +437,7 @@ cuda::AttentionShape CudaBackend::AttentionShapeOf(const AttentionShard& heads) 
   s.eps = c.rms_epsilon;
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.key_length));
   s.page_size = geometry_.page_size;
-  s.page_stride = geometry_.page_floats();
+  s.page_stride = geometry_.page_units();
   return s;
 }
 

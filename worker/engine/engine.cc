@@ -17,6 +17,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
     return absl::InvalidArgumentError("engine threads must be 1..1024");
   }
   if (options.page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
+  const bool kv_quantized =
+      options.kv_cache_dtype == KvCacheDtype::kQ8 || options.kv_cache_dtype == KvCacheDtype::kQ4;
+  if (kv_quantized && model->config().key_length % kKvGroup != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-dtype ", KvCacheDtypeName(options.kv_cache_dtype),
+                     " quantizes 32 values of a head at a time; this model's head width (",
+                     model->config().key_length, ") is not a multiple of 32"));
+  }
   ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Build(model->file(), options.tp));
   ASSIGN_OR_RETURN(BackendGroup group, MakeBackendGroup(*model, options, faults));
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(group), 0, 0));
@@ -29,10 +37,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   // Pages and slots from the budgets, counted at TP = 1 sizes (each rank holds its heads' part
   // of every page and slot); a device with less room keeps the slots and cuts the pages.
   const Qwen35Config& c = engine->model_->config();
-  const int64_t kv_value_bytes = options.quantize_activations ? 2 : 4;
+  const KvCacheDtype kv_dtype =
+      !options.quantize_activations && options.kv_cache_dtype == KvCacheDtype::kFp16
+          ? KvCacheDtype::kF32
+          : options.kv_cache_dtype;
   const int64_t page_bytes = KvPagePool::PageBytes(
       options.page_size, std::max<int64_t>(engine->model_->attention_layers(), 1),
-      c.head_count_kv * c.key_length, kv_value_bytes);
+      KvBytes(kv_dtype, c.head_count_kv * c.key_length));
   const int64_t slot_bytes =
       StateSlotPool::SlotBytes(std::max<int64_t>(engine->model_->gdn_layers(), 1),
                                (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
@@ -71,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   engine->states_ = StateSlotPool(slots);
   engine->slot_bytes_ = slot_bytes;
   engine->page_bytes_ = page_bytes;
+  engine->kv_dtype_ = kv_dtype;
   // Prefix keys are KV pages: a model without attention layers has none to share.
   if (options.prefix_caching && engine->model_->attention_layers() > 0) {
     engine->prefix_ =
@@ -79,7 +91,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   for (int r = 0; r < engine->group_.size(); ++r) {
     CacheGeometry g =
         engine->graphs_[r]->Geometry(pages, options.page_size, slots + snapshot_slots);
-    g.kv_value_bytes = kv_value_bytes;
+    g.kv_dtype = kv_dtype;
     RETURN_IF_ERROR(engine->group_.backend(r).AllocateCaches(g));
   }
   return engine;

@@ -98,6 +98,11 @@ class Engine {
   BackendMemory RankMemory(int rank) const { return group_.backend(rank).Memory(); }
   int64_t max_context() const { return max_context_; }
   int64_t page_size() const { return kv_.page_size(); }
+  // How KV pages store keys and values, the bytes one token's keys and values take in every
+  // attention layer (all ranks together), and the most tokens the KV pool holds.
+  KvCacheDtype kv_cache_dtype() const { return kv_dtype_; }
+  int64_t kv_bytes_per_token() const { return page_bytes_ / kv_.page_size(); }
+  int64_t kv_token_capacity() const { return kv_.total() * kv_.page_size(); }
 
   // A new empty sequence; RESOURCE_EXHAUSTED when no state slot is free.
   absl::StatusOr<SequenceId> AddSequence();
@@ -160,6 +165,7 @@ class Engine {
   StateSlotPool states_;
   std::unique_ptr<PrefixCache> prefix_;  // null when prefix caching is off
   int64_t slot_bytes_ = 0, page_bytes_ = 0;
+  KvCacheDtype kv_dtype_ = KvCacheDtype::kFp16;
   std::unique_ptr<ShardPlan> plan_;
   std::vector<std::unique_ptr<Qwen35Graph>> graphs_;  // one per rank, over group_'s backends
   absl::flat_hash_map<SequenceId, Sequence> sequences_;

@@ -21,6 +21,48 @@ inline bool ParseDevice(const std::string& name, Device* out) {
   return name == "cpu" || name == "cuda";
 }
 
+// How KV pages store keys and values (kernels/token_ops.h): fp16 (the default), or int8 / 4-bit
+// codes with an fp16 scale per 32 values of one position; fp32 is the fp32-activation debug
+// mode's own.
+enum class KvCacheDtype { kFp16, kQ8, kQ4, kF32 };
+
+// "fp16", "q8" or "q4", as the --kv-cache-dtype flags spell them; false for anything else.
+inline bool ParseKvCacheDtype(const std::string& name, KvCacheDtype* out) {
+  if (name == "fp16") *out = KvCacheDtype::kFp16;
+  if (name == "q8") *out = KvCacheDtype::kQ8;
+  if (name == "q4") *out = KvCacheDtype::kQ4;
+  return name == "fp16" || name == "q8" || name == "q4";
+}
+
+inline const char* KvCacheDtypeName(KvCacheDtype d) {
+  switch (d) {
+    case KvCacheDtype::kFp16:
+      return "fp16";
+    case KvCacheDtype::kQ8:
+      return "q8";
+    case KvCacheDtype::kQ4:
+      return "q4";
+    case KvCacheDtype::kF32:
+      break;
+  }
+  return "fp32";
+}
+
+// Bytes of n KV values (n a multiple of 32 for q8 and q4).
+inline int64_t KvBytes(KvCacheDtype d, int64_t n) {
+  switch (d) {
+    case KvCacheDtype::kFp16:
+      return 2 * n;
+    case KvCacheDtype::kQ8:
+      return n / 32 * 34;
+    case KvCacheDtype::kQ4:
+      return n / 32 * 18;
+    case KvCacheDtype::kF32:
+      break;
+  }
+  return 4 * n;
+}
+
 struct EngineOptions {
   Device device = Device::kCpu;
   int cuda_device = 0;  // the first device of a CUDA engine
@@ -43,6 +85,8 @@ struct EngineOptions {
   // Quantize activations to int8 before the ternary dot products (as llama.cpp does). Off is
   // a test/debug mode: fp32 activations against the decoded weights.
   bool quantize_activations = true;
+  // KV page storage; with quantize_activations off, kFp16 stores fp32 (the debug mode's).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFp16;
   std::optional<CpuIsa> isa;  // default: the best this CPU supports
   // Tensor parallelism over in-process CPU ranks (1, 2, 4 or 8; one thread each), split by heads
   // per worker/parallel/shard_plan.h. CPU only.

@@ -17,8 +17,9 @@ class KvPagePool {
   KvPagePool(int64_t pages, int64_t page_size);
 
   // kv_dim: values of K (and of V) per position and layer, each value_bytes long.
-  static int64_t PageBytes(int64_t page_size, int64_t layers, int64_t kv_dim, int64_t value_bytes) {
-    return page_size * layers * 2 * kv_dim * value_bytes;
+  // row_bytes: one position's K (or V) row of one layer.
+  static int64_t PageBytes(int64_t page_size, int64_t layers, int64_t row_bytes) {
+    return page_size * layers * 2 * row_bytes;
   }
 
   int64_t page_size() const { return page_size_; }

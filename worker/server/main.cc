@@ -37,6 +37,7 @@ struct Flags {
   int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
   int64_t max_buffered_responses = 256;
   std::string device = "cpu";
+  std::string kv_cache_dtype = "fp16";
   double gpu_memory_utilization = 0.9;
   int64_t tp = 1;
   int64_t collective_timeout_ms = 10000;
@@ -91,6 +92,8 @@ int Run(int argc, char** argv) {
   flags.String("device", &f.device, "cpu or cuda (the first visible GPU)");
   flags.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
+  flags.String("kv-cache-dtype", &f.kv_cache_dtype,
+               "KV page storage: fp16, q8 or q4 (int8 / 4-bit codes, an fp16 scale per 32 values)");
   flags.Int("tp", &f.tp, "tensor-parallel ranks: 1, 2, 4 or 8 in-process CPU ranks (--device cpu)");
   flags.Int(
       "collective-timeout-ms", &f.collective_timeout_ms,
@@ -127,6 +130,13 @@ int Run(int argc, char** argv) {
                  "walsh-worker: --device must be cpu or cuda, --tp 1, 2, 4 or 8 (CPU ranks; 1 with "
                  "cuda), --gpu-memory-utilization in (0, 1]; got --device %s --tp %lld\n",
                  f.device.c_str(), static_cast<long long>(f.tp));
+    return 2;
+  }
+
+  KvCacheDtype kv_cache_dtype;
+  if (!ParseKvCacheDtype(f.kv_cache_dtype, &kv_cache_dtype)) {
+    std::fprintf(stderr, "walsh-worker: --kv-cache-dtype must be fp16, q8 or q4; got %s\n",
+                 f.kv_cache_dtype.c_str());
     return 2;
   }
 
@@ -207,6 +217,7 @@ int Run(int argc, char** argv) {
   eo.collective_timeout = std::chrono::milliseconds(f.collective_timeout_ms);
   eo.device = device;
   eo.gpu_memory_utilization = f.gpu_memory_utilization;
+  eo.kv_cache_dtype = kv_cache_dtype;
 #ifdef WALSH_FAULT_INJECTION
   const EngineFaults faults{.stall_rank = static_cast<int>(f.debug_stall_rank)};
 #else
@@ -225,10 +236,15 @@ int Run(int argc, char** argv) {
                       {f.max_batch_tokens, f.max_running, f.max_queue, f.prefix_cache_min_tokens},
                       &metrics);
   info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
+  info.set_kv_cache_dtype(KvCacheDtypeName((*engine)->kv_cache_dtype()));
+  info.set_kv_bytes_per_token(static_cast<uint64_t>((*engine)->kv_bytes_per_token()));
+  info.set_kv_token_capacity(static_cast<uint64_t>((*engine)->kv_token_capacity()));
   if ((*engine)->prefix_caching()) {
     info.set_prefix_cache_min_tokens(static_cast<uint32_t>(f.prefix_cache_min_tokens));
   }
   metrics.build_info.gauge({kVersion, (*engine)->kernels()}).Set(1);
+  metrics.kv_bytes_per_token.gauge({KvCacheDtypeName((*engine)->kv_cache_dtype())})
+      .Set(static_cast<double>((*engine)->kv_bytes_per_token()));
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
   ctx.tokenizer = tokenizer.get();
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get()};

@@ -90,6 +90,10 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
                             "KV cache and GatedDeltaNet state each tensor-parallel rank holds "
                             "(its heads only), by rank and kind.",
                             {"rank", "kind"})),
+      kv_bytes_per_token(r.AddGauge("walsh_worker_kv_bytes_per_token",
+                                    "Bytes of KV cache one token takes in every attention layer, "
+                                    "by the pages' storage dtype.",
+                                    {"dtype"})),
       build_info(r.AddGauge("walsh_build_info", "walsh build; always 1.", {"version", "kernels"})),
       model_info(r.AddGauge("walsh_model_info", "The served model; always 1.",
                             {"architecture", "format", "name", "fingerprint"})) {}

@@ -37,6 +37,7 @@ struct WorkerMetrics {
   MetricFamily& prefix_cache_entries;  // by kind: pages, snapshots
   MetricFamily& device_memory;         // by kind: used, total, weights, kv_cache, state
   MetricFamily& rank_cache;            // by rank and kind: kv_cache, state
+  MetricFamily& kv_bytes_per_token;
   MetricFamily& build_info;
   MetricFamily& model_info;
 };

@@ -182,7 +182,8 @@ TEST(TokenOps, Fp16KvAttentionInPiecesEqualsTheWholeHeadAndTracksFp32) {
   const int64_t hd = 64, page = 16, n_keys = 40, pages = 3, row = hd;
   const std::vector<float> k = Random(pages * page * row, gen), v = Random(pages * page * row, gen);
   std::vector<uint16_t> k16(k.size()), v16(v.size());
-  for (size_t i = 0; i < k.size(); ++i) KvStore(k[i], &k16[i]), KvStore(v[i], &v16[i]);
+  for (size_t i = 0; i < k.size(); ++i)
+    KvStoreRow(&k[i], 1, &k16[i]), KvStoreRow(&v[i], 1, &v16[i]);
   const std::vector<int32_t> table = {1, 2, 0};
   const PagedKv<uint16_t> kv16{k16.data(), v16.data(), table.data(), page * row, page, row, 0};
   const PagedKv<float> kv32{k.data(), v.data(), table.data(), page * row, page, row, 0};

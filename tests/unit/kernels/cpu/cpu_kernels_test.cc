@@ -389,8 +389,9 @@ void CheckAttention(std::mt19937& gen) {
   const int64_t row = kv_heads * hd, page_stride = page * row;
   std::vector<T> k(pages * page_stride), v(pages * page_stride);
   for (int64_t i = 0; i < pages * page_stride; ++i) {
-    KvStore(dist(gen), &k[i]);
-    KvStore(dist(gen), &v[i]);
+    const float ki = dist(gen), vi = dist(gen);
+    KvStoreRow(&ki, 1, &k[i]);
+    KvStoreRow(&vi, 1, &v[i]);
   }
   const std::vector<int32_t> table = {3, 0, 6, 1, 5, 2, 4};
   const PagedKv<T> kv{k.data(), v.data(), table.data(), page_stride, page, row, hd};

@@ -35,17 +35,23 @@ void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
 }
 
-void CheckScheduleInvariance(const std::string& preset, int prompt_len) {
+EngineOptions WithKv(KvCacheDtype dtype, EngineOptions o = {}) {
+  o.kv_cache_dtype = dtype;
+  return o;
+}
+
+void CheckScheduleInvariance(const std::string& preset, int prompt_len,
+                             KvCacheDtype kv = KvCacheDtype::kFp16) {
   testing::SyntheticEngine f(preset);
   const std::vector<int32_t> ids = f.Tokens(prompt_len, 1);
-  auto engine = f.Make();
+  auto engine = f.Make(WithKv(kv));
   const std::vector<float> whole = FeedInChunks(*engine, ids, ids.size());
   ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 1), "decode steps");
   ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 7), "chunks of 7");
   ExpectBitIdentical(whole, FeedInChunks(*engine, ids, 64), "chunks of 64");
-  auto two_threads = f.Make({.threads = 2});
+  auto two_threads = f.Make(WithKv(kv, {.threads = 2}));
   ExpectBitIdentical(whole, FeedInChunks(*two_threads, ids, 5), "2 threads");
-  auto scalar = f.Make({.threads = 2, .isa = CpuIsa::kScalar});
+  auto scalar = f.Make(WithKv(kv, {.threads = 2, .isa = CpuIsa::kScalar}));
   ExpectBitIdentical(whole, FeedInChunks(*scalar, ids, 13), "scalar kernels");
 
   // Mixed batches: 1-8 sequences at once, each advancing by a random chunk per step, prefill
@@ -58,7 +64,7 @@ void CheckScheduleInvariance(const std::string& preset, int prompt_len) {
       prompts.push_back(f.Tokens(5 + gen() % prompt_len, 100 + s));
       solo.push_back(FeedInChunks(*engine, prompts.back(), prompts.back().size()));
     }
-    auto batched = f.Make({.threads = 2});
+    auto batched = f.Make(WithKv(kv, {.threads = 2}));
     std::vector<SequenceId> ids_of(n_seqs);
     std::vector<size_t> fed(n_seqs, 0);
     std::vector<std::vector<float>> got(n_seqs);
@@ -98,11 +104,50 @@ void CheckScheduleInvariance(const std::string& preset, int prompt_len) {
 
 TEST(ScheduleInvariance, Tiny) { CheckScheduleInvariance("tiny", 70); }
 TEST(ScheduleInvariance, Small) { CheckScheduleInvariance("small", 24); }
+TEST(ScheduleInvariance, Q8KvCache) { CheckScheduleInvariance("tiny", 70, KvCacheDtype::kQ8); }
+TEST(ScheduleInvariance, Q4KvCache) { CheckScheduleInvariance("small", 24, KvCacheDtype::kQ4); }
+
+// The quantized pages are really what attention reads: their logits differ from fp16's, by
+// little (q8 less than q4), and the pages take the bytes the dtype says.
+TEST(QuantizedKvCache, ChangesTheLogitsByLittleAndTakesItsBytes) {
+  testing::SyntheticEngine f("small");
+  const std::vector<int32_t> ids = f.Tokens(40, 2);
+  auto fp16 = f.Make();
+  const std::vector<float> base = FeedInChunks(*fp16, ids, ids.size());
+  double previous = 0;
+  for (KvCacheDtype kv : {KvCacheDtype::kQ8, KvCacheDtype::kQ4}) {
+    auto engine = f.Make(WithKv(kv));
+    const std::vector<float> got = FeedInChunks(*engine, ids, ids.size());
+    ASSERT_EQ(got.size(), base.size());
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(got[i]) - base[i]));
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(base[i])));
+    }
+    EXPECT_GT(max_diff, 0) << KvCacheDtypeName(kv);
+    EXPECT_LT(max_diff, 0.1 * max_abs) << KvCacheDtypeName(kv);
+    EXPECT_GT(max_diff, previous) << KvCacheDtypeName(kv);
+    previous = max_diff;
+    EXPECT_EQ(engine->kv_cache_dtype(), kv);
+    EXPECT_EQ(engine->kv_bytes_per_token(),
+              fp16->kv_bytes_per_token() * (kv == KvCacheDtype::kQ8 ? 34 : 18) / 64);
+  }
+}
+
+TEST(QuantizedKvCache, BytesAndNames) {
+  EXPECT_EQ(KvBytes(KvCacheDtype::kQ8, 256), 8 * 34);
+  EXPECT_EQ(KvBytes(KvCacheDtype::kQ4, 256), 8 * 18);
+  EXPECT_EQ(KvBytes(KvCacheDtype::kFp16, 256), 512);
+  KvCacheDtype parsed;
+  EXPECT_FALSE(ParseKvCacheDtype("fp8", &parsed));
+  EXPECT_TRUE(ParseKvCacheDtype("q4", &parsed));
+  EXPECT_EQ(parsed, KvCacheDtype::kQ4);
+}
 
 TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
   testing::SyntheticEngine f("tiny");
   // Room for 4 pages of 16 positions.
-  const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64, 2);  // fp16 K and V
+  const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64 * 2);  // fp16 K and V
   auto e = f.Make({.kv_cache_bytes = 4 * page_bytes, .state_bytes = 2 * 1024 * 1024});
   auto a = e->AddSequence();
   ASSERT_TRUE(a.ok());

@@ -33,22 +33,32 @@ double KlDivergence(const float* p_logits, const float* q_logits, int64_t n) {
   return kl;
 }
 
-class PeerConformance : public ::testing::TestWithParam<bool> {};
+struct PeerSetup {
+  const char* name;
+  bool int8_activations;
+  KvCacheDtype kv;
+  double kl_budget;
+  bool greedy_identical;  // else the agreement is reported
+};
+
+class PeerConformance : public ::testing::TestWithParam<PeerSetup> {};
 
 TEST_P(PeerConformance, GreedyIdenticalAndKlWithinBudget) {
   auto file = LoadModelFile(TestDataPath("peer/model.gguf"));
   ASSERT_TRUE(file.ok()) << file.status();
   auto model = Model::Bind(std::move(*file));
   ASSERT_TRUE(model.ok()) << model.status();
+  const PeerSetup& setup = GetParam();
   EngineOptions opts;
-  opts.quantize_activations = GetParam();
+  opts.quantize_activations = setup.int8_activations;
+  opts.kv_cache_dtype = setup.kv;
   auto engine = Engine::Create(std::move(*model), opts);
   ASSERT_TRUE(engine.ok()) << engine.status();
   const nlohmann::json spec =
       nlohmann::json::parse(ReadFileOrDie(TestDataPath("peer/prompts.json")));
   const int64_t vocab = spec["n_vocab"];
   double kl_sum = 0;
-  int positions = 0;
+  int positions = 0, greedy_agreed = 0, greedy_total = 0;
   for (const auto& prompt : spec["prompts"]) {
     SCOPED_TRACE(prompt["name"].get<std::string>());
     const std::vector<int32_t> ids = prompt["ids"].get<std::vector<int32_t>>();
@@ -74,18 +84,34 @@ TEST_P(PeerConformance, GreedyIdenticalAndKlWithinBudget) {
       ASSERT_TRUE(step.ok()) << step.status();
       next = static_cast<int32_t>(Argmax(step->RowLogits(0), vocab));
     }
-    EXPECT_EQ(greedy, prompt["greedy"].get<std::vector<int32_t>>());
+    const std::vector<int32_t> expected = prompt["greedy"].get<std::vector<int32_t>>();
+    if (setup.greedy_identical) EXPECT_EQ(greedy, expected);
+    // Agreement: the tokens before the first that differs.
+    size_t agreed = 0;
+    while (agreed < greedy.size() && agreed < expected.size() && greedy[agreed] == expected[agreed])
+      ++agreed;
+    greedy_agreed += static_cast<int>(agreed);
+    greedy_total += static_cast<int>(expected.size());
     ASSERT_TRUE((*engine)->RemoveSequence(*seq).ok());
   }
   const double mean_kl = kl_sum / positions;
   EXPECT_EQ(positions, 63);
-  EXPECT_LE(mean_kl, 1e-3);
-  std::printf("peer conformance (%s activations): pooled mean KL %.3e over %d positions\n",
-              GetParam() ? "int8" : "fp32", mean_kl, positions);
+  EXPECT_LE(mean_kl, setup.kl_budget);
+  std::printf(
+      "peer conformance (%s activations, %s KV): pooled mean KL %.3e over %d positions; greedy "
+      "agreement %d of %d tokens\n",
+      setup.int8_activations ? "int8" : "fp32", KvCacheDtypeName(setup.kv), mean_kl, positions,
+      greedy_agreed, greedy_total);
 }
 
-INSTANTIATE_TEST_SUITE_P(Activations, PeerConformance, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "Int8" : "Fp32"; });
+// fp16 KV: the README's budget; q8: at most 2e-3 and the same greedy tokens; q4: reported, held
+// to a looser bound.
+INSTANTIATE_TEST_SUITE_P(Activations, PeerConformance,
+                         ::testing::Values(PeerSetup{"Int8", true, KvCacheDtype::kFp16, 1e-3, true},
+                                           PeerSetup{"Fp32", false, KvCacheDtype::kFp16, 1e-3, true},
+                                           PeerSetup{"Int8Q8Kv", true, KvCacheDtype::kQ8, 2e-3, true},
+                                           PeerSetup{"Int8Q4Kv", true, KvCacheDtype::kQ4, 2e-2, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace walsh

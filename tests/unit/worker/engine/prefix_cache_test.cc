@@ -193,10 +193,10 @@ void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, co
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << what;
 }
 
-void CheckWarmEqualsCold(const std::string& preset, int tp) {
+void CheckWarmEqualsCold(const std::string& preset, int tp, KvCacheDtype kv = KvCacheDtype::kFp16) {
   testing::SyntheticEngine f(preset);
-  auto cold = f.Make({.prefix_caching = false, .tp = tp});
-  auto warm = f.Make({.prefix_caching = true, .tp = tp});
+  auto cold = f.Make({.prefix_caching = false, .kv_cache_dtype = kv, .tp = tp});
+  auto warm = f.Make({.prefix_caching = true, .kv_cache_dtype = kv, .tp = tp});
   const std::vector<int32_t> doc = f.Tokens(53, 1);  // not on a page boundary (16)
   for (int question = 0; question < 3; ++question) {
     std::vector<int32_t> ids = doc;
@@ -238,6 +238,10 @@ void CheckWarmEqualsCold(const std::string& preset, int tp) {
 TEST(PrefixCacheEngine, WarmEqualsColdTiny) { CheckWarmEqualsCold("tiny", 1); }
 TEST(PrefixCacheEngine, WarmEqualsColdSmall) { CheckWarmEqualsCold("small", 1); }
 TEST(PrefixCacheEngine, WarmEqualsColdTensorParallel) { CheckWarmEqualsCold("tiny", 2); }
+TEST(PrefixCacheEngine, WarmEqualsColdQ8Kv) { CheckWarmEqualsCold("tiny", 1, KvCacheDtype::kQ8); }
+TEST(PrefixCacheEngine, WarmEqualsColdQ4KvTensorParallel) {
+  CheckWarmEqualsCold("tiny", 2, KvCacheDtype::kQ4);
+}
 
 TEST(PrefixCacheEngine, RunningSequencesWinOverTheCacheAndNothingLeaks) {
   testing::SyntheticEngine f("tiny");

@@ -88,13 +88,13 @@ std::vector<std::vector<float>> RunMixed(Engine& e, const std::vector<int32_t>& 
 }
 
 void CheckBitIdentical(const std::string& path, const std::vector<int32_t>& prompt,
-                       const std::string& what) {
-  auto one = MakeEngine(path, {});
+                       const std::string& what, KvCacheDtype kv = KvCacheDtype::kFp16) {
+  auto one = MakeEngine(path, {.kv_cache_dtype = kv});
   ASSERT_NE(one, nullptr);
   const std::vector<float> reference = Run(*one, prompt);
   const std::vector<std::vector<float>> mixed_reference = RunMixed(*one, prompt);
   for (int tp : {2, 4, 8}) {
-    auto engine = MakeEngine(path, {.tp = tp});
+    auto engine = MakeEngine(path, {.kv_cache_dtype = kv, .tp = tp});
     ASSERT_NE(engine, nullptr);
     const std::vector<float> got = Run(*engine, prompt);
     ASSERT_EQ(got.size(), reference.size());
@@ -126,6 +126,13 @@ TEST(TensorParallel, TinyBitIdentical) {
 TEST(TensorParallel, PeerModelBitIdentical) {
   // Value heads not grouped by the contract: ssm_out's input is gathered and reordered.
   CheckBitIdentical(testing::TestDataPath("peer/model.gguf"), {1, 17, 200, 5, 42, 90, 3}, "peer");
+}
+TEST(TensorParallel, PeerModelBitIdenticalWithQuantizedKv) {
+  // Each rank quantizes its own heads' rows, 32 values of one head at a time: as TP = 1 does.
+  for (KvCacheDtype kv : {KvCacheDtype::kQ8, KvCacheDtype::kQ4}) {
+    CheckBitIdentical(testing::TestDataPath("peer/model.gguf"), {1, 17, 200, 5, 42, 90, 3},
+                      std::string("peer, KV ") + KvCacheDtypeName(kv), kv);
+  }
 }
 TEST(TensorParallel, SmallBitIdentical) {
   CheckBitIdentical({.preset = "small", .format = WeightFormat::kPtq1_0}, {5, 9, 200, 31, 7, 4000});
