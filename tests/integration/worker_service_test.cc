@@ -258,6 +258,9 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   EXPECT_EQ(info.weight_format(), "PQ2_0");
   EXPECT_EQ(info.vocab_size(), 768u);
   EXPECT_EQ(info.contract_fingerprint().size(), 64u);
+  EXPECT_EQ(info.kv_cache_dtype(), "fp16");
+  EXPECT_GT(info.kv_bytes_per_token(), 0u);
+  EXPECT_EQ(info.kv_token_capacity() % info.kv_page_size(), 0u);
   // A second worker on the same file proves the same fingerprint.
   WorkerProcess w2;
   ASSERT_TRUE(w2.ok());
@@ -265,6 +268,22 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   v1::ModelInfo info2;
   ASSERT_TRUE(w2.Generator()->GetModelInfo(&ictx2, {}, &info2).ok());
   EXPECT_EQ(info.contract_fingerprint(), info2.contract_fingerprint());
+  {
+    // So does one that stores its KV pages in q8, and it reports q8's bytes (34 per 32 values
+    // against fp16's 64) in ModelInfo and in its metrics.
+    WorkerProcess q8({"--kv-cache-dtype", "q8"});
+    ASSERT_TRUE(q8.ok());
+    grpc::ClientContext qctx;
+    v1::ModelInfo qinfo;
+    ASSERT_TRUE(q8.Generator()->GetModelInfo(&qctx, {}, &qinfo).ok());
+    EXPECT_EQ(info.contract_fingerprint(), qinfo.contract_fingerprint());
+    EXPECT_EQ(qinfo.kv_cache_dtype(), "q8");
+    EXPECT_EQ(qinfo.kv_bytes_per_token(), info.kv_bytes_per_token() * 34 / 64);
+    EXPECT_NE(testing::HttpGet(q8.metrics_port(), "/metrics")
+                  .find("walsh_worker_kv_bytes_per_token{dtype=\"q8\"} " +
+                        std::to_string(qinfo.kv_bytes_per_token())),
+              std::string::npos);
+  }
 
   grpc::ClientContext tctx;
   v1::TokenizeRequest tr;
