@@ -2,8 +2,12 @@
 // dot product in dimension order, so eight keys' products are transposed 8 x 8 and summed as
 // one vector per dimension, lane r holding key r's running sum; the weighted values accumulate
 // key by key in position order across all dimensions at once. fp16 keys and values convert in
-// hardware (exact, as Fp16ToFloat). Multiplies and adds stay separate, as in the shared code.
+// hardware (exact, as Fp16ToFloat); q8 and q4 codes widen to floats and take their group's
+// scale in one multiply, as KvLoadAt does. Multiplies and adds stay separate, as in the shared
+// code.
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ordered_sums_avx2.h"
@@ -11,9 +15,28 @@
 namespace walsh {
 namespace {
 
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+// Values i .. i+7 of a KV row (i a multiple of 8), as KvLoadAt gives them: fp16 converts
+// exactly; a quantized group's codes times its scale, one multiply each.
+inline __m256 Load8(const float* row, int64_t i) { return _mm256_loadu_ps(row + i); }
+inline __m256 Load8(const uint16_t* row, int64_t i) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)));
+}
+inline __m256 Load8(const KvQ8* row, int64_t i) {
+  const KvQ8& g = row[i / kKvGroup];
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g.q + i % kKvGroup));
+  return _mm256_mul_ps(_mm256_set1_ps(Fp16ToFloat(g.d)),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+}
+inline __m256 Load8(const KvQ4* row, int64_t i) {
+  const KvQ4& g = row[i / kKvGroup];
+  int32_t packed;
+  std::memcpy(&packed, g.q + (i % kKvGroup) / 2, 4);
+  const __m128i bytes = _mm_cvtsi32_si128(packed);
+  const __m128i nibbles =
+      _mm_unpacklo_epi8(_mm_and_si128(bytes, _mm_set1_epi8(0x0f)),
+                        _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f)));
+  const __m256i n = _mm256_sub_epi32(_mm256_cvtepu8_epi32(nibbles), _mm256_set1_epi32(8));
+  return _mm256_mul_ps(_mm256_set1_ps(Fp16ToFloat(g.d)), _mm256_cvtepi32_ps(n));
 }
 
 template <typename T>
@@ -27,7 +50,7 @@ void Attend(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_ke
     for (int64_t i = 0; i < head_dim; i += 8) {
       const __m256 qi = _mm256_loadu_ps(q + i);
       __m256 prod[8];
-      for (int r = 0; r < 8; ++r) prod[r] = _mm256_mul_ps(qi, Load8(k[r] + i));
+      for (int r = 0; r < 8; ++r) prod[r] = _mm256_mul_ps(qi, Load8(k[r], i));
       dot = SumInOrder(dot, prod);
     }
     _mm256_storeu_ps(scores + t0, _mm256_mul_ps(dot, _mm256_set1_ps(scale)));
@@ -39,8 +62,8 @@ void Attend(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_ke
     const __m256 weight = _mm256_set1_ps(scores[t] / sum);
     const T* v = PagedRow(kv.v_base, kv, t);
     for (int64_t i = 0; i < head_dim; i += 8) {
-      _mm256_storeu_ps(
-          out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(weight, Load8(v + i))));
+      _mm256_storeu_ps(out + i,
+                       _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(weight, Load8(v, i))));
     }
   }
 }
@@ -59,5 +82,9 @@ template bool AttendOneHeadAvx2<float>(const float*, int64_t, const PagedKv<floa
                                        float*, float*);
 template bool AttendOneHeadAvx2<uint16_t>(const float*, int64_t, const PagedKv<uint16_t>&, int64_t,
                                           float, float*, float*);
+template bool AttendOneHeadAvx2<KvQ8>(const float*, int64_t, const PagedKv<KvQ8>&, int64_t, float,
+                                      float*, float*);
+template bool AttendOneHeadAvx2<KvQ4>(const float*, int64_t, const PagedKv<KvQ4>&, int64_t, float,
+                                      float*, float*);
 
 }  // namespace walsh

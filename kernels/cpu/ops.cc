@@ -1,7 +1,6 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
-#include <type_traits>
 
 namespace walsh {
 
@@ -78,10 +77,8 @@ template <typename T>
 void AttendOneHeadFast(CpuIsa isa, const float* q, int64_t head_dim, const PagedKv<T>& kv,
                        int64_t n_keys, float scale, float* scores, float* out) {
 #if WALSH_X86_KERNELS
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
-    if (isa != CpuIsa::kScalar && AttendOneHeadAvx2(q, head_dim, kv, n_keys, scale, scores, out)) {
-      return;
-    }
+  if (isa != CpuIsa::kScalar && AttendOneHeadAvx2(q, head_dim, kv, n_keys, scale, scores, out)) {
+    return;
   }
 #else
   (void)isa;

@@ -34,8 +34,19 @@ Scheduler::~Scheduler() {
   }
   cv_.SignalAll();
   thread_.join();
+  MutexLock l(&mu_);
   for (auto& r : running_) EndWithStatus(*r, absl::UnavailableError("worker stopped"), "error");
   for (auto& r : waiting_) EndWithStatus(*r, absl::UnavailableError("worker stopped"), "error");
+  DeliverEvents();
+}
+
+void Scheduler::DeliverEvents() {
+  if (outbox_.empty()) return;
+  std::vector<std::function<void()>> events;
+  events.swap(outbox_);
+  mu_.Unlock();
+  for (const auto& event : events) event();
+  mu_.Lock();
 }
 
 absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
@@ -92,6 +103,7 @@ void Scheduler::Loop() {
     while (!(stop_ || !waiting_.empty() || !running_.empty() || cancel_all_)) cv_.Wait(&mu_);
     if (stop_) return;
     Step();
+    DeliverEvents();
   }
 }
 
@@ -111,7 +123,7 @@ void Scheduler::EndWithStatus(ActiveRequest& r, const absl::Status& status, cons
           {{"request_id", r.request_id},
            {"finish_reason", reason},
            {"status", std::string(status.message())}});
-  r.sink->Failed(status);
+  outbox_.push_back([sink = r.sink, status] { sink->Failed(status); });
 }
 
 void Scheduler::TakeSnapshot(ActiveRequest& r, const char* at) {
@@ -146,7 +158,7 @@ void Scheduler::Finish(ActiveRequest& r, FinishReason reason, const std::string&
            {"finish_reason", FinishReasonName(reason)},
            {"completion_tokens", r.generation->output().size()},
            {"seconds", total}});
-  r.sink->Finished(f);
+  outbox_.push_back([sink = r.sink, f] { sink->Finished(f); });
 }
 
 void Scheduler::DropFinished() {
@@ -312,6 +324,7 @@ void Scheduler::Step() {
   }
   if (batch.empty()) return;
 
+  DeliverEvents();  // what DropFinished and Admit decided, before the step's wait
   mu_.Unlock();
   const auto step_start = Clock::now();
   absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
@@ -364,7 +377,7 @@ void Scheduler::Step() {
                              .prompt_tokens = static_cast<int64_t>(r.prompt.size()),
                              .seed = r.seed};
       if (r.return_prompt_ids) started.prompt_ids = r.prompt;
-      r.sink->Started(started);
+      outbox_.push_back([sink = r.sink, started] { sink->Started(started); });
       r.started_sent = true;
     }
     const GeneratedToken& t = *sampled[i];
@@ -379,8 +392,10 @@ void Scheduler::Step() {
           std::chrono::duration<double>(now - r.last_token_at).count());
     }
     r.last_token_at = now;
-    r.sink->Token(t);
-    if (t.finish != FinishReason::kNone) Finish(r, t.finish, t.matched_stop);
+    const FinishReason finish = t.finish;
+    const std::string matched = t.matched_stop;
+    outbox_.push_back([sink = r.sink, token = std::move(*sampled[i])] { sink->Token(token); });
+    if (finish != FinishReason::kNone) Finish(r, finish, matched);
   }
   metrics_->generation_tokens.Inc(static_cast<double>(generated));
   token_times_.emplace_back(Clock::now(), generated);

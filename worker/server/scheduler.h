@@ -5,13 +5,16 @@
 // out mid-flight the request that arrived last is preempted by recompute (vLLM's rule: the
 // youngest gives way, and stays the first to give way when it comes back): its sequence is freed
 // and it re-queues with prompt + outputs, which, the engine being schedule-invariant, continues
-// exactly where it was. The decisions themselves are pure functions (scheduling_policy.h); this
+// exactly where it was. Its mutex guards bookkeeping only: the sinks' events (which serialize
+// responses) are queued under it and delivered after it is released, in order. The decisions
+// themselves are pure functions (scheduling_policy.h); this
 // class holds the state, the thread and the engine. It speaks engine and domain types only:
 // responses and gRPC statuses are made at the service edge (services.cc).
 #ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
 #define WALSH_WORKER_SERVER_SCHEDULER_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -60,8 +63,12 @@ class Scheduler {
   void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Preempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched);
-  void EndWithStatus(ActiveRequest& r, const absl::Status& status, const char* reason);
+  void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndWithStatus(ActiveRequest& r, const absl::Status& status, const char* reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the queued sink events with mu_ released (they serialize responses), in order.
+  void DeliverEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(ActiveRequest& r);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeSnapshot(ActiveRequest& r, const char* at);
@@ -85,6 +92,8 @@ class Scheduler {
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status cancel_all_status_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Sink calls decided under mu_ and made after it is released, in the order decided.
+  std::vector<std::function<void()>> outbox_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -383,18 +383,20 @@ TEST(CpuOps, DenseRowsDotEqualsShared) {
 }
 
 template <typename T>
-void CheckAttention(std::mt19937& gen) {
+void CheckAttention(std::mt19937& gen, int64_t hd) {
   std::normal_distribution<float> dist;
-  const int64_t hd = 40, kv_heads = 2, page = 4, pages = 7, keys = 25;
-  const int64_t row = kv_heads * hd, page_stride = page * row;
+  const int64_t kv_heads = 2, page = 4, pages = 7, keys = 25;
+  const int64_t row = kv_heads * hd, units = row / KvValuesPerUnit<T>, page_stride = page * units;
   std::vector<T> k(pages * page_stride), v(pages * page_stride);
-  for (int64_t i = 0; i < pages * page_stride; ++i) {
-    const float ki = dist(gen), vi = dist(gen);
-    KvStoreRow(&ki, 1, &k[i]);
-    KvStoreRow(&vi, 1, &v[i]);
+  std::vector<float> kx(row), vx(row);
+  for (int64_t position = 0; position < pages * page; ++position) {
+    for (int64_t i = 0; i < row; ++i) kx[i] = dist(gen), vx[i] = dist(gen);
+    KvStoreRow(kx.data(), row, &k[position * units]);
+    KvStoreRow(vx.data(), row, &v[position * units]);
   }
   const std::vector<int32_t> table = {3, 0, 6, 1, 5, 2, 4};
-  const PagedKv<T> kv{k.data(), v.data(), table.data(), page_stride, page, row, hd};
+  const PagedKv<T> kv{k.data(), v.data(), table.data(),           page_stride,
+                      page,     units,    hd / KvValuesPerUnit<T>};  // the second KV head
   std::vector<float> q(hd);
   for (float& x : q) x = dist(gen);
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, keys}) {
@@ -410,8 +412,10 @@ void CheckAttention(std::mt19937& gen) {
 
 TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
   std::mt19937 gen(12);
-  CheckAttention<float>(gen);
-  CheckAttention<uint16_t>(gen);
+  CheckAttention<float>(gen, 40);
+  CheckAttention<uint16_t>(gen, 40);
+  CheckAttention<KvQ8>(gen, 64);
+  CheckAttention<KvQ4>(gen, 64);
 }
 
 TEST(CpuOps, SwiGluFastEqualsSharedOnEveryIsa) {
