@@ -5,6 +5,7 @@
 #include "worker/server/scheduler.h"
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -23,9 +24,11 @@ class RecordingSink final : public ResponseSink {
  public:
   void Started(const RequestStarted&) override {}
   void Token(const GeneratedToken& token) override {
+    if (on_token) on_token();
     std::lock_guard<std::mutex> l(mu_);
     ids_.push_back(token.id);
   }
+  std::function<void()> on_token;  // set before the request is submitted
   void Finished(const RequestFinished& finished) override {
     std::lock_guard<std::mutex> l(mu_);
     finish_reason_ = FinishReasonName(finished.reason);
@@ -180,6 +183,27 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
   EXPECT_EQ(load.engine.state_slots_used, 0);
   EXPECT_GT(finished, 0);
   EXPECT_GT(cancelled, 0);
+}
+
+// Sinks are called with the scheduler's mutex released: one that asks the scheduler for its
+// load on every token (a client thread's call) neither deadlocks nor waits for a step.
+TEST(Scheduler, SinksRunOutsideTheSchedulersLock) {
+  SchedulerFixture fx;
+  auto engine = fx.MakeEngine();
+  MetricsRegistry registry;
+  WorkerMetrics metrics(registry);
+  Scheduler scheduler(engine.get(), {}, &metrics);
+  auto sink = std::make_shared<RecordingSink>();
+  int loads = 0;
+  sink->on_token = [&] {
+    (void)scheduler.Load();
+    ++loads;
+  };
+  ASSERT_TRUE(scheduler.Submit(fx.Request(5, 6, sink)).ok());
+  const auto [ids, reason, status] = sink->Wait();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(ids.size(), 6u);
+  EXPECT_EQ(loads, 6);
 }
 
 // A request whose tokens need more KV pages than the whole cache is refused as soon as it
