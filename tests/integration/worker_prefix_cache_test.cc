@@ -143,6 +143,27 @@ TEST_F(PrefixCacheWorkers, ASharedDocumentWithDifferentQuestions) {
   ExpectAllGivenBack(on_);
 }
 
+// With interval snapshots the first question already snapshots the document every 64 tokens,
+// so the second question hits at the last boundary before it branches (192), bit for bit.
+TEST(PrefixCacheWorker, IntervalSnapshotsLetTheSecondQuestionHit) {
+  WorkerProcess on({"--prefix-cache-min-tokens", "32", "--max-batch-tokens", "48",
+                    "--prefix-cache-snapshot-interval", "64"});
+  WorkerProcess off({"--no-prefix-caching", "--max-batch-tokens", "48"});
+  ASSERT_TRUE(on.ok() && off.ok());
+  const std::vector<int32_t> doc = Tokens(200, 2);
+  for (uint32_t q = 0; q < 4; ++q) {
+    const v1::GenerateRequest r = Request(Concat(doc, Tokens(10 + q, 50 + q)), 16, 0.0f, 0);
+    ExpectSame(Generate(*off.Generator(), r), Generate(*on.Generator(), r),
+               "question " + std::to_string(q));
+    if (q == 1) EXPECT_EQ(WorkerMetric(on, "vllm:prefix_cache_hits_total"), 192);
+  }
+  EXPECT_EQ(WorkerMetric(on, "walsh_worker_prefix_cache_lookups_total{outcome=\"no_snapshot\"}"),
+            -1);  // never: every question after the first hits
+  EXPECT_EQ(WorkerMetric(on, "walsh_worker_prefix_cache_snapshots_total{at=\"interval\"}"), 3);
+  EXPECT_EQ(WorkerMetric(on, "vllm:prefix_cache_hits_total"), 3 * 192);
+  ExpectAllGivenBack(on);
+}
+
 TEST_F(PrefixCacheWorkers, MultiTurnResumesWhereTheLastTurnEnded) {
   ASSERT_TRUE(on_.ok() && off_.ok());
   std::vector<int32_t> conversation = Tokens(60, 3);

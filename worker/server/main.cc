@@ -35,6 +35,7 @@ struct Flags {
   int64_t drain_grace_seconds = 30;
   bool no_prefix_caching = false;
   int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
+  int64_t prefix_cache_snapshot_interval = 512;
   int64_t max_buffered_responses = 256;
   std::string device = "cpu";
   std::string kv_cache_dtype = "fp16";
@@ -82,6 +83,9 @@ int Run(int argc, char** argv) {
             "the shared KV pages live in --kv-cache-mb and give way to running requests)");
   flags.Int("prefix-cache-min-tokens", &f.prefix_cache_min_tokens,
             "the shortest prefix a snapshot is taken for");
+  flags.Int("prefix-cache-snapshot-interval", &f.prefix_cache_snapshot_interval,
+            "during a long prefill, a snapshot every this many tokens (whole KV pages; 0: none), "
+            "so the first request that branches off a shared document hits");
   flags.Int("max-context", &f.max_context, "prompt + output tokens per request (0: the model's)");
   flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
   flags.Int("max-buffered-responses", &f.max_buffered_responses,
@@ -116,7 +120,8 @@ int Run(int argc, char** argv) {
   }
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
       f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 || f.state_mb < 1 ||
-      f.max_tokens < 1 || f.prefix_cache_bytes < 0 || f.prefix_cache_min_tokens < 1) {
+      f.max_tokens < 1 || f.prefix_cache_bytes < 0 || f.prefix_cache_min_tokens < 1 ||
+      f.prefix_cache_snapshot_interval < 0) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
     return 2;
@@ -233,7 +238,8 @@ int Run(int argc, char** argv) {
     if (!canary.ok()) return Fail("canary_failed", std::string(canary.status().message()));
   }
   Scheduler scheduler(engine->get(),
-                      {f.max_batch_tokens, f.max_running, f.max_queue, f.prefix_cache_min_tokens},
+                      {f.max_batch_tokens, f.max_running, f.max_queue, f.prefix_cache_min_tokens,
+                       f.prefix_cache_snapshot_interval},
                       &metrics);
   info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
   info.set_kv_cache_dtype(KvCacheDtypeName((*engine)->kv_cache_dtype()));

@@ -218,8 +218,9 @@ void Scheduler::Admit() {
       metrics_->prefix_hits.Inc(static_cast<double>(r.prefix.hit_tokens));
       metrics_->prefix_lookups.counter({PrefixOutcomeName(r.prefix.outcome)}).Inc();
     }
-    r.snapshot_points = PlanSnapshots(static_cast<int64_t>(r.tokens.size()), r.prefix,
-                                      capacity.page_size, options_.prefix_min_tokens);
+    r.snapshot_points =
+        PlanSnapshots(static_cast<int64_t>(r.tokens.size()), r.prefix, capacity.page_size,
+                      options_.prefix_min_tokens, options_.prefix_snapshot_interval);
     if (r.admitted_at == Clock::time_point{}) {
       r.admitted_at = Clock::now();
       metrics_->queue_time.Observe(Since(r.arrived_at));

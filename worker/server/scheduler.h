@@ -34,6 +34,9 @@ struct SchedulerOptions {
   int64_t max_queue = 256;         // waiting requests; beyond: RESOURCE_EXHAUSTED
   // Prefixes shorter than this get no GatedDeltaNet snapshot (snapshot_policy.h).
   int64_t prefix_min_tokens = 128;
+  // A snapshot every this many tokens of a prefill (whole pages; 0: none), so that the first
+  // request that branches off a shared document hits (snapshot_policy.h).
+  int64_t prefix_snapshot_interval = 0;
 };
 
 struct SchedulerLoad {

@@ -38,6 +38,38 @@ TEST(SnapshotPolicy, CachedPagesWithoutASnapshotGetOneWhereTheyEnd) {
   EXPECT_EQ(Positions(100, {PrefixOutcome::kNoSnapshot, 16, 0}), (std::vector<int64_t>{99}));
 }
 
+TEST(SnapshotPolicy, LongPrefillsAreSnapshottedEveryIntervalOfWholePages) {
+  // 200 tokens, nothing cached, every 64: 64, 128, 192, then the prompt's end.
+  auto p = PlanSnapshots(200, {PrefixOutcome::kNoPrefix, 0, 0}, 16, 32, 64);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].position, 64);
+  EXPECT_STREQ(p[0].at, "interval");
+  EXPECT_EQ(p[2].position, 192);
+  EXPECT_EQ(p[3].position, 199);
+  EXPECT_STREQ(p[3].at, "prompt");
+  // An interval that is not whole pages rounds down to them (70 -> 64); below the threshold
+  // (min_tokens 100) none is taken.
+  std::vector<int64_t> got;
+  for (const SnapshotPoint& s : PlanSnapshots(200, {PrefixOutcome::kNoPrefix, 0, 0}, 16, 100, 70))
+    got.push_back(s.position);
+  EXPECT_EQ(got, (std::vector<int64_t>{128, 192, 199}));
+  // From a hit at 128 the next interval is 192; a branch at 160 stays a branch, in order.
+  p = PlanSnapshots(200, {PrefixOutcome::kHit, 160, 128}, 16, 32, 64);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].position, 160);
+  EXPECT_STREQ(p[0].at, "branch");
+  EXPECT_EQ(p[1].position, 192);
+  EXPECT_STREQ(p[1].at, "interval");
+  EXPECT_EQ(p[2].position, 199);
+  // An interval point that is the branch is taken once, as the branch.
+  p = PlanSnapshots(200, {PrefixOutcome::kNoSnapshot, 192, 0}, 16, 32, 64);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[2].position, 192);
+  EXPECT_STREQ(p[2].at, "branch");
+  // 0: no interval.
+  EXPECT_EQ(PlanSnapshots(200, {PrefixOutcome::kNoPrefix, 0, 0}, 16, 32, 0).size(), 1u);
+}
+
 TEST(SnapshotPolicy, AFinishedRequestIsSnapshottedAtItsEnd) {
   EXPECT_TRUE(SnapshotAtFinish({PrefixOutcome::kNoPrefix, 0, 0}, 40, 32));
   EXPECT_FALSE(SnapshotAtFinish({PrefixOutcome::kNoPrefix, 0, 0}, 20, 32));
