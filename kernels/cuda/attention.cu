@@ -1,7 +1,8 @@
-// Full attention over paged KV (docs/format.md §8.2): QK-norm, RoPE, the KV write, then one
-// thread block per (token, query head): scores by key in parallel, the softmax's max and sum in
-// position order, outputs by dimension in parallel, each over keys in position order — the
-// pieces of kernels/token_ops.h's AttendOneHead.
+// Full attention over paged KV (docs/format.md §8.2), fp16, q8 or q4 pages read directly:
+// QK-norm, RoPE, the KV write, then one thread block per (token, query head): scores by key in
+// parallel, the softmax's max on a warp and its sum in the shared 32 lanes (a lane per thread),
+// outputs by dimension in parallel, each over keys in position order — the pieces of
+// kernels/token_ops.h's AttendOneHead.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/warp_lanes.h"
@@ -10,9 +11,10 @@ namespace walsh::cuda {
 namespace {
 
 // One thread per (token, head) of q (n_head) and k (n_head_kv); then the K and V rows.
+template <typename T>
 __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, float* k,
                               const float* v, const float* q_norm, const float* k_norm,
-                              const double* inv_freq, uint16_t* k_layer, uint16_t* v_layer) {
+                              const double* inv_freq, T* k_layer, T* v_layer) {
   const int64_t t = blockIdx.x;
   const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
   const int64_t pos = step.pos_of_token[t];
@@ -30,29 +32,32 @@ __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, fl
   __syncthreads();
   const int32_t seq = step.seq_of_token[t];
   const int32_t page = step.pages[step.seq_page_offset[seq] + pos / s.page_size];
-  const int64_t at = page * s.page_stride + (pos % s.page_size) * kv_dim;
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    KvStoreRow(k + t * kv_dim + i, 1, k_layer + at + i);
-    KvStoreRow(v + t * kv_dim + i, 1, v_layer + at + i);
+  // A thread per storage unit of the row (a value, or a quantized group of 32).
+  constexpr int64_t per_unit = KvValuesPerUnit<T>;
+  const int64_t units = kv_dim / per_unit;
+  const int64_t at = page * s.page_stride + (pos % s.page_size) * units;
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    KvStoreRow(k + t * kv_dim + u * per_unit, per_unit, k_layer + at + u);
+    KvStoreRow(v + t * kv_dim + u * per_unit, per_unit, v_layer + at + u);
   }
 }
 
+template <typename T>
 __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, const float* q_gate,
-                             const uint16_t* k_layer, const uint16_t* v_layer, float* scores_all,
-                             float* out) {
+                             const T* k_layer, const T* v_layer, float* scores_all, float* out) {
   __shared__ float max_score, sum;
   const int64_t t = t_begin + blockIdx.x / s.n_head, j = blockIdx.x % s.n_head;
   const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
   const int64_t n_keys = step.pos_of_token[t] + 1;
   const int32_t seq = step.seq_of_token[t];
-  const PagedKv<uint16_t> kv{
-      k_layer,
-      v_layer,
-      step.pages + step.seq_page_offset[seq],
-      s.page_stride,
-      s.page_size,
-      kv_dim,
-      ((s.q_head_begin + j) / s.group - s.kv_head_begin) * hd};  // blocked GQA
+  constexpr int64_t per_unit = KvValuesPerUnit<T>;
+  const PagedKv<T> kv{k_layer,
+                      v_layer,
+                      step.pages + step.seq_page_offset[seq],
+                      s.page_stride,
+                      s.page_size,
+                      kv_dim / per_unit,
+                      ((s.q_head_begin + j) / s.group - s.kv_head_begin) * hd / per_unit};  // GQA
   const float* q = q_gate + t * 2 * s.n_head * hd + j * 2 * hd;
   const float* g = q + hd;
   float* scores = scores_all + (step.score_offset[t] - step.score_offset[t_begin]) + j * n_keys;
@@ -86,23 +91,64 @@ __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, c
 
 }  // namespace
 
-int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
-                     const float* v, const float* q_norm, const float* k_norm,
-                     const double* inv_freq, uint16_t* k_layer, uint16_t* v_layer,
-                     cudaStream_t stream) {
-  if (step.n_tokens == 0) return 0;
-  PrepareKernel<<<static_cast<unsigned>(step.n_tokens), 64, 0, stream>>>(
-      shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, k_layer, v_layer);
+namespace {
+
+template <typename T>
+int Prepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
+            const float* v, const float* q_norm, const float* k_norm, const double* inv_freq,
+            void* k_layer, void* v_layer, cudaStream_t stream) {
+  PrepareKernel<T><<<static_cast<unsigned>(step.n_tokens), 64, 0, stream>>>(
+      shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, static_cast<T*>(k_layer),
+      static_cast<T*>(v_layer));
   return LastLaunchError();
 }
 
+template <typename T>
+int Attend(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
+           const float* q_gate, const void* k_layer, const void* v_layer, float* scores, float* out,
+           cudaStream_t stream) {
+  AttendKernel<T><<<static_cast<unsigned>((t_end - t_begin) * shape.n_head), 256, 0, stream>>>(
+      shape, step, t_begin, q_gate, static_cast<const T*>(k_layer), static_cast<const T*>(v_layer),
+      scores, out);
+  return LastLaunchError();
+}
+
+}  // namespace
+
+int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
+                     const float* v, const float* q_norm, const float* k_norm,
+                     const double* inv_freq, void* k_layer, void* v_layer, cudaStream_t stream) {
+  if (step.n_tokens == 0) return 0;
+  switch (shape.kv) {
+    case KvStorage::kQ8:
+      return Prepare<KvQ8>(shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, k_layer, v_layer,
+                           stream);
+    case KvStorage::kQ4:
+      return Prepare<KvQ4>(shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, k_layer, v_layer,
+                           stream);
+    case KvStorage::kFp16:
+      break;
+  }
+  return Prepare<uint16_t>(shape, step, q_gate, k, v, q_norm, k_norm, inv_freq, k_layer, v_layer,
+                           stream);
+}
+
 int Attention(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
-              const float* q_gate, const uint16_t* k_layer, const uint16_t* v_layer, float* scores,
+              const float* q_gate, const void* k_layer, const void* v_layer, float* scores,
               float* out, cudaStream_t stream) {
   if (t_end <= t_begin) return 0;
-  AttendKernel<<<static_cast<unsigned>((t_end - t_begin) * shape.n_head), 256, 0, stream>>>(
-      shape, step, t_begin, q_gate, k_layer, v_layer, scores, out);
-  return LastLaunchError();
+  switch (shape.kv) {
+    case KvStorage::kQ8:
+      return Attend<KvQ8>(shape, step, t_begin, t_end, q_gate, k_layer, v_layer, scores, out,
+                          stream);
+    case KvStorage::kQ4:
+      return Attend<KvQ4>(shape, step, t_begin, t_end, q_gate, k_layer, v_layer, scores, out,
+                          stream);
+    case KvStorage::kFp16:
+      break;
+  }
+  return Attend<uint16_t>(shape, step, t_begin, t_end, q_gate, k_layer, v_layer, scores, out,
+                          stream);
 }
 
 }  // namespace walsh::cuda

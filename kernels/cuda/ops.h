@@ -90,23 +90,26 @@ struct StepView {
 
 // One rank's heads: n_head query heads from q_head_begin, n_head_kv KV heads from
 // kv_head_begin; a query head j reads KV head (q_head_begin + j) / group - kv_head_begin.
+// How the KV pages store a row (kernels/token_ops.h): fp16 values, or KvQ8 / KvQ4 units of 32.
+enum class KvStorage { kFp16, kQ8, kQ4 };
+
 struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   int64_t q_head_begin = 0, kv_head_begin = 0, group = 1;
   float eps = 0.0f, scale = 0.0f;
-  int64_t page_size = 0, page_stride = 0;  // positions per page; floats from page to page
+  int64_t page_size = 0, page_stride = 0;  // positions per page; units from page to page
+  KvStorage kv = KvStorage::kFp16;
 };
 
 // QK-norm and RoPE on every query and key head, then K and V rows into the step's pages of one
-// layer as fp16 (k_layer / v_layer: that layer's K and V rows of page 0).
+// layer in shape.kv's storage (k_layer / v_layer: that layer's K and V rows of page 0).
 int AttentionPrepare(const AttentionShape& shape, const StepView& step, float* q_gate, float* k,
                      const float* v, const float* q_norm, const float* k_norm,
-                     const double* inv_freq, uint16_t* k_layer, uint16_t* v_layer,
-                     cudaStream_t stream);
+                     const double* inv_freq, void* k_layer, void* v_layer, cudaStream_t stream);
 // Every (token, head) of tokens [t_begin, t_end) over its sequence's positions 0..pos, gated by
 // σ(gate); `scores` holds score_offset[t_end] - score_offset[t_begin] floats.
 int Attention(const AttentionShape& shape, const StepView& step, int64_t t_begin, int64_t t_end,
-              const float* q_gate, const uint16_t* k_layer, const uint16_t* v_layer, float* scores,
+              const float* q_gate, const void* k_layer, const void* v_layer, float* scores,
               float* out, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------

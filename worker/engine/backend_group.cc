@@ -67,11 +67,6 @@ absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model, const EngineOp
         return absl::UnimplementedError(
             "--device cuda runs one GPU per engine in this build; --tp > 1 is CPU ranks only");
       }
-      if (options.kv_cache_dtype != KvCacheDtype::kFp16) {
-        return absl::UnimplementedError(
-            absl::StrCat("--kv-cache-dtype ", KvCacheDtypeName(options.kv_cache_dtype),
-                         " with --device cuda: the CUDA attention reads fp16 pages only"));
-      }
       group.kernels_ = "cuda";
       auto backend = MakeCudaBackend(model, options);
       if (!backend.ok()) return backend.status();

@@ -149,8 +149,8 @@ BackendMemory CudaBackend::Memory() const {
 absl::Status CudaBackend::AllocateCaches(const CacheGeometry& g) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
   geometry_ = g;
-  if (g.kv_dtype != KvCacheDtype::kFp16) {
-    return absl::UnimplementedError("cuda: the KV cache is fp16 (fp32 is a CPU debug mode)");
+  if (g.kv_dtype == KvCacheDtype::kF32) {
+    return absl::UnimplementedError("cuda: fp32 KV pages are the CPU's fp32 debug mode");
   }
   const int64_t kv_bytes = g.pages * g.page_bytes();
   const int64_t state_bytes = g.slots * g.slot_floats() * 4;
@@ -438,12 +438,17 @@ cuda::AttentionShape CudaBackend::AttentionShapeOf(const AttentionShard& heads) 
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.key_length));
   s.page_size = geometry_.page_size;
   s.page_stride = geometry_.page_units();
+  s.kv = geometry_.kv_dtype == KvCacheDtype::kQ8   ? cuda::KvStorage::kQ8
+         : geometry_.kv_dtype == KvCacheDtype::kQ4 ? cuda::KvStorage::kQ4
+                                                   : cuda::KvStorage::kFp16;
   return s;
 }
 
-uint16_t* CudaBackend::KvLayer(int64_t layer) const {
-  return kv_.as<uint16_t>() + layer * 2 * geometry_.page_size * geometry_.kv_dim;
+uint8_t* CudaBackend::KvLayer(int64_t layer) const {
+  return kv_.as<uint8_t>() + layer * 2 * geometry_.page_size * KvRowBytes();
 }
+
+int64_t CudaBackend::KvRowBytes() const { return KvBytes(geometry_.kv_dtype, geometry_.kv_dim); }
 
 absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t layer,
                                            const AttentionShard& heads, Tensor q_gate, Tensor k,
@@ -451,18 +456,18 @@ absl::Status CudaBackend::AttentionPrepare(const AttentionWeights& w, int64_t la
   const int64_t hd = model_.config().key_length;
   ASSIGN_OR_RETURN(const float* q_norm, ResidentAs(w.q_norm, hd));
   ASSIGN_OR_RETURN(const float* k_norm, ResidentAs(w.k_norm, hd));
-  uint16_t* k_layer = KvLayer(layer);
+  uint8_t* k_layer = KvLayer(layer);
   return Launch(
       cuda::AttentionPrepare(AttentionShapeOf(heads), step_, q_gate.f32(), k.f32(), v.f32(), q_norm,
                              k_norm, rope_inv_freq_.as<double>(), k_layer,
-                             k_layer + geometry_.page_size * geometry_.kv_dim, stream_),
+                             k_layer + geometry_.page_size * KvRowBytes(), stream_),
       "attention prepare");
 }
 
 absl::Status CudaBackend::Attention(int64_t layer, const AttentionShard& heads, Tensor q_gate,
                                     Tensor out) {
-  const uint16_t* k_layer = KvLayer(layer);
-  const uint16_t* v_layer = k_layer + geometry_.page_size * geometry_.kv_dim;
+  const uint8_t* k_layer = KvLayer(layer);
+  const uint8_t* v_layer = k_layer + geometry_.page_size * KvRowBytes();
   // Tokens in chunks whose scores fit the scratch; each (token, head) reduces alone, so the
   // chunking changes no bit.
   const std::vector<int64_t>& offset = host_step_.score_offset;

@@ -92,7 +92,8 @@ class CudaBackend final : public Backend {
   absl::Status Copy2D(const float* from, int64_t from_stride, float* to, int64_t to_stride,
                       int64_t rows, int64_t cols, const char* op);
   cuda::AttentionShape AttentionShapeOf(const AttentionShard& heads) const;
-  uint16_t* KvLayer(int64_t layer) const;  // fp16 K rows of page 0
+  uint8_t* KvLayer(int64_t layer) const;  // the layer's K rows of page 0
+  int64_t KvRowBytes() const;             // one position's K (or V) row of one layer
   cuda::GdnStateView StateView(int64_t layer) const;
 
   const Model& model_;

@@ -63,13 +63,15 @@ double MeanKl(const std::vector<float>& p, const std::vector<float>& q, int64_t 
   return total / rows;
 }
 
-std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device) {
+std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
+                                   KvCacheDtype kv = KvCacheDtype::kFp16) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
   auto bound = Model::Bind(std::move(*file));
   EXPECT_TRUE(bound.ok()) << bound.status();
   EngineOptions opts;
   opts.device = device;
+  opts.kv_cache_dtype = kv;
   opts.kv_cache_bytes = int64_t{64} << 20;
   opts.state_bytes = int64_t{64} << 20;
   auto engine = Engine::Create(std::move(*bound), opts);
@@ -111,6 +113,9 @@ class CudaEngine : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     SKIP_WITHOUT_CUDA();
     const std::string& name = GetParam();
+    kv_ = name.ends_with("_q8kv")   ? KvCacheDtype::kQ8
+          : name.ends_with("_q4kv") ? KvCacheDtype::kQ4
+                                    : KvCacheDtype::kFp16;
     if (name == "peer") {
       path_ = TestDataPath("peer/model.gguf");
       return;
@@ -126,11 +131,12 @@ class CudaEngine : public ::testing::TestWithParam<std::string> {
 
   testing::TempDir dir_;
   std::string path_;
+  KvCacheDtype kv_ = KvCacheDtype::kFp16;  // "_q8kv" / "_q4kv" names: quantized KV pages
 };
 
 TEST_P(CudaEngine, MatchesTheCpuBitForBit) {
-  auto cpu = MakeEngine(path_, Device::kCpu);
-  auto gpu = MakeEngine(path_, Device::kCuda);
+  auto cpu = MakeEngine(path_, Device::kCpu, kv_);
+  auto gpu = MakeEngine(path_, Device::kCuda, kv_);
   ASSERT_TRUE(cpu && gpu);
   const int64_t vocab = cpu->model().config().vocab_size;
   std::mt19937 gen(11);
@@ -154,7 +160,7 @@ TEST_P(CudaEngine, MatchesTheCpuBitForBit) {
 }
 
 TEST_P(CudaEngine, IsScheduleInvariant) {
-  auto gpu = MakeEngine(path_, Device::kCuda);
+  auto gpu = MakeEngine(path_, Device::kCuda, kv_);
   ASSERT_TRUE(gpu);
   const int64_t vocab = gpu->model().config().vocab_size;
   std::mt19937 gen(12);
@@ -203,7 +209,7 @@ TEST_P(CudaEngine, IsScheduleInvariant) {
 // The prefix cache's device copies (CopyStateSlot, CopyKvPage): a sequence restored from a
 // snapshot off a page boundary continues with the logits of a cold run.
 TEST_P(CudaEngine, PrefixCacheHitEqualsColdRun) {
-  auto gpu = MakeEngine(path_, Device::kCuda);
+  auto gpu = MakeEngine(path_, Device::kCuda, kv_);
   ASSERT_TRUE(gpu);
   ASSERT_TRUE(gpu->prefix_caching());
   const int64_t vocab = gpu->model().config().vocab_size;
@@ -230,7 +236,8 @@ TEST_P(CudaEngine, PrefixCacheHitEqualsColdRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
-                         ::testing::Values("tiny_pq2_0", "tiny_ptq1_0", "small_pq2_0", "peer"));
+                         ::testing::Values("tiny_pq2_0", "tiny_ptq1_0", "small_pq2_0", "peer",
+                                           "tiny_pq2_0_q8kv", "small_pq2_0_q4kv"));
 
 TEST(CudaPeerConformance, GreedyIdenticalToThePeer) {
   SKIP_WITHOUT_CUDA();
