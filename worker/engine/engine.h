@@ -122,6 +122,9 @@ class Engine {
   absl::Status RemoveSequence(SequenceId id);
   absl::StatusOr<int64_t> SequenceLength(SequenceId id) const;
 
+  // The KV pages a step over `batch` would take from the pool (its sequences' new pages); the
+  // scheduler preempts before the step when they are not to be had. Changes nothing.
+  int64_t PagesToGrow(const std::vector<SequenceInput>& batch) const;
   // Runs one step over the batch. Validates everything first: on error (unknown or repeated
   // sequence, token out of range, context or KV pages exhausted) no sequence changes.
   absl::StatusOr<ForwardResult> Forward(const std::vector<SequenceInput>& batch);

@@ -325,6 +325,14 @@ void Scheduler::Step() {
     }
   }
   if (batch.empty()) return;
+  // Preemption is decided here, before the step, when its pages are not to be had (the engine
+  // would refuse the step; its refusal below remains the net for a lone request that outgrows
+  // the pool).
+  const EngineStats pool = engine_->Stats();
+  if (engine_->PagesToGrow(batch) > pool.kv_pages_total - pool.kv_pages_used && Preempt()) {
+    preempted_this_step_ = true;
+    return;
+  }
 
   DeliverEvents();  // what DropFinished and Admit decided, before the step's wait
   mu_.Unlock();

@@ -144,6 +144,23 @@ TEST(QuantizedKvCache, BytesAndNames) {
   EXPECT_EQ(parsed, KvCacheDtype::kQ4);
 }
 
+// What the scheduler plans preemption by: the pages a step takes, asked before it runs.
+TEST(EnginePages, PagesToGrowIsWhatTheStepTakes) {
+  testing::SyntheticEngine f("tiny");
+  auto e = f.Make({.prefix_caching = false});
+  auto a = e->AddSequence();
+  auto b = e->AddSequence();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(e->Forward({{*a, f.Tokens(10, 1), false}}).ok());            // one page
+  const std::vector<SequenceInput> step = {{*a, f.Tokens(23, 2), false},   // 33: 3 pages, +2
+                                           {*b, f.Tokens(16, 3), false}};  // 16: 1 page, +1
+  EXPECT_EQ(e->PagesToGrow(step), 3);
+  const int64_t before = e->Stats().kv_pages_used;
+  ASSERT_TRUE(e->Forward(step).ok());
+  EXPECT_EQ(e->Stats().kv_pages_used - before, 3);
+  EXPECT_EQ(e->PagesToGrow({{*a, {1}, false}}), 0);  // 34 tokens still fit 3 pages
+}
+
 TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
   testing::SyntheticEngine f("tiny");
   // Room for 4 pages of 16 positions.
