@@ -260,22 +260,31 @@ WALSH_HD void KvStoreRow(const float* x, int64_t n, float* row) {
 WALSH_HD void KvStoreRow(const float* x, int64_t n, uint16_t* row) {
   for (int64_t i = 0; i < n; ++i) row[i] = FloatToFp16(x[i]);
 }
-// One group's scale from its largest magnitude over `levels` (127 or 7), and 1 / that scale
-// rounded to fp16 and back, so that codes are chosen against the scale a reader will use.
+// One group's scale from its largest magnitude over `levels` (127 or 7), saturated at fp16's
+// largest finite value, and 1 / that scale rounded to fp16 and back, so that codes are chosen
+// against the scale a reader will use.
 WALSH_HD float KvGroupScale(const float* x, float levels, uint16_t* d16) {
   float amax = 0.0f;
   for (int j = 0; j < kKvGroup; ++j) amax = MaxF(amax, fabsf(x[j]));
-  *d16 = FloatToFp16(amax / levels);
+  const float d_wanted = amax / levels;
+  *d16 = FloatToFp16(d_wanted < 65504.0f ? d_wanted : 65504.0f);
   const float d = Fp16ToFloat(*d16);
   return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+// round(x · id) clamped to [lo, hi] before it becomes an integer, NaN to 0: the same code on
+// every device (a float-to-int conversion of NaN or of an out-of-range value is undefined).
+WALSH_HD int KvCode(float x, float id, float lo, float hi) {
+  float r = roundf(x * id);
+  r = r < lo ? lo : (r > hi ? hi : r);
+  return r == r ? static_cast<int>(r) : 0;
 }
 WALSH_HD void KvStoreRow(const float* x, int64_t n, KvQ8* row) {
   for (int64_t b = 0; b < n / kKvGroup; ++b) {
     const float* xb = x + b * kKvGroup;
     const float id = KvGroupScale(xb, 127.0f, &row[b].d);
     for (int j = 0; j < kKvGroup; ++j) {
-      int v = static_cast<int>(roundf(xb[j] * id));
-      row[b].q[j] = static_cast<int8_t>(v < -127 ? -127 : (v > 127 ? 127 : v));
+      row[b].q[j] = static_cast<int8_t>(KvCode(xb[j], id, -127.0f, 127.0f));
     }
   }
 }
@@ -284,9 +293,7 @@ WALSH_HD void KvStoreRow(const float* x, int64_t n, KvQ4* row) {
     const float* xb = x + b * kKvGroup;
     const float id = KvGroupScale(xb, 7.0f, &row[b].d);
     for (int j = 0; j < kKvGroup; j += 2) {
-      int lo = static_cast<int>(roundf(xb[j] * id)), hi = static_cast<int>(roundf(xb[j + 1] * id));
-      lo = lo < -8 ? -8 : (lo > 7 ? 7 : lo);
-      hi = hi < -8 ? -8 : (hi > 7 ? 7 : hi);
+      const int lo = KvCode(xb[j], id, -8.0f, 7.0f), hi = KvCode(xb[j + 1], id, -8.0f, 7.0f);
       row[b].q[j / 2] = static_cast<uint8_t>((lo + 8) | (hi + 8) << 4);
     }
   }

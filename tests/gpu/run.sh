@@ -14,16 +14,21 @@
 #                               read no header or library of Debian's outside the kit, and runs
 #                               the CPU side of every step
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+self=$(realpath "$0")
+cd "$(dirname "$self")/../.."
 root=$(pwd)
 mode=device
-[ "${1:-}" = "--dry-run" ] && mode=dry-run
+[ "${1:-}" = "--dry-run" ] && mode=dry-run && shift
+# --run-step FN: the script runs one step's function in a process of its own, so that one
+# `timeout` bounds the whole step, every command in it.
+run_step=""
+[ "${1:-}" = "--run-step" ] && run_step=$2
 
 out=${OUT:-$root/build-gpu-out}
 mkdir -p "$out"
 log=$out/gpu-check.log
 summary=$out/gpu-check.json
-: >"$log"
+[ -n "$run_step" ] || : >"$log"
 start=$(date +%s)
 deadline=$((start + 480))
 build=$root/build-gpu-engine
@@ -33,18 +38,23 @@ failures=0
 
 say() { echo "$@" | tee -a "$log"; }
 
+# The summary so far; `running` names the step in progress, so a run cut off from outside
+# never reads as a pass ("complete": false until the end).
 write_summary() {
-  printf '{"mode":"%s","seconds":%d,"failures":%d,"steps":[%s]}\n' "$mode" \
-    $(($(date +%s) - start)) "$failures" "${steps_json#,}" >"$summary"
+  local running=${1:-} complete=${2:-false}
+  printf '{"mode":"%s","complete":%s,"running":"%s","seconds":%d,"failures":%d,"steps":[%s]}\n' \
+    "$mode" "$complete" "$running" $(($(date +%s) - start)) "$failures" "${steps_json#,}" \
+    >"$summary"
 }
 
-# step NAME BUDGET_SECONDS FUNCTION: runs FUNCTION with at most BUDGET seconds (and never past
-# the global deadline) on the device; a dry run is timed but not cut off, this machine being
-# slower. Records pass, fail, timeout or skipped.
+# step NAME BUDGET_SECONDS FUNCTION: runs FUNCTION with at most BUDGET seconds for the whole step
+# (and never past the global deadline) on the device; a dry run is timed but not cut off, this
+# machine being slower. Records pass, fail, timeout or skipped.
 step() {
   local name=$1 budget=$2 fn=$3 status rc t0
   say ""
   say "== $name (budget ${budget} s) =="
+  write_summary "$name"
   t0=$(date +%s)
   local left=$((deadline - t0))
   if [ "$mode" = device ] && [ "$left" -le 0 ]; then
@@ -54,8 +64,13 @@ step() {
   else
     local limit=$budget
     [ "$mode" = device ] && [ "$left" -lt "$limit" ] && limit=$left
-    [ "$mode" = dry-run ] && limit=0
-    STEP_LIMIT=$limit "$fn" 2>&1 | tee -a "$log"
+    local args=(--run-step "$fn")
+    [ "$mode" = dry-run ] && args=(--dry-run --run-step "$fn")
+    if [ "$mode" = device ]; then
+      timeout -k 5 "$limit" "$self" "${args[@]}" 2>&1 | tee -a "$log"
+    else
+      "$self" "${args[@]}" 2>&1 | tee -a "$log"
+    fi
     rc=${PIPESTATUS[0]}
     case $rc in
       0) status=pass ;;
@@ -71,10 +86,6 @@ step() {
   write_summary
 }
 
-# Runs a command under the step's limit (none in a dry run).
-limited() {
-  if [ "${STEP_LIMIT:-0}" -gt 0 ]; then timeout -k 5 "$STEP_LIMIT" "$@"; else "$@"; fi
-}
 
 device_info() {
   if [ "$mode" = dry-run ]; then
@@ -82,7 +93,7 @@ device_info() {
     command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "no nvcc"; return 1; }
     return 0
   fi
-  limited nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || return 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || return 1
   (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2
 }
 
@@ -91,9 +102,9 @@ build_engine() {
   [ -f "$kit/kit.tar.gz" ] || { echo "no $kit/kit.tar.gz: run scripts/gpu-kit here and carry it"; return 1; }
   rm -rf "$kit/kit" "$build"
   tar -C "$kit" -xzf "$kit/kit.tar.gz" || return 1
-  limited cmake -S "$root" -B "$build" -G Ninja -DWALSH_ENGINE_ONLY=ON -DWALSH_CUDA=ON \
+  cmake -S "$root" -B "$build" -G Ninja -DWALSH_ENGINE_ONLY=ON -DWALSH_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$kit/kit" -DICU_ROOT="$kit/kit" >"$out/build.log" 2>&1 &&
-    limited cmake --build "$build" -j "$(nproc)" --target walsh-bench walsh-mkmodel gpu_check \
+    cmake --build "$build" -j "$(nproc)" --target walsh-bench walsh-mkmodel gpu_check \
       cuda_engine_test peer_conformance_test engine_schedule_test prefix_cache_test \
       >>"$out/build.log" 2>&1
   local rc=$?
@@ -118,22 +129,19 @@ build_engine() {
   echo "the engine-only build read no Debian header or library outside the kit"
 }
 
-export LD_LIBRARY_PATH=$kit/kit/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export WALSH_SOURCE_DIR=$root
-
 kernels() {
-  if [ "$mode" = dry-run ]; then limited "$build/tests/gpu_check" --dry-run; else limited "$build/tests/gpu_check"; fi
+  if [ "$mode" = dry-run ]; then "$build/tests/gpu_check" --dry-run; else "$build/tests/gpu_check"; fi
 }
 
 conformance() {
   if [ "$mode" = device ]; then
-    WALSH_REQUIRE_CUDA=1 limited "$build/tests/cuda_engine_test" --gtest_brief=1
+    WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_engine_test" --gtest_brief=1
     return
   fi
   # The CPU side: the same properties on the CPU backend, and the CUDA test binary skipping.
   local t
   for t in peer_conformance_test engine_schedule_test prefix_cache_test cuda_engine_test; do
-    limited "$build/tests/$t" --gtest_brief=1 || return 1
+    "$build/tests/$t" --gtest_brief=1 || return 1
   done
 }
 
@@ -145,15 +153,15 @@ memcheck() {
   [ "$listed" -eq 1 ] || { echo "the memcheck filter selects $listed tests, not 1"; return 1; }
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if [ ! -x "$sanitizer" ]; then
-    echo "compute-sanitizer not found: memcheck not run"
-    return 0
-  fi
   if [ "$mode" = dry-run ]; then
     echo "dry run: would run $sanitizer --tool memcheck on $memcheck_filter (tiny, PQ2_0)"
     return 0
   fi
-  WALSH_REQUIRE_CUDA=1 limited "$sanitizer" --tool memcheck --error-exitcode 1 \
+  if [ ! -x "$sanitizer" ]; then
+    echo "compute-sanitizer not found: the memcheck step fails"
+    return 1
+  fi
+  WALSH_REQUIRE_CUDA=1 "$sanitizer" --tool memcheck --error-exitcode 1 \
     "$build/tests/cuda_engine_test" --gtest_filter="$memcheck_filter" --gtest_brief=1
 }
 
@@ -164,18 +172,25 @@ end_to_end() {
   for fmt in pq2_0 ptq1_0; do
     model=/tmp/walsh-gpu-check-$fmt.gguf
     if [ "$mode" = dry-run ]; then
-      limited "$build/tools/walsh-mkmodel" --preset small --format "$fmt" --out "$model" || return 1
-      limited "$build/tools/walsh-bench" decode --model "$model" --device cpu --batch 1,16 \
+      "$build/tools/walsh-mkmodel" --preset small --format "$fmt" --out "$model" || return 1
+      "$build/tools/walsh-bench" decode --model "$model" --device cpu --batch 1,16 \
         --prompt 64 --gen 2 --no-bandwidth --json "$out/bench-$fmt.json" || return 1
     else
-      limited "$build/tools/walsh-mkmodel" --preset 27b --signs real --layers "$layers" \
+      "$build/tools/walsh-mkmodel" --preset 27b --signs real --layers "$layers" \
         --format "$fmt" --out "$model" || return 1
-      limited "$build/tools/walsh-bench" decode --model "$model" --device cuda --batch 1,16 \
+      "$build/tools/walsh-bench" decode --model "$model" --device cuda --batch 1,16 \
         --prompt 2048 --gen 32 --no-bandwidth --json "$out/bench-$fmt.json" || return 1
     fi
     rm -f "$model"
   done
 }
+
+export LD_LIBRARY_PATH=$kit/kit/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export WALSH_SOURCE_DIR=$root
+if [ -n "$run_step" ]; then
+  "$run_step"
+  exit $?
+fi
 
 say "walsh GPU check ($mode), $(date -u +%FT%TZ), tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 step "1. device" 10 device_info
@@ -188,5 +203,5 @@ if [ -x "$build/tests/gpu_check" ]; then
 fi
 say ""
 say "failures: $failures (summary in $summary)"
-write_summary
+write_summary "" true
 exit $((failures > 0))

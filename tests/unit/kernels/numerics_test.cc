@@ -315,6 +315,38 @@ TEST(TokenOps, GdnRowSumsRunInThirtyTwoLanesWholeAndLaneByLane) {
   }
 }
 
+// Quantized KV rows: a group's values within half a step of the scale, and the edges every
+// device must store alike: an all-zero group, a magnitude past fp16's range (the scale
+// saturates, the codes clamp), NaN and infinities (NaN stores code 0).
+TEST(TokenOps, QuantizedKvRowsRoundTripAndStoreEdgesAlike) {
+  std::mt19937 gen(21);
+  const std::vector<float> x = Random(64, gen, 3.0f);
+  KvQ8 q8[2];
+  KvQ4 q4[2];
+  KvStoreRow(x.data(), 64, q8);
+  KvStoreRow(x.data(), 64, q4);
+  for (int64_t i = 0; i < 64; ++i) {
+    const KvQ8& g8 = q8[i / 32];
+    const KvQ4& g4 = q4[i / 32];
+    EXPECT_LE(std::abs(KvLoadAt(q8, i) - x[i]), 0.5f * Fp16ToFloat(g8.d) * 1.01f) << i;
+    EXPECT_LE(std::abs(KvLoadAt(q4, i) - x[i]), 0.5f * Fp16ToFloat(g4.d) * 1.01f) << i;
+  }
+  std::vector<float> edge(32, 0.0f);
+  KvStoreRow(edge.data(), 32, q8);
+  EXPECT_EQ(KvLoadAt(q8, 5), 0.0f);
+  edge[0] = 1e9f, edge[1] = -1e9f, edge[2] = NAN, edge[3] = INFINITY, edge[4] = 1.0f;
+  KvStoreRow(edge.data(), 32, q8);
+  EXPECT_EQ(Fp16ToFloat(q8[0].d), 65504.0f);
+  EXPECT_EQ(q8[0].q[0], 127);
+  EXPECT_EQ(q8[0].q[1], -127);
+  EXPECT_EQ(q8[0].q[2], 0);
+  EXPECT_EQ(q8[0].q[3], 127);
+  KvStoreRow(edge.data(), 32, q4);
+  EXPECT_EQ(KvLoadAt(q4, 0), 7 * Fp16ToFloat(q4[0].d));
+  EXPECT_EQ(KvLoadAt(q4, 1), -8 * Fp16ToFloat(q4[0].d));
+  EXPECT_EQ(KvLoadAt(q4, 2), 0.0f);
+}
+
 TEST(WeightFormat, TheTableKnowsExactlyTheTernaryTypes) {
   ASSERT_NE(FindTernaryFormat(142), nullptr);
   ASSERT_NE(FindTernaryFormat(143), nullptr);
