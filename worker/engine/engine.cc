@@ -144,14 +144,6 @@ absl::Status Engine::ForEachRank(const std::function<absl::Status(Backend&)>& op
 
 absl::StatusOr<SequenceId> Engine::AddSequence() { return AddSequence({}, nullptr); }
 
-int64_t Engine::SharedPagesInUse(absl::Span<const int32_t> tokens) const {
-  if (prefix_ == nullptr || tokens.empty()) return 0;
-  // As AddSequence looks up: the hit leaves the last token to compute.
-  const PrefixCache::Match match = prefix_->Lookup(tokens, static_cast<int64_t>(tokens.size()) - 1);
-  if (!match.snapshot) return 0;
-  return prefix_->InUseAmong(match, match.snapshot->length / kv_.page_size());
-}
-
 absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
                                                PrefixLookup* lookup) {
   PrefixLookup found;

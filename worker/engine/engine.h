@@ -110,9 +110,6 @@ class Engine {
   // exactly (at most all but the last token; its length says how many); `lookup` says what was
   // found.
   absl::StatusOr<SequenceId> AddSequence(absl::Span<const int32_t> tokens, PrefixLookup* lookup);
-  // The KV pages a new sequence of `tokens` would share, from a prefix-cache hit, with pages
-  // already in use: admission need not find them free. Changes nothing.
-  int64_t SharedPagesInUse(absl::Span<const int32_t> tokens) const;
   // Snapshots the sequence's GatedDeltaNet state (and partial last page) at its length for the
   // prefix cache. False when it is cached already, caching is off, or the budget has no room.
   absl::StatusOr<bool> Snapshot(SequenceId id);

@@ -12,15 +12,6 @@ PrefixCache::PrefixCache(KvPagePool* pages, int64_t snapshot_slots, int32_t firs
   nodes_[kRoot] = Node{};
 }
 
-int64_t PrefixCache::InUseAmong(const Match& m, int64_t n) const {
-  int64_t in_use = 0;
-  for (int64_t i = 0; i < n && i < static_cast<int64_t>(m.nodes.size()); ++i) {
-    auto it = nodes_.find(m.nodes[i]);
-    if (it != nodes_.end() && it->second.users > 0) ++in_use;
-  }
-  return in_use;
-}
-
 PrefixCache::Match PrefixCache::Lookup(absl::Span<const int32_t> tokens, int64_t max_hit) const {
   Match m;
   NodeId at = kRoot;

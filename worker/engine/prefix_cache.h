@@ -74,11 +74,6 @@ class PrefixCache {
   // longer than max_hit tokens. Changes nothing.
   Match Lookup(absl::Span<const int32_t> tokens, int64_t max_hit) const;
 
-  // How many of the first n nodes of a match some sequence holds: their pages are in use
-  // already, so a sequence that shares them takes no page of the pool for them (a cached page
-  // no sequence holds counts as free, reclaimable, until one takes it).
-  int64_t InUseAmong(const Match& m, int64_t n) const;
-
   // A sequence starts or stops holding a node's page.
   void AddUser(NodeId node);
   void RemoveUser(NodeId node);

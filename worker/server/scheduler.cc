@@ -196,8 +196,7 @@ void Scheduler::Admit() {
                             .kv_pages_free = s.kv_pages_total - s.kv_pages_used,
                             .kv_pages_total = s.kv_pages_total,
                             .page_size = engine_->page_size(),
-                            .uses_kv = engine_->model().attention_layers() > 0,
-                            .shared_pages = engine_->SharedPagesInUse(r.tokens)};
+                            .uses_kv = engine_->model().attention_layers() > 0};
     const Admission admission = DecideAdmission(static_cast<int64_t>(r.tokens.size()), capacity);
     if (admission == Admission::kWait) break;
     if (admission == Admission::kNeverFits) {

@@ -17,9 +17,7 @@ Admission DecideAdmission(int64_t tokens, const Capacity& c) {
     return Admission::kNeverFits;
   }
   if (c.running >= c.max_running || c.state_slots_free <= 0) return Admission::kWait;
-  if (c.uses_kv && PagesToAdmit(tokens, c.page_size) - c.shared_pages > c.kv_pages_free) {
-    return Admission::kWait;
-  }
+  if (c.uses_kv && PagesToAdmit(tokens, c.page_size) > c.kv_pages_free) return Admission::kWait;
   return Admission::kAdmit;
 }
 

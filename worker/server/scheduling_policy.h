@@ -27,9 +27,6 @@ struct Capacity {
   int64_t kv_pages_free = 0, kv_pages_total = 0;
   int64_t page_size = 1;  // tokens per KV page
   bool uses_kv = true;    // false for a model without attention layers
-  // Pages of the candidate that it will share with sequences already running (a prefix-cache
-  // hit on pages in use): they need not be free.
-  int64_t shared_pages = 0;
 };
 
 enum class Admission {

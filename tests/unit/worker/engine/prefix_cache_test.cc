@@ -310,31 +310,6 @@ TEST(PrefixCacheEngine, ConcurrentSequencesSharePagesAndEachFreesOnlyItsOwn) {
   EXPECT_EQ(e->PrefixStats().pages, 4);
 }
 
-// Admission's count: the pages a new sequence's hit would share with a running sequence are in
-// use already; once no sequence holds them they are reclaimable, counted free, and shared no
-// more.
-TEST(PrefixCacheEngine, SharedPagesInUseCountsOnlyPagesARunningSequenceHolds) {
-  testing::SyntheticEngine f("tiny");
-  auto e = f.Make({.prefix_caching = true});
-  const std::vector<int32_t> doc = f.Tokens(64, 1);
-  std::vector<int32_t> a = doc, b = doc;
-  for (int32_t t : f.Tokens(5, 2)) a.push_back(t);
-  for (int32_t t : f.Tokens(7, 3)) b.push_back(t);
-  EXPECT_EQ(e->SharedPagesInUse(b), 0);  // nothing cached
-  PrefixLookup lookup;
-  auto seq = e->AddSequence(a, &lookup);
-  ASSERT_TRUE(seq.ok());
-  ASSERT_TRUE(e->Forward({{*seq, doc, false}}).ok());
-  auto taken = e->Snapshot(*seq);  // at 64: four full pages
-  ASSERT_TRUE(taken.ok() && *taken);
-  ASSERT_TRUE(e->Forward({{*seq, std::vector<int32_t>(a.begin() + 64, a.end()), false}}).ok());
-  EXPECT_EQ(e->SharedPagesInUse(b), 4);
-  EXPECT_EQ(e->SharedPagesInUse(std::vector<int32_t>(doc.begin(), doc.begin() + 40)), 0);
-  ASSERT_TRUE(e->RemoveSequence(*seq).ok());
-  EXPECT_EQ(e->SharedPagesInUse(b), 0);
-  EXPECT_EQ(e->Stats().kv_pages_used, 0);
-}
-
 TEST(PrefixCacheEngine, OffMeansNoSharingAndNoLookups) {
   testing::SyntheticEngine f("tiny");
   auto e = f.Make({.prefix_caching = false});

@@ -56,20 +56,6 @@ TEST(DecideAdmission, WaitsForABatchPlaceAStateSlotOrPages) {
   EXPECT_EQ(DecideAdmission(32, few_pages), Admission::kWait);
 }
 
-TEST(DecideAdmission, PagesSharedWithRunningSequencesNeedNotBeFree) {
-  Capacity c = Roomy();
-  c.running = 1;
-  c.kv_pages_free = 2;
-  EXPECT_EQ(DecideAdmission(100, c), Admission::kWait);  // 7 pages, 2 free
-  c.shared_pages = 5;                                    // a document another request holds
-  EXPECT_EQ(DecideAdmission(100, c), Admission::kAdmit);
-  c.shared_pages = 4;
-  EXPECT_EQ(DecideAdmission(100, c), Admission::kWait);
-  // Sharing never makes a sequence larger than the whole cache fit.
-  c.shared_pages = 11;
-  EXPECT_EQ(DecideAdmission(160, c), Admission::kNeverFits);
-}
-
 TEST(DecideAdmission, RefusesWhatTheWholeCacheCannotHold) {
   EXPECT_EQ(DecideAdmission(160, Roomy()), Admission::kNeverFits);  // 11 pages of a 10-page cache
   Capacity busy = Roomy();
