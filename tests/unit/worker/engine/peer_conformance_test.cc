@@ -106,12 +106,13 @@ TEST_P(PeerConformance, GreedyIdenticalAndKlWithinBudget) {
 
 // fp16 KV: the README's budget; q8: at most 2e-3 and the same greedy tokens; q4: reported, held
 // to a looser bound.
-INSTANTIATE_TEST_SUITE_P(Activations, PeerConformance,
-                         ::testing::Values(PeerSetup{"Int8", true, KvCacheDtype::kFp16, 1e-3, true},
-                                           PeerSetup{"Fp32", false, KvCacheDtype::kFp16, 1e-3, true},
-                                           PeerSetup{"Int8Q8Kv", true, KvCacheDtype::kQ8, 2e-3, true},
-                                           PeerSetup{"Int8Q4Kv", true, KvCacheDtype::kQ4, 2e-2, false}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Activations, PeerConformance,
+    ::testing::Values(PeerSetup{"Int8", true, KvCacheDtype::kFp16, 1e-3, true},
+                      PeerSetup{"Fp32", false, KvCacheDtype::kFp16, 1e-3, true},
+                      PeerSetup{"Int8Q8Kv", true, KvCacheDtype::kQ8, 2e-3, true},
+                      PeerSetup{"Int8Q4Kv", true, KvCacheDtype::kQ4, 2e-2, false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace walsh
