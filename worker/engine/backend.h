@@ -109,9 +109,7 @@ struct CacheGeometry {
   int64_t slots = 0, gdn_layers = 0, conv_floats = 0, recurrent_floats = 0;
 
   // A position's K (or V) row in units of the dtype's storage (one value, or 32 for q8 / q4).
-  int64_t kv_row_units() const {
-    return kv_dtype == KvCacheDtype::kQ8 || kv_dtype == KvCacheDtype::kQ4 ? kv_dim / 32 : kv_dim;
-  }
+  int64_t kv_row_units() const { return KvUnits(kv_dtype, kv_dim); }
   // Units of K and V in one page (every attention layer), and their bytes.
   int64_t page_units() const { return attention_layers * 2 * page_size * kv_row_units(); }
   int64_t page_bytes() const {

@@ -271,16 +271,18 @@ EngineStats Engine::Stats() const {
   return {kv_.used() - cached, kv_.total(), states_.used(), states_.total()};
 }
 
+int64_t Engine::NewPages(const Sequence& sq, int64_t tokens) const {
+  const int64_t pages = (sq.length + tokens + kv_.page_size() - 1) / kv_.page_size();
+  return std::max<int64_t>(0, pages - static_cast<int64_t>(sq.pages.size()));
+}
+
 int64_t Engine::PagesToGrow(const std::vector<SequenceInput>& batch) const {
   if (model_->attention_layers() == 0) return 0;
   int64_t pages_needed = 0;
   for (const SequenceInput& in : batch) {
     auto it = sequences_.find(in.id);
     if (it == sequences_.end()) continue;
-    const Sequence& sq = it->second;
-    const int64_t new_len = sq.length + static_cast<int64_t>(in.tokens.size());
-    const int64_t pages = (new_len + kv_.page_size() - 1) / kv_.page_size();
-    pages_needed += std::max<int64_t>(0, pages - static_cast<int64_t>(sq.pages.size()));
+    pages_needed += NewPages(it->second, static_cast<int64_t>(in.tokens.size()));
   }
   return pages_needed;
 }
@@ -314,8 +316,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
       return absl::OutOfRangeError(absl::StrCat("sequence ", in.id, " would reach ", new_len,
                                                 " tokens; the context limit is ", max_context_));
     }
-    const int64_t pages = (new_len + kv_.page_size() - 1) / kv_.page_size();
-    pages_needed += std::max<int64_t>(0, pages - static_cast<int64_t>(sq.pages.size()));
+    pages_needed += NewPages(sq, static_cast<int64_t>(in.tokens.size()));
     seqs.push_back(&sq);
   }
   if (model_->attention_layers() > 0) {

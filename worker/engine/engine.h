@@ -157,6 +157,8 @@ class Engine {
   };
   absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);
   void CommitFullPages(Sequence& sq);
+  // Pages the sequence takes from the pool to grow by `tokens`.
+  int64_t NewPages(const Sequence& sq, int64_t tokens) const;
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, BackendGroup group,
          int64_t pages, int64_t slots);
 

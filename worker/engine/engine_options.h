@@ -48,6 +48,11 @@ inline const char* KvCacheDtypeName(KvCacheDtype d) {
   return "fp32";
 }
 
+// Storage units of n KV values: one per value, or one per 32 for q8 and q4.
+inline int64_t KvUnits(KvCacheDtype d, int64_t n) {
+  return d == KvCacheDtype::kQ8 || d == KvCacheDtype::kQ4 ? n / 32 : n;
+}
+
 // Bytes of n KV values (n a multiple of 32 for q8 and q4).
 inline int64_t KvBytes(KvCacheDtype d, int64_t n) {
   switch (d) {
