@@ -144,6 +144,14 @@ absl::Status Engine::ForEachRank(const std::function<absl::Status(Backend&)>& op
 
 absl::StatusOr<SequenceId> Engine::AddSequence() { return AddSequence({}, nullptr); }
 
+int64_t Engine::SharedPagesInUse(absl::Span<const int32_t> tokens) const {
+  if (prefix_ == nullptr || tokens.empty()) return 0;
+  // As AddSequence looks up: the hit leaves the last token to compute.
+  const PrefixCache::Match match = prefix_->Lookup(tokens, static_cast<int64_t>(tokens.size()) - 1);
+  if (!match.snapshot) return 0;
+  return prefix_->InUseAmong(match, match.snapshot->length / kv_.page_size());
+}
+
 absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
                                                PrefixLookup* lookup) {
   PrefixLookup found;
@@ -181,7 +189,7 @@ absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
       if (fresh >= 0) sq.pages.push_back(fresh);
       sq.tokens.assign(tokens.begin(), tokens.begin() + snap.length);
       sq.length = snap.length;
-      prefix_->Touch(snap.node, snap.tail);
+      prefix_->Hit(match->snapshot_id);
       found.hit_tokens = snap.length;
       s = ForEachRank([&](Backend& b) -> absl::Status {
         RETURN_IF_ERROR(b.CopyStateSlot(snap.slot, slot));
@@ -200,7 +208,7 @@ absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
   return id;
 }
 
-absl::StatusOr<bool> Engine::Snapshot(SequenceId id) {
+absl::StatusOr<bool> Engine::Snapshot(SequenceId id, bool speculative) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
   Sequence& sq = it->second;
@@ -211,7 +219,9 @@ absl::StatusOr<bool> Engine::Snapshot(SequenceId id) {
   const absl::Span<const int32_t> tail =
       absl::MakeConstSpan(sq.tokens).subspan(full * page, sq.length - full * page);
   if (prefix_->Touch(node, tail)) return false;
-  std::optional<PrefixCache::Snapshot> snap = prefix_->AddSnapshot(node, tail, sq.length);
+  std::optional<PrefixCache::Snapshot> snap = prefix_->AddSnapshot(
+      node, tail, sq.length,
+      speculative ? PrefixCache::SnapshotTier::kSpeculative : PrefixCache::SnapshotTier::kOrdinary);
   if (!snap) return false;
   const absl::Status copied = ForEachRank([&](Backend& b) -> absl::Status {
     RETURN_IF_ERROR(b.CopyStateSlot(sq.slot, snap->slot));
@@ -264,6 +274,11 @@ absl::StatusOr<int64_t> Engine::SequenceLength(SequenceId id) const {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
   return it->second.length;
+}
+
+int64_t Engine::PagesHeld(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? 0 : static_cast<int64_t>(it->second.pages.size());
 }
 
 EngineStats Engine::Stats() const {

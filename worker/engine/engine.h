@@ -110,14 +110,21 @@ class Engine {
   // exactly (at most all but the last token; its length says how many); `lookup` says what was
   // found.
   absl::StatusOr<SequenceId> AddSequence(absl::Span<const int32_t> tokens, PrefixLookup* lookup);
+  // The KV pages a new sequence of `tokens` would share, from a prefix-cache hit, with pages
+  // already in use: admission need not find them free. Changes nothing.
+  int64_t SharedPagesInUse(absl::Span<const int32_t> tokens) const;
   // Snapshots the sequence's GatedDeltaNet state (and partial last page) at its length for the
   // prefix cache. False when it is cached already, caching is off, or the budget has no room.
-  absl::StatusOr<bool> Snapshot(SequenceId id);
+  // `speculative` marks one taken on the chance a request branches there (an interval snapshot):
+  // evicted before the others (prefix_cache.h).
+  absl::StatusOr<bool> Snapshot(SequenceId id, bool speculative = false);
   bool prefix_caching() const { return prefix_ != nullptr; }
   PrefixCacheStats PrefixStats() const;
   // Frees the sequence's KV pages and state slot.
   absl::Status RemoveSequence(SequenceId id);
   absl::StatusOr<int64_t> SequenceLength(SequenceId id) const;
+  // The KV pages the sequence's page table holds (shared ones included); 0 for an unknown one.
+  int64_t PagesHeld(SequenceId id) const;
 
   // The KV pages a step over `batch` would take from the pool (its sequences' new pages); the
   // scheduler preempts before the step when they are not to be had. Changes nothing.

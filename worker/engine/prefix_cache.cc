@@ -12,6 +12,15 @@ PrefixCache::PrefixCache(KvPagePool* pages, int64_t snapshot_slots, int32_t firs
   nodes_[kRoot] = Node{};
 }
 
+int64_t PrefixCache::InUseAmong(const Match& m, int64_t n) const {
+  int64_t in_use = 0;
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(m.nodes.size()); ++i) {
+    auto it = nodes_.find(m.nodes[i]);
+    if (it != nodes_.end() && it->second.users > 0) ++in_use;
+  }
+  return in_use;
+}
+
 PrefixCache::Match PrefixCache::Lookup(absl::Span<const int32_t> tokens, int64_t max_hit) const {
   Match m;
   NodeId at = kRoot;
@@ -94,17 +103,40 @@ bool PrefixCache::Touch(NodeId node, absl::Span<const int32_t> tail) {
     if (!std::equal(e.snapshot.tail.begin(), e.snapshot.tail.end(), tail.begin(), tail.end())) {
       continue;
     }
-    snapshot_lru_.erase({e.last_use, sid});
-    e.last_use = ++clock_;
-    snapshot_lru_.insert({e.last_use, sid});
+    Relink(sid, e, e.tier);
     return true;
   }
   return false;
 }
 
+void PrefixCache::Relink(SnapshotId id, SnapshotEntry& e, SnapshotTier tier) {
+  snapshot_lru_.erase(OrderOf(id, e));
+  proven_ += (tier == SnapshotTier::kProven) - (e.tier == SnapshotTier::kProven);
+  e.tier = tier;
+  e.last_use = ++clock_;
+  snapshot_lru_.insert(OrderOf(id, e));
+}
+
+void PrefixCache::Hit(SnapshotId id) {
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return;
+  Relink(id, it->second, SnapshotTier::kProven);
+  const int64_t cap = std::max<int64_t>(1, snapshot_slots_ / 2);
+  if (proven_ > cap) {
+    // The least recently used proven snapshot goes back to ordinary, keeping its age.
+    auto oldest = snapshot_lru_.lower_bound({SnapshotTier::kProven, 0, 0});
+    const SnapshotId demoted = std::get<2>(*oldest);
+    SnapshotEntry& d = snapshots_.at(demoted);
+    snapshot_lru_.erase(oldest);
+    d.tier = SnapshotTier::kOrdinary;
+    --proven_;
+    snapshot_lru_.insert(OrderOf(demoted, d));
+  }
+}
+
 std::optional<PrefixCache::Snapshot> PrefixCache::AddSnapshot(NodeId node,
                                                               absl::Span<const int32_t> tail,
-                                                              int64_t length) {
+                                                              int64_t length, SnapshotTier tier) {
   if (snapshot_slots_ == 0) return std::nullopt;
   Snapshot s;
   s.node = node;
@@ -123,7 +155,7 @@ std::optional<PrefixCache::Snapshot> PrefixCache::AddSnapshot(NodeId node,
     s.tail_page = (*pages_->Allocate(1))[0];
     ++tail_pages_;
   }
-  if (free_slots_.empty()) EvictSnapshot(snapshot_lru_.begin()->second);
+  if (free_slots_.empty()) EvictSnapshot(std::get<2>(*snapshot_lru_.begin()));
   s.slot = free_slots_.back();
   free_slots_.pop_back();
   const SnapshotId sid = next_snapshot_++;
@@ -133,8 +165,9 @@ std::optional<PrefixCache::Snapshot> PrefixCache::AddSnapshot(NodeId node,
   SnapshotEntry& e = snapshots_[sid];
   s.id = sid;
   e.snapshot = s;
+  e.tier = tier;
   e.last_use = ++clock_;
-  snapshot_lru_.insert({e.last_use, sid});
+  snapshot_lru_.insert(OrderOf(sid, e));
   return s;
 }
 
@@ -153,7 +186,8 @@ void PrefixCache::EvictNode(NodeId id) {
 
 void PrefixCache::EvictSnapshot(SnapshotId sid) {
   SnapshotEntry& e = snapshots_.at(sid);
-  snapshot_lru_.erase({e.last_use, sid});
+  snapshot_lru_.erase(OrderOf(sid, e));
+  if (e.tier == SnapshotTier::kProven) --proven_;
   free_slots_.push_back(e.snapshot.slot);
   if (e.snapshot.tail_page >= 0) {
     pages_->Release({e.snapshot.tail_page});
@@ -181,11 +215,11 @@ bool PrefixCache::MakeRoom(int64_t n, SnapshotId keep) {
   if (pages_->free() + can_free < n) return false;
   while (pages_->free() < n) {
     auto victim = snapshot_lru_.begin();
-    if (victim != snapshot_lru_.end() && victim->second == keep) ++victim;
+    if (victim != snapshot_lru_.end() && std::get<2>(*victim) == keep) ++victim;
     if (!evictable_.empty()) {
       EvictNode(evictable_.begin()->second);
     } else if (victim != snapshot_lru_.end()) {
-      EvictSnapshot(victim->second);
+      EvictSnapshot(std::get<2>(*victim));
     } else {
       return false;
     }

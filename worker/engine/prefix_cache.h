@@ -17,12 +17,20 @@
 // partial last page (positions below p in the page p falls in) when p is not on a page
 // boundary. A hit restores both into the new sequence: the slot is copied and the partial page
 // is copied into a fresh page (copy on write: the new sequence appends to it).
+//
+// Snapshot eviction is a segmented LRU by tier: speculative snapshots (taken every interval of
+// a long prefill, on the chance a later request branches there) go first, then ordinary ones
+// (where a prompt or a request ended, or a branch was seen), then those a hit has proven, least
+// recently used first within a tier. Proven snapshots hold at most half the slots: a hit past
+// that demotes the least recently used proven one to ordinary, so a once-popular prefix cannot
+// keep the slots forever.
 #ifndef WALSH_WORKER_ENGINE_PREFIX_CACHE_H_
 #define WALSH_WORKER_ENGINE_PREFIX_CACHE_H_
 
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,6 +45,9 @@ class PrefixCache {
   using NodeId = uint64_t;
   using SnapshotId = uint64_t;
   static constexpr NodeId kRoot = 0;
+
+  // Eviction order, first to go first.
+  enum class SnapshotTier : int { kSpeculative = 0, kOrdinary = 1, kProven = 2 };
 
   struct Snapshot {
     NodeId node = kRoot;        // the last full page before the snapshot's position
@@ -74,6 +85,11 @@ class PrefixCache {
   // longer than max_hit tokens. Changes nothing.
   Match Lookup(absl::Span<const int32_t> tokens, int64_t max_hit) const;
 
+  // How many of the first n nodes of a match some sequence holds: their pages are in use
+  // already, so a sequence that shares them takes no page of the pool for them (a cached page
+  // no sequence holds counts as free, reclaimable, until one takes it).
+  int64_t InUseAmong(const Match& m, int64_t n) const;
+
   // A sequence starts or stops holding a node's page.
   void AddUser(NodeId node);
   void RemoveUser(NodeId node);
@@ -84,11 +100,14 @@ class PrefixCache {
 
   // Marks a snapshot at (node, tail) used now. False when there is none.
   bool Touch(NodeId node, absl::Span<const int32_t> tail);
+  // A sequence starts from the snapshot: it is used now, and proven.
+  void Hit(SnapshotId id);
   // Room for a new snapshot at (node, tail): a state slot, and a page for the partial page when
   // tail is not empty, evicting the least recently used cache entries for them. nullopt when
   // the budget has no slot or no page can be had; the caller copies state and page into the
   // returned snapshot, which is registered already.
-  std::optional<Snapshot> AddSnapshot(NodeId node, absl::Span<const int32_t> tail, int64_t length);
+  std::optional<Snapshot> AddSnapshot(NodeId node, absl::Span<const int32_t> tail, int64_t length,
+                                      SnapshotTier tier = SnapshotTier::kOrdinary);
 
   // Forgets a snapshot (one whose copy failed); nothing if it is gone already.
   void DropSnapshot(SnapshotId id);
@@ -119,8 +138,15 @@ class PrefixCache {
   };
   struct SnapshotEntry {
     Snapshot snapshot;
+    SnapshotTier tier = SnapshotTier::kOrdinary;
     uint64_t last_use = 0;
   };
+  using SnapshotOrder = std::tuple<SnapshotTier, uint64_t, SnapshotId>;
+  static SnapshotOrder OrderOf(SnapshotId id, const SnapshotEntry& e) {
+    return {e.tier, e.last_use, id};
+  }
+  // Moves a snapshot to `tier`, used now.
+  void Relink(SnapshotId id, SnapshotEntry& e, SnapshotTier tier);
 
   int64_t Pins(const Node& n) const {
     return n.users + n.children + static_cast<int64_t>(n.snapshots.size());
@@ -141,9 +167,10 @@ class PrefixCache {
   absl::flat_hash_map<NodeId, Node> nodes_;  // the root included
   absl::flat_hash_map<PageKey, NodeId> by_key_;
   absl::flat_hash_map<SnapshotId, SnapshotEntry> snapshots_;
-  std::set<std::pair<uint64_t, NodeId>> evictable_;         // unpinned nodes by last use
-  std::set<std::pair<uint64_t, SnapshotId>> snapshot_lru_;  // snapshots by last use
-  int64_t nodes_in_use_ = 0;                                // nodes with users
+  std::set<std::pair<uint64_t, NodeId>> evictable_;  // unpinned nodes by last use
+  std::set<SnapshotOrder> snapshot_lru_;             // snapshots in eviction order
+  int64_t proven_ = 0;                               // snapshots in the proven tier
+  int64_t nodes_in_use_ = 0;                         // nodes with users
   int64_t tail_pages_ = 0;
   int64_t page_evictions_ = 0, snapshot_evictions_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
@@ -127,7 +128,7 @@ void Scheduler::EndWithStatus(ActiveRequest& r, const absl::Status& status, cons
 }
 
 void Scheduler::TakeSnapshot(ActiveRequest& r, const char* at) {
-  absl::StatusOr<bool> taken = engine_->Snapshot(*r.sequence);
+  absl::StatusOr<bool> taken = engine_->Snapshot(*r.sequence, std::string_view(at) == "interval");
   if (taken.ok() && *taken) metrics_->prefix_snapshots.counter({at}).Inc();
   if (!taken.ok()) {
     LogJson("warning", "snapshot_failed",
@@ -196,7 +197,9 @@ void Scheduler::Admit() {
                             .kv_pages_free = s.kv_pages_total - s.kv_pages_used,
                             .kv_pages_total = s.kv_pages_total,
                             .page_size = engine_->page_size(),
-                            .uses_kv = engine_->model().attention_layers() > 0};
+                            .uses_kv = engine_->model().attention_layers() > 0,
+                            .shared_pages = engine_->SharedPagesInUse(r.tokens),
+                            .kv_pages_reserved = ReservedPages()};
     const Admission admission = DecideAdmission(static_cast<int64_t>(r.tokens.size()), capacity);
     if (admission == Admission::kWait) break;
     if (admission == Admission::kNeverFits) {
@@ -228,6 +231,16 @@ void Scheduler::Admit() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+}
+
+int64_t Scheduler::ReservedPages() const {
+  int64_t reserved = 0;
+  for (const auto& r : running_) {
+    if (!r->sequence) continue;
+    reserved += PagesStillToTake(static_cast<int64_t>(r->tokens.size()),
+                                 engine_->PagesHeld(*r->sequence), engine_->page_size());
+  }
+  return reserved;
 }
 
 bool Scheduler::Preempt() {

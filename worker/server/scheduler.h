@@ -67,6 +67,8 @@ class Scheduler {
   void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Preempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pages the running requests will still take for the tokens they have (scheduling_policy.h).
+  int64_t ReservedPages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndWithStatus(ActiveRequest& r, const absl::Status& status, const char* reason)

@@ -12,12 +12,19 @@ int64_t PagesToAdmit(int64_t tokens, int64_t page_size) {
   return (tokens + 1 + page_size - 1) / page_size;
 }
 
+int64_t PagesStillToTake(int64_t tokens, int64_t pages_held, int64_t page_size) {
+  return std::max<int64_t>(0, PagesToAdmit(tokens, page_size) - pages_held);
+}
+
 Admission DecideAdmission(int64_t tokens, const Capacity& c) {
   if (c.uses_kv && PagesToAdmit(tokens, c.page_size) > c.kv_pages_total) {
     return Admission::kNeverFits;
   }
   if (c.running >= c.max_running || c.state_slots_free <= 0) return Admission::kWait;
-  if (c.uses_kv && PagesToAdmit(tokens, c.page_size) > c.kv_pages_free) return Admission::kWait;
+  if (c.uses_kv &&
+      PagesToAdmit(tokens, c.page_size) - c.shared_pages > c.kv_pages_free - c.kv_pages_reserved) {
+    return Admission::kWait;
+  }
   return Admission::kAdmit;
 }
 

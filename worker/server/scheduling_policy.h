@@ -27,6 +27,12 @@ struct Capacity {
   int64_t kv_pages_free = 0, kv_pages_total = 0;
   int64_t page_size = 1;  // tokens per KV page
   bool uses_kv = true;    // false for a model without attention layers
+  // Pages of the candidate that it will share with sequences already running (a prefix-cache
+  // hit on pages in use): they need not be free.
+  int64_t shared_pages = 0;
+  // Pages the running requests will still take for the tokens they have (the rest of their
+  // input, and the token each samples next): free now, but promised (PagesStillToTake).
+  int64_t kv_pages_reserved = 0;
 };
 
 enum class Admission {
@@ -38,6 +44,14 @@ enum class Admission {
 // KV pages a sequence of `tokens` needs to be admitted: its tokens and the one it will sample.
 int64_t PagesToAdmit(int64_t tokens, int64_t page_size);
 
+// Pages a running request of `tokens` tokens (input and output so far) holding `pages_held`
+// pages will still take before it samples its next token: its reservation. It grows with every
+// token it samples; pages shared with other sequences count as held.
+int64_t PagesStillToTake(int64_t tokens, int64_t pages_held, int64_t page_size);
+
+// Admits a request of `tokens` when a batch place, a state slot and its pages can be had: the
+// pages of its input and first sampled token, less those it shares with running sequences,
+// out of the free pages no running request has reserved.
 Admission DecideAdmission(int64_t tokens, const Capacity& capacity);
 
 // The running request that gives way when pages run out: the one that arrived last (vLLM's

@@ -71,6 +71,42 @@ TEST(PrefixCacheBook, SnapshotsMatchOnlyTheirExactTailAndLength) {
   EXPECT_EQ(cache.Lookup(Range(0, 7), 6).hit_tokens(), 6);
 }
 
+// Eviction by tier: speculative (interval) snapshots before ordinary ones before those a hit
+// proved, least recently used first within a tier; proven ones hold at most half the slots.
+TEST(PrefixCacheBook, SnapshotsGoSpeculativeFirstThenOrdinaryThenProven) {
+  using Tier = PrefixCache::SnapshotTier;
+  KvPagePool pool(16, 8);
+  PrefixCache cache(&pool, 4, 10);
+  // Snapshots at the root after `length` tokens of 0, 1, 2, ...
+  auto at = [&](int64_t length, Tier tier) {
+    auto s =
+        cache.AddSnapshot(PrefixCache::kRoot, Range(0, static_cast<int>(length)), length, tier);
+    EXPECT_TRUE(s) << length;
+    return s ? s->id : 0;
+  };
+  auto held = [&](int64_t length) {
+    return cache.Lookup(Range(0, 8), length).hit_tokens() == length;
+  };
+  const auto first = at(1, Tier::kOrdinary);
+  at(2, Tier::kSpeculative);
+  at(3, Tier::kOrdinary);
+  cache.Hit(first);  // the oldest, but proven by a hit
+  const auto fourth = at(4, Tier::kOrdinary);
+  const auto fifth = at(5, Tier::kOrdinary);  // the budget holds four: the speculative one goes
+  EXPECT_FALSE(held(2));
+  EXPECT_TRUE(held(1) && held(3) && held(4));
+  at(6, Tier::kOrdinary);  // then the least recently used ordinary one
+  EXPECT_FALSE(held(3));
+  EXPECT_TRUE(held(1) && held(4) && held(5));
+  // Proven snapshots hold at most half the slots: a third demotes the least recently proven.
+  cache.Hit(fourth);
+  cache.Hit(fifth);
+  at(7, Tier::kOrdinary);
+  EXPECT_FALSE(held(1));
+  EXPECT_TRUE(held(4) && held(5) && held(6));
+  EXPECT_EQ(cache.counts().snapshot_evictions, 3);
+}
+
 TEST(PrefixCacheBook, PinnedPagesStayAndUnpinnedOnesGoLeastRecentlyUsedFirst) {
   KvPagePool pool(4, 2);
   PrefixCache cache(&pool, 1, 4);
@@ -308,6 +344,31 @@ TEST(PrefixCacheEngine, ConcurrentSequencesSharePagesAndEachFreesOnlyItsOwn) {
   ASSERT_TRUE(e->RemoveSequence(seqs[2]).ok());
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
   EXPECT_EQ(e->PrefixStats().pages, 4);
+}
+
+// Admission's count: the pages a new sequence's hit would share with a running sequence are in
+// use already; once no sequence holds them they are reclaimable, counted free, and shared no
+// more.
+TEST(PrefixCacheEngine, SharedPagesInUseCountsOnlyPagesARunningSequenceHolds) {
+  testing::SyntheticEngine f("tiny");
+  auto e = f.Make({.prefix_caching = true});
+  const std::vector<int32_t> doc = f.Tokens(64, 1);
+  std::vector<int32_t> a = doc, b = doc;
+  for (int32_t t : f.Tokens(5, 2)) a.push_back(t);
+  for (int32_t t : f.Tokens(7, 3)) b.push_back(t);
+  EXPECT_EQ(e->SharedPagesInUse(b), 0);  // nothing cached
+  PrefixLookup lookup;
+  auto seq = e->AddSequence(a, &lookup);
+  ASSERT_TRUE(seq.ok());
+  ASSERT_TRUE(e->Forward({{*seq, doc, false}}).ok());
+  auto taken = e->Snapshot(*seq);  // at 64: four full pages
+  ASSERT_TRUE(taken.ok() && *taken);
+  ASSERT_TRUE(e->Forward({{*seq, std::vector<int32_t>(a.begin() + 64, a.end()), false}}).ok());
+  EXPECT_EQ(e->SharedPagesInUse(b), 4);
+  EXPECT_EQ(e->SharedPagesInUse(std::vector<int32_t>(doc.begin(), doc.begin() + 40)), 0);
+  ASSERT_TRUE(e->RemoveSequence(*seq).ok());
+  EXPECT_EQ(e->SharedPagesInUse(b), 0);
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 
 TEST(PrefixCacheEngine, OffMeansNoSharingAndNoLookups) {

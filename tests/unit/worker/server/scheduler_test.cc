@@ -4,6 +4,7 @@
 // (scripts/sanitize tsan).
 #include "worker/server/scheduler.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -84,14 +85,17 @@ class SchedulerFixture {
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
+  // A request for `max_tokens` tokens after `prompt`, or after a prompt made from the seed.
   std::shared_ptr<ActiveRequest> Request(uint64_t seed, int64_t max_tokens,
-                                         std::shared_ptr<RecordingSink> sink) const {
+                                         std::shared_ptr<RecordingSink> sink,
+                                         std::vector<int32_t> prompt = {}) const {
     auto r = std::make_shared<ActiveRequest>();
     r->request_id = "r" + std::to_string(seed);
     r->arrived_at = Clock::now();
     std::mt19937 gen(static_cast<uint32_t>(seed));
     GenerationRequest g;
-    for (int i = 0; i < 8 + static_cast<int>(seed % 24); ++i)
+    g.prompt = std::move(prompt);
+    for (int i = 0; g.prompt.empty() && i < 8 + static_cast<int>(seed % 24); ++i)
       g.prompt.push_back(static_cast<int32_t>(gen() % vocab_));
     g.sampling.temperature = 0.8f;
     g.sampling.seed = seed;
@@ -236,6 +240,65 @@ TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
                                   " tokens)");
   EXPECT_EQ(std::get<1>(after_sink->Wait()), "length");
   EXPECT_EQ(std::get<1>(running_sink->Wait()), "length");
+}
+
+// Requests that share a cached document share its pages at once: admission counts the pages a
+// hit shares with running sequences once, and reserves what each running request still needs.
+// The 1,000-token document takes 63 of the 96 pages, so counting it in full for every request
+// would run them one at a time; counted once, three questions run together, and each gets
+// exactly the tokens it gets alone on a cold engine.
+TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
+  SchedulerFixture fx;
+  std::vector<int32_t> document;
+  for (int i = 0; i < 1000; ++i) document.push_back(static_cast<int32_t>(7 + (i * 13) % 200));
+  auto question = [&](int q) {
+    std::vector<int32_t> p = document;
+    for (int i = 0; i < 5 + q; ++i) p.push_back(static_cast<int32_t>(300 + q * 11 + i));
+    return p;
+  };
+  std::map<int, std::vector<int32_t>> alone;
+  for (int q = 2; q < 5; ++q) {
+    auto engine = fx.MakeEngine();
+    MetricsRegistry registry;
+    WorkerMetrics metrics(registry);
+    Scheduler scheduler(engine.get(), {}, &metrics);
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(scheduler.Submit(fx.Request(q, 8, sink, question(q))).ok());
+    alone[q] = std::get<0>(sink->Wait());
+  }
+
+  auto engine = fx.MakeEngine();
+  MetricsRegistry registry;
+  WorkerMetrics metrics(registry);
+  Scheduler scheduler(engine.get(), {}, &metrics);
+  // The first question computes the document; the second snapshots where it branches off.
+  for (int q = 0; q < 2; ++q) {
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(scheduler.Submit(fx.Request(q, 1, sink, question(q))).ok());
+    ASSERT_TRUE(std::get<2>(sink->Wait()).ok());
+  }
+  std::atomic<int64_t> most_running{0};
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int q = 2; q < 5; ++q) {
+    auto sink = std::make_shared<RecordingSink>();
+    sink->on_token = [&] {
+      const int64_t running = scheduler.Load().running;
+      int64_t seen = most_running.load();
+      while (running > seen && !most_running.compare_exchange_weak(seen, running)) {
+      }
+    };
+    sinks.push_back(sink);
+  }
+  for (int q = 2; q < 5; ++q) {
+    ASSERT_TRUE(scheduler.Submit(fx.Request(q, 8, sinks[q - 2], question(q))).ok());
+  }
+  for (int q = 2; q < 5; ++q) {
+    const auto [ids, reason, status] = sinks[q - 2]->Wait();
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(ids, alone[q]) << "question " << q;
+  }
+  EXPECT_EQ(most_running.load(), 3);
+  EXPECT_EQ(metrics.preemptions.value(), 0);
 }
 
 }  // namespace

@@ -56,6 +56,42 @@ TEST(DecideAdmission, WaitsForABatchPlaceAStateSlotOrPages) {
   EXPECT_EQ(DecideAdmission(32, few_pages), Admission::kWait);
 }
 
+TEST(DecideAdmission, PagesSharedWithRunningSequencesNeedNotBeFree) {
+  Capacity c = Roomy();
+  c.running = 1;
+  c.kv_pages_free = 2;
+  EXPECT_EQ(DecideAdmission(100, c), Admission::kWait);  // 7 pages, 2 free
+  c.shared_pages = 5;                                    // a document another request holds
+  EXPECT_EQ(DecideAdmission(100, c), Admission::kAdmit);
+  c.shared_pages = 4;
+  EXPECT_EQ(DecideAdmission(100, c), Admission::kWait);
+  // Sharing never makes a sequence larger than the whole cache fit.
+  c.shared_pages = 11;
+  EXPECT_EQ(DecideAdmission(160, c), Admission::kNeverFits);
+}
+
+TEST(Reservation, IsWhatARunningRequestStillTakesBeforeItsNextToken) {
+  EXPECT_EQ(PagesStillToTake(100, 0, 16), 7);  // admitted, nothing computed yet
+  EXPECT_EQ(PagesStillToTake(100, 4, 16), 3);  // part of its prefill done
+  EXPECT_EQ(PagesStillToTake(100, 7, 16), 0);  // every page it needs is held
+  EXPECT_EQ(PagesStillToTake(112, 7, 16), 1);  // its sampled tokens reached a new page
+  EXPECT_EQ(PagesStillToTake(20, 9, 16), 0);   // shared pages count as held: never negative
+}
+
+TEST(DecideAdmission, LeavesTheRunningRequestsReservationsFree) {
+  Capacity c = Roomy();
+  c.running = 1;
+  c.kv_pages_free = 9;
+  EXPECT_EQ(DecideAdmission(100, c), Admission::kAdmit);  // 7 of 9
+  c.kv_pages_reserved = 3;                                // promised to the running request
+  EXPECT_EQ(DecideAdmission(100, c), Admission::kWait);
+  c.shared_pages = 1;  // what it shares with running sequences is not taken from the pool
+  EXPECT_EQ(DecideAdmission(100, c), Admission::kAdmit);
+  // A reservation never turns a request that fits the cache into one that never fits.
+  c.kv_pages_reserved = 9;
+  EXPECT_EQ(DecideAdmission(159, c), Admission::kWait);
+}
+
 TEST(DecideAdmission, RefusesWhatTheWholeCacheCannotHold) {
   EXPECT_EQ(DecideAdmission(160, Roomy()), Admission::kNeverFits);  // 11 pages of a 10-page cache
   Capacity busy = Roomy();
