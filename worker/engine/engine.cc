@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/engine/cache_plan.h"
 
 namespace walsh {
 
@@ -34,8 +35,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
         *engine->model_, engine->group_.backend(r), options.quantize_activations, *engine->plan_, r,
         engine->group_.communicator(), options.collective_timeout));
   }
-  // Pages and slots from the budgets, counted at TP = 1 sizes (each rank holds its heads' part
-  // of every page and slot); a device with less room keeps the slots and cuts the pages.
+  // Pages and slots from the budgets and the device's room (cache_plan.h).
   const Qwen35Config& c = engine->model_->config();
   const KvCacheDtype kv_dtype =
       !options.quantize_activations && options.kv_cache_dtype == KvCacheDtype::kFp16
@@ -48,43 +48,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
       StateSlotPool::SlotBytes(std::max<int64_t>(engine->model_->gdn_layers(), 1),
                                (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
                                c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size);
-  int64_t pages = options.kv_pages > 0 ? options.kv_pages : options.kv_cache_bytes / page_bytes;
-  const int64_t slots =
-      options.state_slots > 0 ? options.state_slots : options.state_bytes / slot_bytes;
-  int64_t snapshot_slots = options.prefix_caching && engine->model_->attention_layers() > 0
-                               ? std::max<int64_t>(0, options.prefix_cache_bytes) / slot_bytes
-                               : 0;
-  const int64_t room = engine->group_.backend(0).cache_bytes_available();
-  if (slots * slot_bytes > room) {
-    return absl::ResourceExhaustedError(absl::StrCat("the state budget's ", slots, " slots need ",
-                                                     slots * slot_bytes, " bytes; the device has ",
-                                                     room, " bytes for caches"));
-  }
-  // A device with less room cuts the pages, then the prefix cache's snapshots get what is left.
-  if (slots * slot_bytes + pages * page_bytes > room) {
-    pages = std::max<int64_t>(0, (room - slots * slot_bytes) / page_bytes);
-  }
-  snapshot_slots =
-      std::min(snapshot_slots,
-               std::max<int64_t>(0, room - slots * slot_bytes - pages * page_bytes) / slot_bytes);
-  if (pages < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KV cache budget of ", options.kv_cache_bytes, " bytes holds no page (a page is ",
-        page_bytes, " bytes",
-        room < INT64_MAX ? absl::StrCat("; the device has ", room, " bytes for caches") : "", ")"));
-  }
-  if (slots < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("state budget of ", options.state_bytes,
-                                                   " bytes holds no slot (a slot is ", slot_bytes,
-                                                   " bytes)"));
-  }
+  const bool snapshots = options.prefix_caching && engine->model_->attention_layers() > 0;
+  ASSIGN_OR_RETURN(const CachePlan caches,
+                   PlanCaches({.kv_cache_bytes = options.kv_cache_bytes,
+                               .state_bytes = options.state_bytes,
+                               .kv_pages = options.kv_pages,
+                               .state_slots = options.state_slots,
+                               .snapshot_bytes = snapshots ? options.prefix_cache_bytes : 0,
+                               .room = engine->group_.backend(0).cache_bytes_available()},
+                              page_bytes, slot_bytes));
+  const int64_t pages = caches.pages, slots = caches.slots, snapshot_slots = caches.snapshot_slots;
   engine->kv_ = KvPagePool(pages, options.page_size);
   engine->states_ = StateSlotPool(slots);
   engine->slot_bytes_ = slot_bytes;
   engine->page_bytes_ = page_bytes;
   engine->kv_dtype_ = kv_dtype;
   // Prefix keys are KV pages: a model without attention layers has none to share.
-  if (options.prefix_caching && engine->model_->attention_layers() > 0) {
+  if (snapshots) {
     engine->prefix_ =
         std::make_unique<PrefixCache>(&engine->kv_, snapshot_slots, static_cast<int32_t>(slots));
   }
