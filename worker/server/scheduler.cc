@@ -198,7 +198,7 @@ void Scheduler::Admit() {
                             .kv_pages_total = s.kv_pages_total,
                             .page_size = engine_->page_size(),
                             .uses_kv = engine_->model().attention_layers() > 0,
-                            .shared_pages = engine_->SharedPagesInUse(r.tokens),
+                            .shared_pages = engine_->kv().SharedPagesInUse(r.tokens),
                             .kv_pages_reserved = ReservedPages()};
     const Admission admission = DecideAdmission(static_cast<int64_t>(r.tokens.size()), capacity);
     if (admission == Admission::kWait) break;
@@ -238,7 +238,7 @@ int64_t Scheduler::ReservedPages() const {
   for (const auto& r : running_) {
     if (!r->sequence) continue;
     reserved += PagesStillToTake(static_cast<int64_t>(r->tokens.size()),
-                                 engine_->PagesHeld(*r->sequence), engine_->page_size());
+                                 engine_->kv().PagesHeld(*r->sequence), engine_->page_size());
   }
   return reserved;
 }
@@ -337,12 +337,22 @@ void Scheduler::Step() {
     }
   }
   if (batch.empty()) return;
-  // Preemption is decided here, before the step, when its pages are not to be had (the engine
-  // would refuse the step; its refusal below remains the net for a lone request that outgrows
-  // the pool).
-  const EngineStats pool = engine_->Stats();
-  if (engine_->PagesToGrow(batch) > pool.kv_pages_total - pool.kv_pages_used && Preempt()) {
-    preempted_this_step_ = true;
+  // The step's pages are reserved before it runs, so it cannot run out of them mid-way. When the
+  // pool cannot give them, the last to arrive gives way and the next step is planned again; a
+  // request running alone that outgrows the whole pool ends.
+  if (const absl::Status reserved = engine_->kv().Reserve(batch); !reserved.ok()) {
+    if (Preempt()) {
+      preempted_this_step_ = true;
+      return;
+    }
+    for (ActiveRequest* r : members) {
+      EndWithStatus(*r,
+                    absl::ResourceExhaustedError(absl::StrCat(
+                        "the request outgrew the KV cache (", engine_->kv().total_pages(),
+                        " pages of ", engine_->page_size(), " tokens): ", reserved.message())),
+                    "error");
+    }
+    std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
     return;
   }
 
@@ -364,10 +374,6 @@ void Scheduler::Step() {
   }
   mu_.Lock();
   if (!out.ok()) {
-    if (out.status().code() == absl::StatusCode::kResourceExhausted && Preempt()) {
-      preempted_this_step_ = true;
-      return;
-    }
     for (ActiveRequest* r : members) {
       EndWithStatus(*r, absl::InternalError(out.status().message()), "error");
     }

@@ -1,16 +1,18 @@
 // Continuous batching over one engine. One thread owns the engine and runs steps: drop
-// cancelled and expired requests, admit waiting ones (priority, then arrival) while a state
-// slot and KV pages for their input can be had, fill a per-step token budget with decode
-// tokens first and prefill chunks after, run the forward pass, sample, stream. When a step's
-// pages cannot be had, the request that arrived last is preempted by recompute before the
-// step runs (vLLM's rule: the
-// youngest gives way, and stays the first to give way when it comes back): its sequence is freed
-// and it re-queues with prompt + outputs, which, the engine being schedule-invariant, continues
+// cancelled and expired requests, admit waiting ones (priority, then arrival) while a batch
+// place, a state slot and the KV pages they will take can be had (the engine's KV manager,
+// kv_manager.h, says how many: pages shared with running requests count once, and pages
+// running requests will still take for their input are reserved), fill a per-step token
+// budget with decode tokens first and prefill chunks after, reserve the step's pages, run the
+// forward pass, sample, stream. When a step's pages cannot be reserved, the request that
+// arrived last is preempted by recompute before the step runs (vLLM's rule: the youngest gives
+// way, and stays the first to give way when it comes back): its sequence is freed and it
+// re-queues with prompt + outputs, which, the engine being schedule-invariant, continues
 // exactly where it was. Its mutex guards bookkeeping only: the sinks' events (which serialize
 // responses) are queued under it and delivered after it is released, in order. The decisions
 // themselves are pure functions (scheduling_policy.h); this class holds the state, the thread
-// and the engine. It speaks engine and domain types only:
-// responses and gRPC statuses are made at the service edge (services.cc).
+// and the engine. It speaks engine and domain types only: responses and gRPC statuses are made
+// at the service edge (services.cc).
 #ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
 #define WALSH_WORKER_SERVER_SCHEDULER_H_
 

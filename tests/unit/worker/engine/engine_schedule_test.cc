@@ -154,11 +154,11 @@ TEST(EnginePages, PagesToGrowIsWhatTheStepTakes) {
   ASSERT_TRUE(e->Forward({{*a, f.Tokens(10, 1), false}}).ok());            // one page
   const std::vector<SequenceInput> step = {{*a, f.Tokens(23, 2), false},   // 33: 3 pages, +2
                                            {*b, f.Tokens(16, 3), false}};  // 16: 1 page, +1
-  EXPECT_EQ(e->PagesToGrow(step), 3);
+  EXPECT_EQ(e->kv().PagesToGrow(step), 3);
   const int64_t before = e->Stats().kv_pages_used;
   ASSERT_TRUE(e->Forward(step).ok());
   EXPECT_EQ(e->Stats().kv_pages_used - before, 3);
-  EXPECT_EQ(e->PagesToGrow({{*a, {1}, false}}), 0);  // 34 tokens still fit 3 pages
+  EXPECT_EQ(e->kv().PagesToGrow({{*a, {1}, false}}), 0);  // 34 tokens still fit 3 pages
 }
 
 TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {

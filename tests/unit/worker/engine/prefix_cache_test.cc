@@ -356,7 +356,7 @@ TEST(PrefixCacheEngine, SharedPagesInUseCountsOnlyPagesARunningSequenceHolds) {
   std::vector<int32_t> a = doc, b = doc;
   for (int32_t t : f.Tokens(5, 2)) a.push_back(t);
   for (int32_t t : f.Tokens(7, 3)) b.push_back(t);
-  EXPECT_EQ(e->SharedPagesInUse(b), 0);  // nothing cached
+  EXPECT_EQ(e->kv().SharedPagesInUse(b), 0);  // nothing cached
   PrefixLookup lookup;
   auto seq = e->AddSequence(a, &lookup);
   ASSERT_TRUE(seq.ok());
@@ -364,10 +364,10 @@ TEST(PrefixCacheEngine, SharedPagesInUseCountsOnlyPagesARunningSequenceHolds) {
   auto taken = e->Snapshot(*seq);  // at 64: four full pages
   ASSERT_TRUE(taken.ok() && *taken);
   ASSERT_TRUE(e->Forward({{*seq, std::vector<int32_t>(a.begin() + 64, a.end()), false}}).ok());
-  EXPECT_EQ(e->SharedPagesInUse(b), 4);
-  EXPECT_EQ(e->SharedPagesInUse(std::vector<int32_t>(doc.begin(), doc.begin() + 40)), 0);
+  EXPECT_EQ(e->kv().SharedPagesInUse(b), 4);
+  EXPECT_EQ(e->kv().SharedPagesInUse(std::vector<int32_t>(doc.begin(), doc.begin() + 40)), 0);
   ASSERT_TRUE(e->RemoveSequence(*seq).ok());
-  EXPECT_EQ(e->SharedPagesInUse(b), 0);
+  EXPECT_EQ(e->kv().SharedPagesInUse(b), 0);
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 

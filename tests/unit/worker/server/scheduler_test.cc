@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "common/metrics.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -240,6 +241,29 @@ TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
                                   " tokens)");
   EXPECT_EQ(std::get<1>(after_sink->Wait()), "length");
   EXPECT_EQ(std::get<1>(running_sink->Wait()), "length");
+}
+
+// A request that fits when admitted but, running alone, outgrows the whole pool as it
+// generates ends with RESOURCE_EXHAUSTED naming the cache, after the tokens that fitted.
+TEST(Scheduler, ALoneRequestThatOutgrowsThePoolEndsNamingTheCache) {
+  SchedulerFixture fx;
+  auto engine = fx.MakeEngine();
+  const int64_t pages = engine->Stats().kv_pages_total, page = engine->page_size();
+  MetricsRegistry registry;
+  WorkerMetrics metrics(registry);
+  Scheduler scheduler(engine.get(), {}, &metrics);
+  auto sink = std::make_shared<RecordingSink>();
+  const int64_t prompt = pages * page - 8;
+  ASSERT_TRUE(scheduler.Submit(fx.Request(4, 20, sink, std::vector<int32_t>(prompt, 5))).ok());
+  const auto [ids, reason, status] = sink->Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "the request outgrew the KV cache (" +
+                                                      std::to_string(pages) + " pages of " +
+                                                      std::to_string(page) + " tokens)"))
+      << status.message();
+  // Positions 0 .. pages * page - 1 fit: the prompt's, and those of 8 sampled tokens.
+  EXPECT_EQ(static_cast<int64_t>(ids.size()), 9);
+  EXPECT_EQ(metrics.preemptions.value(), 0);
 }
 
 // Requests that share a cached document share its pages at once: admission counts the pages a

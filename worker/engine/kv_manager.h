@@ -1,0 +1,151 @@
+// The memory of the sequences (docs/architecture.md, "State per sequence and admission"): the KV
+// page pool, the GatedDeltaNet state slots, the prefix cache, and every sequence's page table
+// and length. It decides which page and slot is whose; it holds no device memory. The engine
+// runs steps on the page tables and makes the copies the manager asks for (a snapshot restored
+// into a new sequence, or taken from one). The scheduler asks it what a request would take and
+// reserves each step's pages with it before the step (Reserve), so a step it planned never runs
+// out of pages mid-way.
+#ifndef WALSH_WORKER_ENGINE_KV_MANAGER_H_
+#define WALSH_WORKER_ENGINE_KV_MANAGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/engine/cache_plan.h"
+#include "worker/engine/kv_page_pool.h"
+#include "worker/engine/prefix_cache.h"
+#include "worker/engine/state_slot_pool.h"
+
+namespace walsh {
+
+using SequenceId = int64_t;
+
+struct SequenceInput {
+  SequenceId id = 0;
+  std::vector<int32_t> tokens;  // appended at the sequence's current length
+  bool all_logits = false;      // logits for every new token; otherwise for the last one only
+};
+
+// kv_pages_used counts the pages sequences hold; pages only the prefix cache holds are free
+// (it gives them back under pressure) and are counted in PrefixCacheStats.
+struct EngineStats {
+  int64_t kv_pages_used, kv_pages_total, state_slots_used, state_slots_total;
+};
+
+// What a new sequence found in the prefix cache.
+enum class PrefixOutcome {
+  kHit,         // it starts from a snapshot
+  kNoPrefix,    // nothing of it is cached
+  kNoSnapshot,  // some of its pages are cached, but no snapshot on them it could use
+  kNoRoom,      // a snapshot matched, but no page was free for its partial page
+  kOff,         // prefix caching is off
+};
+const char* PrefixOutcomeName(PrefixOutcome o);
+
+struct PrefixLookup {
+  PrefixOutcome outcome = PrefixOutcome::kOff;
+  int64_t kv_tokens = 0;   // tokens whose KV pages are cached (whole pages)
+  int64_t hit_tokens = 0;  // tokens the sequence starts with (its length)
+};
+
+struct PrefixCacheStats {
+  int64_t pages = 0, snapshots = 0, snapshot_slots = 0;
+  int64_t page_bytes = 0, snapshot_bytes = 0;  // held by the cache (pages in use included)
+  int64_t page_evictions = 0, snapshot_evictions = 0;
+};
+
+// A copy the engine makes on every rank: a state slot, and a KV page when from_page >= 0.
+struct CacheCopy {
+  int32_t from_slot = -1, to_slot = -1;
+  int32_t from_page = -1, to_page = -1;
+};
+
+class KvManager {
+ public:
+  // `uses_kv` is false for a model without attention layers (no page is ever taken); a prefix
+  // cache exists when `prefix_caching` and uses_kv. Snapshot slots follow the sequence slots.
+  KvManager(const CachePlan& plan, int64_t page_size, int64_t page_bytes, int64_t slot_bytes,
+            bool prefix_caching, bool uses_kv);
+  KvManager(const KvManager&) = delete;  // the prefix cache points at the pool
+  KvManager& operator=(const KvManager&) = delete;
+
+  int64_t page_size() const { return pages_.page_size(); }
+  int64_t page_bytes() const { return page_bytes_; }
+  int64_t total_pages() const { return pages_.total(); }
+  bool prefix_caching() const { return prefix_ != nullptr; }
+
+  // A new sequence: a state slot, and, when the prefix cache has a snapshot on `tokens` that
+  // leaves a token to compute, that snapshot's pages. `restore` is the copy the engine makes
+  // before the sequence runs (to_slot alone, from_slot < 0: clear it). RESOURCE_EXHAUSTED when
+  // no slot is free.
+  struct Started {
+    SequenceId id = 0;
+    PrefixLookup lookup;
+    CacheCopy restore;
+  };
+  absl::StatusOr<Started> AddSequence(absl::Span<const int32_t> tokens);
+  // Where to take a snapshot of the sequence at its length, registered already: the engine
+  // copies it, or drops it (DropSnapshot) when the copy failed. nullopt when it is cached
+  // already, caching is off, or the budget has no room. `speculative`: evicted first
+  // (prefix_cache.h).
+  struct SnapshotPlan {
+    PrefixCache::SnapshotId id = 0;
+    CacheCopy copy;
+  };
+  absl::StatusOr<std::optional<SnapshotPlan>> PlanSnapshot(SequenceId id, bool speculative);
+  void DropSnapshot(PrefixCache::SnapshotId id);
+  // Frees the sequence's own pages and slot, and its pins on shared ones.
+  absl::Status RemoveSequence(SequenceId id);
+
+  absl::StatusOr<int64_t> SequenceLength(SequenceId id) const;
+  // The sequence's state slot and page table; nullptr for an unknown one.
+  struct Sequence {
+    int64_t length = 0;
+    int32_t slot = -1;
+    std::vector<int32_t> pages;
+    // With prefix caching: the tokens fed, and the cache nodes of the full pages (every full
+    // page is one; the partial last page is the sequence's own).
+    std::vector<int32_t> tokens;
+    std::vector<PrefixCache::NodeId> nodes;
+  };
+  const Sequence* Find(SequenceId id) const;
+
+  // What admission asks. The pages the sequence's page table holds (shared ones included; 0 for
+  // an unknown one), and the pages a new sequence of `tokens` would share, through a
+  // prefix-cache hit, with pages in use already: it needs not find them free.
+  int64_t PagesHeld(SequenceId id) const;
+  int64_t SharedPagesInUse(absl::Span<const int32_t> tokens) const;
+
+  // The pages a step over `batch` would take from the pool. Changes nothing.
+  int64_t PagesToGrow(const std::vector<SequenceInput>& batch) const;
+  // Takes them into the sequences' page tables, evicting cache entries for them: all or none
+  // (RESOURCE_EXHAUSTED, nothing changed). Unknown sequences are skipped; a step whose pages
+  // were reserved takes none.
+  absl::Status Reserve(const std::vector<SequenceInput>& batch);
+  // After a step: the sequence is `tokens` longer, and its full pages enter the prefix cache.
+  void Advance(SequenceId id, absl::Span<const int32_t> tokens);
+
+  EngineStats Stats() const;
+  PrefixCacheStats PrefixStats() const;
+
+ private:
+  void CommitFullPages(Sequence& sq);
+  int64_t NewPages(const Sequence& sq, int64_t tokens) const;
+
+  KvPagePool pages_;
+  StateSlotPool states_;
+  std::unique_ptr<PrefixCache> prefix_;  // null when prefix caching is off
+  int64_t page_bytes_, slot_bytes_;
+  bool uses_kv_;
+  absl::flat_hash_map<SequenceId, Sequence> sequences_;
+  SequenceId next_id_ = 1;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_ENGINE_KV_MANAGER_H_
