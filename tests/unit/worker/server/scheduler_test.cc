@@ -115,6 +115,22 @@ class SchedulerFixture {
   int64_t vocab_ = 0;
 };
 
+// An engine and a scheduler on it, with the metrics they write. The engine's sizes are read
+// before the scheduler's thread starts: from then on only the scheduler touches the engine.
+struct Serving {
+  explicit Serving(std::unique_ptr<Engine> e, const SchedulerOptions& options = {})
+      : engine(std::move(e)),
+        pages(engine->Stats().kv_pages_total),
+        page_size(engine->page_size()),
+        metrics(registry),
+        scheduler(engine.get(), options, &metrics) {}
+  std::unique_ptr<Engine> engine;
+  const int64_t pages, page_size;
+  MetricsRegistry registry;
+  WorkerMetrics metrics;
+  Scheduler scheduler;
+};
+
 TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything) {
   SchedulerFixture fx;
   constexpr int kThreads = 4, kPerThread = 12;
@@ -123,21 +139,15 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
   // Each request alone first: what a finished request must have produced.
   std::map<uint64_t, std::vector<int32_t>> alone;
   {
-    auto engine = fx.MakeEngine();
-    MetricsRegistry registry;
-    WorkerMetrics metrics(registry);
-    Scheduler scheduler(engine.get(), {}, &metrics);
+    Serving served(fx.MakeEngine());
     for (uint64_t seed = 0; seed < kThreads * kPerThread; ++seed) {
       auto sink = std::make_shared<RecordingSink>();
-      ASSERT_TRUE(scheduler.Submit(fx.Request(seed, max_tokens(seed), sink)).ok());
+      ASSERT_TRUE(served.scheduler.Submit(fx.Request(seed, max_tokens(seed), sink)).ok());
       alone[seed] = std::get<0>(sink->Wait());
     }
   }
 
-  auto engine = fx.MakeEngine();
-  MetricsRegistry registry;
-  WorkerMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {.max_batch_tokens = 64, .max_running = 6}, &metrics);
+  Serving served(fx.MakeEngine(), {.max_batch_tokens = 64, .max_running = 6});
   std::mutex mu;
   std::vector<std::pair<std::shared_ptr<ActiveRequest>, std::shared_ptr<RecordingSink>>> all;
   std::vector<std::thread> submitters;
@@ -148,7 +158,7 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
         const uint64_t seed = static_cast<uint64_t>(t * kPerThread + i);
         auto sink = std::make_shared<RecordingSink>();
         auto r = fx.Request(seed, max_tokens(seed), sink);
-        ASSERT_TRUE(scheduler.Submit(r).ok());
+        ASSERT_TRUE(served.scheduler.Submit(r).ok());
         {
           std::lock_guard<std::mutex> l(mu);
           all.emplace_back(r, sink);
@@ -156,9 +166,9 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
         if (gen() % 3 == 0) {  // cancel a third of them, some at once, some a little later
           std::this_thread::sleep_for(std::chrono::microseconds(gen() % 3000));
           r->cancelled = true;
-          scheduler.Wake();
+          served.scheduler.Wake();
         }
-        (void)scheduler.Load();  // read concurrently with the steps
+        (void)served.scheduler.Load();  // read concurrently with the steps
       }
     });
   }
@@ -177,11 +187,12 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
           << r->request_id << " ended '" << reason << "' " << status.message();
     }
   }
-  for (int i = 0; i < 200 && scheduler.Load().running + scheduler.Load().waiting > 0; ++i) {
+  for (int i = 0; i < 200 && served.scheduler.Load().running + served.scheduler.Load().waiting > 0;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (auto& [r, sink] : all) EXPECT_EQ(sink->completions(), 1) << r->request_id;
-  const SchedulerLoad load = scheduler.Load();
+  const SchedulerLoad load = served.scheduler.Load();
   EXPECT_EQ(load.running, 0);
   EXPECT_EQ(load.waiting, 0);
   EXPECT_EQ(load.engine.kv_pages_used, 0);
@@ -194,17 +205,14 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
 // load on every token (a client thread's call) neither deadlocks nor waits for a step.
 TEST(Scheduler, SinksRunOutsideTheSchedulersLock) {
   SchedulerFixture fx;
-  auto engine = fx.MakeEngine();
-  MetricsRegistry registry;
-  WorkerMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {}, &metrics);
+  Serving served(fx.MakeEngine());
   auto sink = std::make_shared<RecordingSink>();
   int loads = 0;
   sink->on_token = [&] {
-    (void)scheduler.Load();
+    (void)served.scheduler.Load();
     ++loads;
   };
-  ASSERT_TRUE(scheduler.Submit(fx.Request(5, 6, sink)).ok());
+  ASSERT_TRUE(served.scheduler.Submit(fx.Request(5, 6, sink)).ok());
   const auto [ids, reason, status] = sink->Wait();
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(ids.size(), 6u);
@@ -216,21 +224,17 @@ TEST(Scheduler, SinksRunOutsideTheSchedulersLock) {
 // queue goes on.
 TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
   SchedulerFixture fx;
-  auto engine = fx.MakeEngine();
-  // Read before the scheduler's thread starts: from then on only the scheduler touches the engine.
-  const int64_t pages = engine->Stats().kv_pages_total, page = engine->page_size();
-  MetricsRegistry registry;
-  WorkerMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {}, &metrics);
+  Serving served(fx.MakeEngine());
+  const int64_t pages = served.pages, page = served.page_size;
   auto running_sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(scheduler.Submit(fx.Request(1, 64, running_sink)).ok());
+  ASSERT_TRUE(served.scheduler.Submit(fx.Request(1, 64, running_sink)).ok());
 
   auto huge_sink = std::make_shared<RecordingSink>();
   auto huge = fx.Request(2, 4, huge_sink);
   huge->prompt.assign(static_cast<size_t>(pages * page), 1);  // and the token it samples: +1 page
-  ASSERT_TRUE(scheduler.Submit(huge).ok());
+  ASSERT_TRUE(served.scheduler.Submit(huge).ok());
   auto after_sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(scheduler.Submit(fx.Request(3, 4, after_sink)).ok());
+  ASSERT_TRUE(served.scheduler.Submit(fx.Request(3, 4, after_sink)).ok());
 
   const auto [ids, reason, status] = huge_sink->Wait();
   EXPECT_TRUE(ids.empty());
@@ -247,14 +251,12 @@ TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
 // generates ends with RESOURCE_EXHAUSTED naming the cache, after the tokens that fitted.
 TEST(Scheduler, ALoneRequestThatOutgrowsThePoolEndsNamingTheCache) {
   SchedulerFixture fx;
-  auto engine = fx.MakeEngine();
-  const int64_t pages = engine->Stats().kv_pages_total, page = engine->page_size();
-  MetricsRegistry registry;
-  WorkerMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {}, &metrics);
+  Serving served(fx.MakeEngine());
+  const int64_t pages = served.pages, page = served.page_size;
   auto sink = std::make_shared<RecordingSink>();
   const int64_t prompt = pages * page - 8;
-  ASSERT_TRUE(scheduler.Submit(fx.Request(4, 20, sink, std::vector<int32_t>(prompt, 5))).ok());
+  ASSERT_TRUE(
+      served.scheduler.Submit(fx.Request(4, 20, sink, std::vector<int32_t>(prompt, 5))).ok());
   const auto [ids, reason, status] = sink->Wait();
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "the request outgrew the KV cache (" +
@@ -263,7 +265,7 @@ TEST(Scheduler, ALoneRequestThatOutgrowsThePoolEndsNamingTheCache) {
       << status.message();
   // Positions 0 .. pages * page - 1 fit: the prompt's, and those of 8 sampled tokens.
   EXPECT_EQ(static_cast<int64_t>(ids.size()), 9);
-  EXPECT_EQ(metrics.preemptions.value(), 0);
+  EXPECT_EQ(served.metrics.preemptions.value(), 0);
 }
 
 // Requests that share a cached document share its pages at once: admission counts the pages a
@@ -282,23 +284,17 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   };
   std::map<int, std::vector<int32_t>> alone;
   for (int q = 2; q < 5; ++q) {
-    auto engine = fx.MakeEngine();
-    MetricsRegistry registry;
-    WorkerMetrics metrics(registry);
-    Scheduler scheduler(engine.get(), {}, &metrics);
+    Serving served(fx.MakeEngine());
     auto sink = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(scheduler.Submit(fx.Request(q, 8, sink, question(q))).ok());
+    ASSERT_TRUE(served.scheduler.Submit(fx.Request(q, 8, sink, question(q))).ok());
     alone[q] = std::get<0>(sink->Wait());
   }
 
-  auto engine = fx.MakeEngine();
-  MetricsRegistry registry;
-  WorkerMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {}, &metrics);
+  Serving served(fx.MakeEngine());
   // The first question computes the document; the second snapshots where it branches off.
   for (int q = 0; q < 2; ++q) {
     auto sink = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(scheduler.Submit(fx.Request(q, 1, sink, question(q))).ok());
+    ASSERT_TRUE(served.scheduler.Submit(fx.Request(q, 1, sink, question(q))).ok());
     ASSERT_TRUE(std::get<2>(sink->Wait()).ok());
   }
   std::atomic<int64_t> most_running{0};
@@ -306,7 +302,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   for (int q = 2; q < 5; ++q) {
     auto sink = std::make_shared<RecordingSink>();
     sink->on_token = [&] {
-      const int64_t running = scheduler.Load().running;
+      const int64_t running = served.scheduler.Load().running;
       int64_t seen = most_running.load();
       while (running > seen && !most_running.compare_exchange_weak(seen, running)) {
       }
@@ -314,7 +310,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
     sinks.push_back(sink);
   }
   for (int q = 2; q < 5; ++q) {
-    ASSERT_TRUE(scheduler.Submit(fx.Request(q, 8, sinks[q - 2], question(q))).ok());
+    ASSERT_TRUE(served.scheduler.Submit(fx.Request(q, 8, sinks[q - 2], question(q))).ok());
   }
   for (int q = 2; q < 5; ++q) {
     const auto [ids, reason, status] = sinks[q - 2]->Wait();
@@ -322,7 +318,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
     EXPECT_EQ(ids, alone[q]) << "question " << q;
   }
   EXPECT_EQ(most_running.load(), 3);
-  EXPECT_EQ(metrics.preemptions.value(), 0);
+  EXPECT_EQ(served.metrics.preemptions.value(), 0);
 }
 
 }  // namespace
