@@ -100,6 +100,10 @@ struct StepPlan {
   std::vector<int32_t> seq_slots;               // GatedDeltaNet state slot of each sequence
   std::vector<std::vector<int32_t>> seq_pages;  // KV page table of each sequence
   std::vector<int32_t> logit_tokens;            // tokens whose next-token logits are read back
+  // Empty, or per token a state slot (-1: none) that receives a copy of its sequence's
+  // GatedDeltaNet state (conv window and recurrent state, every layer) as it is after that
+  // token: a speculative step's planes, one of which the sequence rolls back to.
+  std::vector<int32_t> plane_of_token;
 };
 
 // The sizes of the KV pages and state slots a backend holds (counts from the engine's budget).

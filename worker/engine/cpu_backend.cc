@@ -384,7 +384,7 @@ absl::Status CpuBackend::Attend(int64_t layer, const AttentionShard& heads, Tens
                                 Tensor out) {
   const Qwen35Config& c = model_.config();
   const int64_t hd = c.key_length, group = c.head_count / c.head_count_kv;
-  const int64_t nh = heads.q_heads, kv_dim = heads.kv_heads * hd, page = geometry_.page_size;
+  const int64_t nh = heads.q_heads, page = geometry_.page_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const T* k_layer = KvLayer<T>(layer);
   // Every (token, head) pair in parallel: each reduces over its keys in position order on one
@@ -423,6 +423,13 @@ absl::Status CpuBackend::GdnConv(const GdnLayerParams& p, int64_t layer, Tensor 
       for (int64_t ch = c0; ch < c1; ++ch) {
         u.f32()[t * u.cols + ch] = GdnConvChannel(p, qkv.f32() + t * qkv.cols, state, ch);
       }
+      if (const int32_t plane = PlaneOf(t); plane >= 0) {
+        float* copy = StateLayer(plane, layer);
+        for (int64_t k = 0; k + 1 < p.conv_kernel; ++k) {
+          std::copy(state + k * p.conv_dim() + c0, state + k * p.conv_dim() + c1,
+                    copy + k * p.conv_dim() + c0);
+        }
+      }
     }
   });
   pool_.ParallelFor(qkv.rows * 2 * p.n_k, 8, [&](int64_t begin, int64_t end) {
@@ -447,6 +454,11 @@ absl::Status CpuBackend::GdnRecurrence(const GdnLayerParams& p, int64_t layer, T
         const float* alpha = alpha_beta.f32() + t * alpha_beta.cols;
         GdnHeadStepFast(options_.isa, p, u.f32() + t * u.cols, z.f32() + t * z.cols, alpha,
                         alpha + p.n_v, h, S, out.f32() + t * out.cols);
+        if (const int32_t plane = PlaneOf(t); plane >= 0) {
+          const int64_t head = p.hd * p.hd;
+          std::copy_n(S + h * head, head,
+                      StateLayer(plane, layer) + geometry_.conv_floats + h * head);
+        }
       }
     }
   });

@@ -82,6 +82,10 @@ class CpuBackend final : public Backend {
   template <typename T>
   absl::Status Attend(int64_t layer, const AttentionShard& heads, Tensor q_gate, Tensor out);
   float* StateLayer(int32_t slot, int64_t layer) const;
+  // The state slot that keeps a copy of token t's state (StepPlan::plane_of_token), or -1.
+  int32_t PlaneOf(int64_t t) const {
+    return plan_.plane_of_token.empty() ? -1 : plan_.plane_of_token[t];
+  }
 
   const Model& model_;
   CpuBackendOptions options_;

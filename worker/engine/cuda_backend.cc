@@ -216,6 +216,13 @@ absl::StatusOr<T*> CudaBackend::UploadStepArray(DeviceBuffer& buffer, const std:
 
 absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   // The engine may be driven from another thread than the one that made it.
+  for (int32_t plane : plan.plane_of_token) {
+    if (plane >= 0) {
+      return absl::UnimplementedError(
+          "speculative verification (GatedDeltaNet state planes) is not built for --device cuda "
+          "yet");
+    }
+  }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
   // The previous step's copies must be done before its host arrays are rewritten (and before
   // the activation memory it outgrew is freed).

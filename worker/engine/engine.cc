@@ -128,6 +128,16 @@ absl::StatusOr<bool> Engine::Snapshot(SequenceId id, bool speculative) {
   return true;
 }
 
+absl::Status Engine::Rollback(SequenceId id, int64_t length) {
+  ASSIGN_OR_RETURN(const int32_t plane, kv_->RollbackPlane(id, length));
+  if (plane >= 0) {
+    const int32_t slot = kv_->Find(id)->slot;
+    RETURN_IF_ERROR(ForEachRank([&](Backend& b) { return b.CopyStateSlot(plane, slot); }));
+  }
+  kv_->Rollback(id, length);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch) {
   const Qwen35Config& c = model_->config();
   // Validate everything before touching any state.
@@ -149,6 +159,10 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
             absl::StrCat("token id ", tok, " is outside [0, ", c.vocab_size, ")"));
       }
     }
+    if (sq->awaits_rollback()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", in.id, " has a speculative step to roll back before its next step"));
+    }
     const int64_t new_len = sq->length + static_cast<int64_t>(in.tokens.size());
     if (new_len > max_context_) {
       return absl::OutOfRangeError(absl::StrCat("sequence ", in.id, " would reach ", new_len,
@@ -161,6 +175,8 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
   StepPlan plan;
   ForwardResult result;
   result.vocab = c.vocab_size;
+  const bool speculative = std::any_of(batch.begin(), batch.end(),
+                                       [](const SequenceInput& in) { return in.keep_states; });
   for (size_t i = 0; i < batch.size(); ++i) {
     const KvManager::Sequence& sq = *kv_->Find(batch[i].id);
     plan.seq_slots.push_back(sq.slot);
@@ -174,6 +190,10 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
       plan.seq_of_token.push_back(static_cast<int32_t>(i));
       plan.pos_of_token.push_back(static_cast<int32_t>(pos));
       plan.tokens.push_back(batch[i].tokens[j]);
+      if (speculative) {
+        plan.plane_of_token.push_back(batch[i].keep_states && j < sq.planes.size() ? sq.planes[j]
+                                                                                   : -1);
+      }
     }
   }
   const absl::Status run =
@@ -185,7 +205,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
     if (run.code() == absl::StatusCode::kDeadlineExceeded) return run;
     return absl::InternalError(absl::StrCat("forward step failed: ", run.message()));
   }
-  for (const SequenceInput& in : batch) kv_->Advance(in.id, in.tokens);
+  for (const SequenceInput& in : batch) kv_->Advance(in);
   return result;
 }
 

@@ -87,6 +87,11 @@ class Engine {
   absl::Status RemoveSequence(SequenceId id) { return kv_->RemoveSequence(id); }
   absl::StatusOr<int64_t> SequenceLength(SequenceId id) const { return kv_->SequenceLength(id); }
 
+  // Ends a speculative step (SequenceInput::keep_states) at `length` tokens, from the length
+  // before it + 1 (only the step's first token kept) to the length now (all kept): positions
+  // past it are dropped and the GatedDeltaNet state is the one after token length - 1, as if
+  // only those tokens had been fed. On error the sequence is to be removed.
+  absl::Status Rollback(SequenceId id, int64_t length);
   // Runs one step over the batch. Validates everything first: on error (unknown or repeated
   // sequence, token out of range, context exhausted, or pages not reserved and not to be had)
   // no sequence changes. Pages the scheduler reserved (KvManager::Reserve) are not taken again.

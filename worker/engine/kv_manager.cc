@@ -89,6 +89,10 @@ absl::StatusOr<std::optional<KvManager::SnapshotPlan>> KvManager::PlanSnapshot(S
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
   Sequence& sq = it->second;
+  if (sq.speculated_from >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " has a speculative step to roll back first"));
+  }
   if (prefix_ == nullptr || sq.length == 0) return std::nullopt;
   const int64_t page = pages_.page_size();
   const int64_t full = sq.length / page;
@@ -119,6 +123,7 @@ absl::Status KvManager::RemoveSequence(SequenceId id) {
   for (PrefixCache::NodeId n : sq.nodes) prefix_->RemoveUser(n);
   pages_.Release(std::vector<int32_t>(sq.pages.begin() + sq.nodes.size(), sq.pages.end()));
   states_.Release(sq.slot);
+  for (int32_t plane : sq.planes) states_.Release(plane);
   sequences_.erase(it);
   return absl::OkStatus();
 }
@@ -163,28 +168,80 @@ int64_t KvManager::PagesToGrow(const std::vector<SequenceInput>& batch) const {
 }
 
 absl::Status KvManager::Reserve(const std::vector<SequenceInput>& batch) {
+  int64_t planes = 0;
+  for (const SequenceInput& in : batch) {
+    const Sequence* sq = Find(in.id);
+    if (sq != nullptr && in.keep_states && sq->speculated_from < 0 && !in.tokens.empty()) {
+      planes += static_cast<int64_t>(in.tokens.size()) - 1;
+    }
+  }
+  if (planes > states_.free()) {
+    return absl::ResourceExhaustedError(absl::StrCat("state slots: ", planes,
+                                                     " planes needed for a speculative step, ",
+                                                     states_.free(), " free"));
+  }
   const int64_t needed = PagesToGrow(batch);
-  if (needed == 0) return absl::OkStatus();
-  if (prefix_ != nullptr && pages_.free() < needed) prefix_->MakeRoom(needed);
-  ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pages_.Allocate(needed));
-  size_t next = 0;
+  if (needed > 0) {
+    if (prefix_ != nullptr && pages_.free() < needed) prefix_->MakeRoom(needed);
+    ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pages_.Allocate(needed));
+    size_t next = 0;
+    for (const SequenceInput& in : batch) {
+      auto it = sequences_.find(in.id);
+      if (it == sequences_.end()) continue;
+      for (int64_t n = NewPages(it->second, static_cast<int64_t>(in.tokens.size())); n > 0; --n) {
+        it->second.pages.push_back(fresh[next++]);
+      }
+    }
+  }
   for (const SequenceInput& in : batch) {
     auto it = sequences_.find(in.id);
-    if (it == sequences_.end()) continue;
-    for (int64_t n = NewPages(it->second, static_cast<int64_t>(in.tokens.size())); n > 0; --n) {
-      it->second.pages.push_back(fresh[next++]);
-    }
+    if (it == sequences_.end() || !in.keep_states || it->second.speculated_from >= 0) continue;
+    Sequence& sq = it->second;
+    sq.speculated_from = sq.length;
+    for (size_t j = 0; j + 1 < in.tokens.size(); ++j) sq.planes.push_back(*states_.Allocate());
   }
   return absl::OkStatus();
 }
 
-void KvManager::Advance(SequenceId id, absl::Span<const int32_t> tokens) {
-  Sequence& sq = sequences_.at(id);
-  sq.length += static_cast<int64_t>(tokens.size());
+void KvManager::Advance(const SequenceInput& in) {
+  Sequence& sq = sequences_.at(in.id);
+  sq.length += static_cast<int64_t>(in.tokens.size());
   if (prefix_ != nullptr) {
-    sq.tokens.insert(sq.tokens.end(), tokens.begin(), tokens.end());
-    CommitFullPages(sq);
+    sq.tokens.insert(sq.tokens.end(), in.tokens.begin(), in.tokens.end());
+    if (sq.speculated_from < 0) CommitFullPages(sq);
   }
+}
+
+absl::StatusOr<int32_t> KvManager::RollbackPlane(SequenceId id, int64_t length) const {
+  const Sequence* sq = Find(id);
+  if (sq == nullptr) return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  if (!sq->awaits_rollback()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " has no speculative step to roll back"));
+  }
+  if (length <= sq->speculated_from || length > sq->length) {
+    return absl::OutOfRangeError(absl::StrCat("sequence ", id, " rolls back to ",
+                                              sq->speculated_from + 1, "..", sq->length,
+                                              " tokens, not ", length));
+  }
+  if (length == sq->length) return -1;
+  return sq->planes[static_cast<size_t>(length - sq->speculated_from - 1)];
+}
+
+void KvManager::Rollback(SequenceId id, int64_t length) {
+  Sequence& sq = sequences_.at(id);
+  const size_t keep = static_cast<size_t>((length + pages_.page_size() - 1) / pages_.page_size());
+  if (uses_kv_ && sq.pages.size() > keep) {
+    // Pages of the speculative step are the sequence's own: none is in the prefix cache yet.
+    pages_.Release(std::vector<int32_t>(sq.pages.begin() + keep, sq.pages.end()));
+    sq.pages.resize(keep);
+  }
+  sq.length = length;
+  if (prefix_ != nullptr) sq.tokens.resize(static_cast<size_t>(length));
+  for (int32_t plane : sq.planes) states_.Release(plane);
+  sq.planes.clear();
+  sq.speculated_from = -1;
+  if (prefix_ != nullptr) CommitFullPages(sq);
 }
 
 void KvManager::CommitFullPages(Sequence& sq) {

@@ -29,6 +29,11 @@ struct SequenceInput {
   SequenceId id = 0;
   std::vector<int32_t> tokens;  // appended at the sequence's current length
   bool all_logits = false;      // logits for every new token; otherwise for the last one only
+  // A speculative step (drafted tokens being verified): the GatedDeltaNet state after every
+  // token but the last is kept in a plane (a state slot of the pool) so that the sequence can
+  // roll back to any length within the step (Engine::Rollback), which it must do, keeping all
+  // or fewer, before its next step.
+  bool keep_states = false;
 };
 
 // kv_pages_used counts the pages sequences hold; pages only the prefix cache holds are free
@@ -112,6 +117,11 @@ class KvManager {
     // page is one; the partial last page is the sequence's own).
     std::vector<int32_t> tokens;
     std::vector<PrefixCache::NodeId> nodes;
+    // While a speculative step awaits its rollback: the length before it, and the planes that
+    // hold the state after each of its tokens but the last.
+    int64_t speculated_from = -1;
+    std::vector<int32_t> planes;
+    bool awaits_rollback() const { return speculated_from >= 0 && length > speculated_from; }
   };
   const Sequence* Find(SequenceId id) const;
 
@@ -123,12 +133,21 @@ class KvManager {
 
   // The pages a step over `batch` would take from the pool. Changes nothing.
   int64_t PagesToGrow(const std::vector<SequenceInput>& batch) const;
-  // Takes them into the sequences' page tables, evicting cache entries for them: all or none
-  // (RESOURCE_EXHAUSTED, nothing changed). Unknown sequences are skipped; a step whose pages
-  // were reserved takes none.
+  // Takes them into the sequences' page tables, evicting cache entries for them, and the state
+  // planes of speculative inputs: all or none (RESOURCE_EXHAUSTED, nothing changed). Unknown
+  // sequences are skipped; a step whose pages and planes were reserved takes none.
   absl::Status Reserve(const std::vector<SequenceInput>& batch);
-  // After a step: the sequence is `tokens` longer, and its full pages enter the prefix cache.
-  void Advance(SequenceId id, absl::Span<const int32_t> tokens);
+  // After a step: the sequence is `in.tokens` longer, and its full pages enter the prefix cache
+  // (after its rollback, for a speculative step).
+  void Advance(const SequenceInput& in);
+  // The plane holding the state a speculative sequence rolls back to at `length` (its length
+  // before the step + 1 .. its length now), or -1 when that is its own state (length now).
+  // Refuses a sequence with no speculative step pending, or a length out of that range.
+  absl::StatusOr<int32_t> RollbackPlane(SequenceId id, int64_t length) const;
+  // Ends the speculative step at `length` once the engine has copied that plane: later
+  // positions are dropped (pages past them go back), the planes go back, full pages enter the
+  // prefix cache.
+  void Rollback(SequenceId id, int64_t length);
 
   EngineStats Stats() const;
   PrefixCacheStats PrefixStats() const;

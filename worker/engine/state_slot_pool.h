@@ -21,6 +21,7 @@ class StateSlotPool {
 
   int64_t total() const { return slots_; }
   int64_t used() const { return slots_ - static_cast<int64_t>(free_.size()); }
+  int64_t free() const { return static_cast<int64_t>(free_.size()); }
 
   // A free slot (the caller clears its storage), or RESOURCE_EXHAUSTED.
   absl::StatusOr<int32_t> Allocate();

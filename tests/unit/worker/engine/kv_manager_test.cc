@@ -27,7 +27,7 @@ KvManager Manager(bool prefix_caching = true) {
 void Feed(KvManager& kv, SequenceId id, std::vector<int32_t> tokens) {
   const std::vector<SequenceInput> step = {{id, std::move(tokens), false}};
   ASSERT_TRUE(kv.Reserve(step).ok());
-  kv.Advance(id, step[0].tokens);
+  kv.Advance(step[0]);
 }
 
 TEST(KvManager, AStepReservesItsPagesAllOrNoneAndOnlyOnce) {
