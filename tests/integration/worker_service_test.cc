@@ -10,11 +10,13 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
 
 namespace walsh {
 namespace {
 
+using testing::MetricIn;
 using testing::RunGenerate;
 using testing::StreamResult;
 using testing::WorkerProcess;
@@ -374,6 +376,61 @@ TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
     ASSERT_TRUE(together[i].status.ok()) << together[i].status.error_message();
     const StreamResult solo = RunGenerate(*stub, reqs[i]);
     EXPECT_EQ(together[i].ids, solo.ids) << "request " << i;
+  }
+}
+
+// Through the real binary: a worker with --speculative ngram streams the same tokens and text
+// as a plain one, greedy and seeded, with stop strings and max_tokens, alone and concurrently,
+// while drafts are verified, accepted and rejected.
+TEST(WorkerService, SpeculativeDecodingStreamsThePlainTokens) {
+  WorkerProcess plain;
+  WorkerProcess speculative({"--speculative", "ngram", "--num-speculative-tokens", "4"});
+  ASSERT_TRUE(plain.ok() && speculative.ok()) << speculative.process().stderr_text();
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    const std::string line = "the quick brown fox " + std::to_string(i) + " jumps; ";
+    reqs.push_back(Request(line + line + line, 24 + i, i % 2 ? 0.0f : 0.8f, 40 + i));
+  }
+  std::vector<StreamResult> want;
+  for (const auto& r : reqs) want.push_back(RunGenerate(*plain.Generator(), r));
+  // A stop string that occurs mid-stream ends both at the same place.
+  for (size_t i = 0; i < 2; ++i) {
+    if (want[i].pieces.size() > 6 && !want[i].pieces[5].empty()) {
+      reqs.push_back(reqs[i]);
+      reqs.back().mutable_stopping()->add_stop(want[i].pieces[5]);
+      want.push_back(RunGenerate(*plain.Generator(), reqs.back()));
+    }
+  }
+  std::vector<StreamResult> got(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = RunGenerate(*speculative.Generator(), reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].ids, want[i].ids) << "request " << i;
+    EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+  }
+  const std::string m = testing::HttpGet(speculative.metrics_port(), "/metrics");
+  const double drafted = MetricIn(m, "vllm:spec_decode_num_draft_tokens_total").value_or(-1);
+  const double accepted = MetricIn(m, "vllm:spec_decode_num_accepted_tokens_total").value_or(-1);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+  const v1::Load load = testing::WaitForIdle(*speculative.Worker());
+  EXPECT_EQ(load.state_slots_used(), 0u);
+  EXPECT_EQ(load.kv_pages_used(), 0u);
+}
+
+TEST(WorkerService, SpeculativeFlagsAreCheckedAtStart) {
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--speculative", "medusa"},
+        std::vector<std::string>{"--speculative", "ngram", "--num-speculative-tokens", "0"},
+        std::vector<std::string>{"--speculative", "ngram", "--speculative-ngram-min", "3",
+                                 "--speculative-ngram-max", "2"}}) {
+    WorkerProcess w(bad);
+    EXPECT_FALSE(w.ok()) << bad[1];
   }
 }
 

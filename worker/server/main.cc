@@ -20,6 +20,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "worker/engine/ngram_drafter.h"
 #include "worker/server/model_info.h"
 #include "worker/server/services.h"
 
@@ -42,6 +43,9 @@ struct Flags {
   double gpu_memory_utilization = 0.9;
   int64_t tp = 1;
   int64_t collective_timeout_ms = 10000;
+  std::string speculative = "off";
+  int64_t num_speculative_tokens = 3, speculative_ngram_min = 1, speculative_ngram_max = 4;
+  int64_t speculative_max_batch = 8;
   int64_t debug_stall_rank = -1;  // walsh-worker-faults only
   ServerTlsFiles tls;
 };
@@ -102,6 +106,17 @@ int Run(int argc, char** argv) {
   flags.Int(
       "collective-timeout-ms", &f.collective_timeout_ms,
       "a tensor-parallel collective slower than this fails the step; the worker turns NOT_SERVING");
+  flags.String("speculative", &f.speculative,
+               "speculative decoding: off, or ngram (drafts by prompt lookup, verified in the same "
+               "pass; the output is bit-identical to plain decoding)");
+  flags.Int("num-speculative-tokens", &f.num_speculative_tokens,
+            "with --speculative: the most tokens drafted per decode step, 1..16");
+  flags.Int("speculative-ngram-min", &f.speculative_ngram_min,
+            "with --speculative ngram: the shortest suffix looked up");
+  flags.Int("speculative-ngram-max", &f.speculative_ngram_max,
+            "with --speculative ngram: the longest suffix looked up (tried first)");
+  flags.Int("speculative-max-batch", &f.speculative_max_batch,
+            "with --speculative: no drafting while more requests than this run");
 #ifdef WALSH_FAULT_INJECTION
   flags.Int("debug-stall-rank", &f.debug_stall_rank, "this rank stops answering");
 #endif
@@ -124,6 +139,34 @@ int Run(int argc, char** argv) {
       f.prefix_cache_snapshot_interval < 0) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
+    return 2;
+  }
+
+  const NgramDraftOptions ngram{.min_match = f.speculative_ngram_min,
+                                .max_match = f.speculative_ngram_max,
+                                .max_tokens = f.num_speculative_tokens};
+  if (f.speculative != "off" && f.speculative != "ngram") {
+    std::fprintf(stderr, "walsh-worker: --speculative must be off or ngram, not '%s'\n",
+                 f.speculative.c_str());
+    return 2;
+  }
+  if (f.num_speculative_tokens < 1 || f.num_speculative_tokens > 16 ||
+      f.speculative_max_batch < 1) {
+    std::fprintf(stderr,
+                 "walsh-worker: --num-speculative-tokens must be 1..16 and "
+                 "--speculative-max-batch at least 1\n");
+    return 2;
+  }
+  if (absl::Status s = ValidateNgramDraftOptions(ngram); !s.ok()) {
+    std::fprintf(stderr, "walsh-worker: %s (--speculative-ngram-min, --speculative-ngram-max)\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  if (f.speculative != "off" && f.device == "cuda") {
+    std::fprintf(stderr,
+                 "walsh-worker: --speculative %s needs GatedDeltaNet state planes, which are not "
+                 "built for --device cuda yet\n",
+                 f.speculative.c_str());
     return 2;
   }
 
@@ -237,10 +280,17 @@ int Run(int argc, char** argv) {
     if (seq.ok()) (void)(*engine)->RemoveSequence(*seq);
     if (!canary.ok()) return Fail("canary_failed", std::string(canary.status().message()));
   }
-  Scheduler scheduler(engine->get(),
-                      {f.max_batch_tokens, f.max_running, f.max_queue, f.prefix_cache_min_tokens,
-                       f.prefix_cache_snapshot_interval},
-                      &metrics);
+  Scheduler scheduler(
+      engine->get(),
+      {.max_batch_tokens = f.max_batch_tokens,
+       .max_running = f.max_running,
+       .max_queue = f.max_queue,
+       .prefix_min_tokens = f.prefix_cache_min_tokens,
+       .prefix_snapshot_interval = f.prefix_cache_snapshot_interval,
+       .speculative_tokens = f.speculative == "ngram" ? f.num_speculative_tokens : 0,
+       .speculative_max_batch = f.speculative_max_batch,
+       .ngram = ngram},
+      &metrics);
   info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
   info.set_kv_cache_dtype(KvCacheDtypeName((*engine)->kv_cache_dtype()));
   info.set_kv_bytes_per_token(static_cast<uint64_t>((*engine)->kv_bytes_per_token()));

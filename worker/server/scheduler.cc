@@ -306,18 +306,30 @@ void Scheduler::Step() {
   UpdateGauges();
   if (running_.empty()) return;
 
-  // Build the batch: decode tokens first, then prefill chunks, within the token budget.
+  // Build the batch: decode tokens first (with their drafts), then prefill chunks, within the
+  // token budget.
+  const bool speculate = options_.speculative_tokens > 0 &&
+                         static_cast<int64_t>(running_.size()) <= options_.speculative_max_batch;
+  // A speculative step keeps a state plane per draft, from the free state slots.
+  const EngineStats slots = engine_->Stats();
+  int64_t planes_free = slots.state_slots_total - slots.state_slots_used;
   std::vector<BatchCandidate> candidates;
-  for (auto& rp : running_) {
-    ActiveRequest& r = *rp;
+  std::vector<std::vector<int32_t>> drafts(running_.size());
+  for (size_t i = 0; i < running_.size(); ++i) {
+    ActiveRequest& r = *running_[i];
     while (!r.snapshot_points.empty() &&
            r.snapshot_points.front().position <= static_cast<int64_t>(r.fed)) {
       r.snapshot_points.erase(r.snapshot_points.begin());
     }
     const int64_t remaining = static_cast<int64_t>(r.tokens.size() - r.fed);
+    const bool decode = remaining == 1 && !r.generation->output().empty();
+    if (decode && speculate) {
+      drafts[i] = Draft(r, planes_free);
+      planes_free -= static_cast<int64_t>(drafts[i].size());
+    }
     candidates.push_back(
-        {.remaining = remaining,
-         .decode = remaining == 1 && !r.generation->output().empty(),
+        {.remaining = remaining + static_cast<int64_t>(drafts[i].size()),
+         .decode = decode,
          .until_snapshot = r.snapshot_points.empty()
                                ? -1
                                : r.snapshot_points.front().position - static_cast<int64_t>(r.fed)});
@@ -325,21 +337,34 @@ void Scheduler::Step() {
   const std::vector<int64_t> take = PlanBatch(candidates, options_.max_batch_tokens);
   std::vector<SequenceInput> batch;
   std::vector<ActiveRequest*> members;
+  std::vector<std::vector<int32_t>> member_drafts;
   for (size_t pass = 0; pass < 2; ++pass) {  // the engine sees decodes first, as planned
     for (size_t i = 0; i < running_.size(); ++i) {
       if (take[i] == 0 || candidates[i].decode != (pass == 0)) continue;
       ActiveRequest& r = *running_[i];
-      batch.push_back(
-          {*r.sequence,
-           std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take[i]),
-           false});
+      if (candidates[i].decode && !drafts[i].empty()) {
+        // The token sampled last, then the drafts the budget leaves room for: verified at once.
+        std::vector<int32_t> d(drafts[i].begin(), drafts[i].begin() + (take[i] - 1));
+        std::vector<int32_t> input = {r.tokens[r.fed]};
+        input.insert(input.end(), d.begin(), d.end());
+        batch.push_back({*r.sequence, std::move(input), /*all_logits=*/!d.empty(),
+                         /*keep_states=*/!d.empty()});
+        member_drafts.push_back(std::move(d));
+      } else {
+        batch.push_back(
+            {*r.sequence,
+             std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take[i]),
+             false});
+        member_drafts.emplace_back();
+      }
       members.push_back(&r);
     }
   }
   if (batch.empty()) return;
-  // The step's pages are reserved before it runs, so it cannot run out of them mid-way. When the
-  // pool cannot give them, the last to arrive gives way and the next step is planned again; a
-  // request running alone that outgrows the whole pool ends.
+  // The step's pages (and a speculative step's state planes) are reserved before it runs, so it
+  // cannot run out of them mid-way. When the pool cannot give them, the last to arrive gives way
+  // and the next step is planned again; a request running alone that outgrows the whole pool
+  // ends.
   if (const absl::Status reserved = engine_->kv().Reserve(batch); !reserved.ok()) {
     if (Preempt()) {
       preempted_this_step_ = true;
@@ -362,14 +387,32 @@ void Scheduler::Step() {
   absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
   const double step_seconds = Since(step_start);
   // Sampling, logprobs, detokenizing and stop rules run outside the lock too: only this thread
-  // touches a running request's generation (other threads only flag a cancellation).
-  std::vector<std::optional<GeneratedToken>> sampled(members.size());
+  // touches a running request's generation and the engine (other threads only flag a
+  // cancellation). A speculative member samples row by row while the model's own sample equals
+  // the draft, exactly as plain decoding would sample those positions, then rolls back to what
+  // it kept.
+  std::vector<std::vector<GeneratedToken>> sampled(members.size());
+  std::vector<absl::Status> rolled_back(members.size());
   if (out.ok()) {
+    size_t row = 0;
     for (size_t i = 0; i < members.size(); ++i) {
       ActiveRequest& r = *members[i];
-      if (r.fed + batch[i].tokens.size() == r.tokens.size()) {
-        sampled[i] = r.generation->Advance(out->RowLogits(i), out->vocab);
+      const size_t rows = batch[i].all_logits ? batch[i].tokens.size() : 1;
+      if (r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size()) {
+        for (size_t j = 0; j < rows; ++j) {
+          sampled[i].push_back(r.generation->Advance(out->RowLogits(row + j), out->vocab));
+          const GeneratedToken& t = sampled[i].back();
+          if (t.finish != FinishReason::kNone || j >= member_drafts[i].size() ||
+              t.id != member_drafts[i][j]) {
+            break;
+          }
+        }
       }
+      if (batch[i].keep_states) {
+        rolled_back[i] =
+            engine_->Rollback(*r.sequence, static_cast<int64_t>(r.fed + sampled[i].size()));
+      }
+      row += rows;
     }
   }
   mu_.Lock();
@@ -388,7 +431,23 @@ void Scheduler::Step() {
   int64_t generated = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     ActiveRequest& r = *members[i];
-    const size_t fed_now = batch[i].tokens.size();
+    if (!rolled_back[i].ok()) {
+      EndWithStatus(r, absl::InternalError(rolled_back[i].message()), "error");
+      continue;
+    }
+    const std::vector<int32_t>& d = member_drafts[i];
+    if (!d.empty()) {
+      const size_t accepted = sampled[i].size() - 1;
+      metrics_->spec_drafts.Inc();
+      metrics_->spec_draft_tokens.Inc(static_cast<double>(d.size()));
+      metrics_->spec_accepted_tokens.Inc(static_cast<double>(accepted));
+      for (size_t j = 0; j < accepted; ++j) {
+        metrics_->spec_accepted_at.counter({std::to_string(j + 1)}).Inc();
+      }
+    }
+    // A speculative member kept the sampled token and the accepted drafts: one per token it
+    // sampled. A plain one fed its whole input.
+    const size_t fed_now = d.empty() ? batch[i].tokens.size() : sampled[i].size();
     if (r.fed < r.prompt.size()) {
       metrics_->prompt_tokens.Inc(
           static_cast<double>(std::min(r.fed + fed_now, r.prompt.size()) - r.fed));
@@ -408,22 +467,25 @@ void Scheduler::Step() {
       outbox_.push_back([sink = r.sink, started] { sink->Started(started); });
       r.started_sent = true;
     }
-    const GeneratedToken& t = *sampled[i];
-    r.tokens.push_back(t.id);
-    ++generated;
     const auto now = Clock::now();
-    if (r.first_token_at == Clock::time_point{}) {
-      r.first_token_at = now;
-      metrics_->time_to_first_token.Observe(Since(r.arrived_at));
-    } else {
-      metrics_->inter_token_latency.Observe(
-          std::chrono::duration<double>(now - r.last_token_at).count());
+    // Tokens of one accepted run arrive together: each is observed at the run's mean spacing.
+    const double spacing = std::chrono::duration<double>(now - r.last_token_at).count() /
+                           static_cast<double>(sampled[i].size());
+    for (GeneratedToken& t : sampled[i]) {
+      r.tokens.push_back(t.id);
+      ++generated;
+      if (r.first_token_at == Clock::time_point{}) {
+        r.first_token_at = now;
+        metrics_->time_to_first_token.Observe(Since(r.arrived_at));
+      } else {
+        metrics_->inter_token_latency.Observe(spacing);
+      }
+      const FinishReason finish = t.finish;
+      const std::string matched = t.matched_stop;
+      outbox_.push_back([sink = r.sink, token = std::move(t)] { sink->Token(token); });
+      if (finish != FinishReason::kNone) Finish(r, finish, matched);
     }
     r.last_token_at = now;
-    const FinishReason finish = t.finish;
-    const std::string matched = t.matched_stop;
-    outbox_.push_back([sink = r.sink, token = std::move(*sampled[i])] { sink->Token(token); });
-    if (finish != FinishReason::kNone) Finish(r, finish, matched);
   }
   metrics_->generation_tokens.Inc(static_cast<double>(generated));
   token_times_.emplace_back(Clock::now(), generated);
@@ -433,6 +495,19 @@ void Scheduler::Step() {
   }
   std::erase_if(running_, [](const auto& p) { return !p->sequence; });
   UpdateGauges();
+}
+
+std::vector<int32_t> Scheduler::Draft(const ActiveRequest& r, int64_t max_tokens) const {
+  const StopConfig& stop = r.generation->request().stop;
+  // Room after the token sampled last: outputs left under max_tokens, and positions left in
+  // the context (the verified tokens all take one).
+  const int64_t outputs_left =
+      stop.max_tokens - static_cast<int64_t>(r.generation->output().size()) - 1;
+  const int64_t context_left = engine_->max_context() - static_cast<int64_t>(r.fed) - 1;
+  NgramDraftOptions o = options_.ngram;
+  o.max_tokens = std::min({options_.speculative_tokens, outputs_left, context_left, max_tokens});
+  if (o.max_tokens < 1) return {};
+  return DraftNgram(r.tokens, o);
 }
 
 }  // namespace walsh

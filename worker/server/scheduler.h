@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "common/mutex.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/ngram_drafter.h"
 #include "worker/server/active_request.h"
 #include "worker/server/worker_metrics.h"
 
@@ -40,6 +41,12 @@ struct SchedulerOptions {
   // A snapshot every this many tokens of a prefill (whole pages; 0: none), so that the first
   // request that branches off a shared document hits (snapshot_policy.h).
   int64_t prefix_snapshot_interval = 0;
+  // Speculative decoding (docs/speculative_decoding.md): each decode step of a request drafts up
+  // to this many tokens by prompt lookup and verifies them in the same pass; 0: off. Off while
+  // more than speculative_max_batch requests run.
+  int64_t speculative_tokens = 0;
+  int64_t speculative_max_batch = 8;
+  NgramDraftOptions ngram{};
 };
 
 struct SchedulerLoad {
@@ -80,6 +87,10 @@ class Scheduler {
   void Release(ActiveRequest& r);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeSnapshot(ActiveRequest& r, const char* at);
+  // At most `max_tokens` tokens drafted for a decode step of `r` (none when nothing recurs),
+  // never past its max_tokens or the context limit.
+  std::vector<int32_t> Draft(const ActiveRequest& r, int64_t max_tokens) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* engine_;
   SchedulerOptions options_;

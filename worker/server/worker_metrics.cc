@@ -55,6 +55,20 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       vllm_kv_usage(r.AddGauge("vllm:kv_cache_usage_perc",
                                "KV cache usage, 0 to 1 (Gateway API Inference Extension protocol).")
                         .gauge()),
+      spec_drafts(r.AddCounter("vllm:spec_decode_num_drafts_total",
+                               "Speculative steps: decode steps that verified drafted tokens.")
+                      .counter()),
+      spec_draft_tokens(r.AddCounter("vllm:spec_decode_num_draft_tokens_total",
+                                     "Tokens drafted for verification.")
+                            .counter()),
+      spec_accepted_tokens(r.AddCounter("vllm:spec_decode_num_accepted_tokens_total",
+                                        "Drafted tokens accepted: each equals the token the "
+                                        "model sampled at its position.")
+                               .counter()),
+      spec_accepted_at(r.AddCounter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                    "Drafted tokens accepted, by position in the draft (1 is "
+                                    "the first drafted token).",
+                                    {"position"})),
       prefix_queries(r.AddCounter("vllm:prefix_cache_queries_total",
                                   "Prompt tokens looked up in the prefix cache (each admission).")
                          .counter()),

@@ -28,6 +28,10 @@ struct WorkerMetrics {
   Gauge& vllm_waiting;
   Gauge& vllm_running;
   Gauge& vllm_kv_usage;
+  Counter& spec_drafts;                // vllm:spec_decode_num_drafts_total
+  Counter& spec_draft_tokens;          // vllm:spec_decode_num_draft_tokens_total
+  Counter& spec_accepted_tokens;       // vllm:spec_decode_num_accepted_tokens_total
+  MetricFamily& spec_accepted_at;      // by position (1 .. k) in the draft
   Counter& prefix_queries;             // vllm:prefix_cache_queries_total, in tokens
   Counter& prefix_hits;                // vllm:prefix_cache_hits_total, in tokens
   MetricFamily& prefix_lookups;        // by outcome

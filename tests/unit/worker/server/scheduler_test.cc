@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -29,6 +30,7 @@ class RecordingSink final : public ResponseSink {
     if (on_token) on_token();
     std::lock_guard<std::mutex> l(mu_);
     ids_.push_back(token.id);
+    logprobs_.push_back(token.logprob);
   }
   std::function<void()> on_token;  // set before the request is submitted
   void Finished(const RequestFinished& finished) override {
@@ -46,6 +48,10 @@ class RecordingSink final : public ResponseSink {
     cv_.wait(l, [&] { return completions_ > 0; });
     return {ids_, finish_reason_, status_};
   }
+  std::vector<float> logprobs() {
+    std::lock_guard<std::mutex> l(mu_);
+    return logprobs_;
+  }
   int completions() {
     std::lock_guard<std::mutex> l(mu_);
     return completions_;
@@ -61,6 +67,7 @@ class RecordingSink final : public ResponseSink {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> ids_;
+  std::vector<float> logprobs_;
   std::string finish_reason_;
   absl::Status status_;
   int completions_ = 0;
@@ -319,6 +326,66 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   }
   EXPECT_EQ(most_running.load(), 3);
   EXPECT_EQ(served.metrics.preemptions.value(), 0);
+}
+
+// Speculative decoding verifies n-gram drafts in the decode step and keeps what the model itself
+// samples: every request streams exactly the tokens and logprobs it streams with speculation
+// off, greedy or seeded, alone or batched, whatever k; and the drafts are both accepted and
+// rejected along the way.
+TEST(Scheduler, SpeculationGivesExactlyThePlainTokensAndLogprobs) {
+  SchedulerFixture fx;
+  // Prompts that repeat themselves, so prompt lookup drafts something.
+  auto prompt = [](uint64_t seed) {
+    std::vector<int32_t> p;
+    for (int rep = 0; rep < 3; ++rep) {
+      for (int i = 0; i < 9; ++i) p.push_back(static_cast<int32_t>(11 + seed * 7 + i * 3));
+    }
+    return p;
+  };
+  auto request = [&](uint64_t seed, std::shared_ptr<RecordingSink> sink) {
+    auto r = fx.Request(seed, 20 + static_cast<int64_t>(seed), std::move(sink), prompt(seed));
+    GenerationRequest g = r->generation->request();
+    g.sampling.temperature = seed % 2 ? 0.0f : 0.7f;  // greedy and seeded
+    r->generation = std::make_unique<Generation>(nullptr, g);
+    return r;
+  };
+  constexpr uint64_t kRequests = 6;
+  std::map<uint64_t, std::pair<std::vector<int32_t>, std::vector<float>>> plain;
+  {
+    Serving served(fx.MakeEngine());
+    for (uint64_t seed = 0; seed < kRequests; ++seed) {
+      auto sink = std::make_shared<RecordingSink>();
+      ASSERT_TRUE(served.scheduler.Submit(request(seed, sink)).ok());
+      plain[seed] = {std::get<0>(sink->Wait()), sink->logprobs()};
+    }
+  }
+  for (int64_t k : {1, 3, 5}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    Serving served(fx.MakeEngine(), {.speculative_tokens = k, .ngram = {.max_tokens = k}});
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (uint64_t seed = 0; seed < kRequests; ++seed) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      ASSERT_TRUE(served.scheduler.Submit(request(seed, sinks.back())).ok());
+    }
+    for (uint64_t seed = 0; seed < kRequests; ++seed) {
+      const auto [ids, reason, status] = sinks[seed]->Wait();
+      EXPECT_TRUE(status.ok()) << status;
+      EXPECT_EQ(reason, "length");
+      EXPECT_EQ(ids, plain[seed].first) << "request " << seed;
+      const std::vector<float> logprobs = sinks[seed]->logprobs();
+      ASSERT_EQ(logprobs.size(), plain[seed].second.size());
+      EXPECT_EQ(0, std::memcmp(logprobs.data(), plain[seed].second.data(),
+                               logprobs.size() * sizeof(float)))
+          << "request " << seed;
+    }
+    const double drafted = served.metrics.spec_draft_tokens.value();
+    const double accepted = served.metrics.spec_accepted_tokens.value();
+    EXPECT_GT(served.metrics.spec_drafts.value(), 0);
+    EXPECT_GT(accepted, 0);
+    EXPECT_LT(accepted, drafted);  // some drafts were wrong: the rollback ran
+    const SchedulerLoad load = served.scheduler.Load();
+    EXPECT_EQ(load.engine.state_slots_used, 0);  // the planes went back
+  }
 }
 
 }  // namespace
