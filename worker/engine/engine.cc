@@ -163,6 +163,12 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
       return absl::FailedPreconditionError(absl::StrCat(
           "sequence ", in.id, " has a speculative step to roll back before its next step"));
     }
+    if (sq->speculated_from >= 0 &&
+        (!in.keep_states || in.tokens.size() != sq->planes.size() + 1)) {
+      return absl::FailedPreconditionError(absl::StrCat("sequence ", in.id,
+                                                        "'s speculative step was reserved for ",
+                                                        sq->planes.size() + 1, " tokens"));
+    }
     const int64_t new_len = sq->length + static_cast<int64_t>(in.tokens.size());
     if (new_len > max_context_) {
       return absl::OutOfRangeError(absl::StrCat("sequence ", in.id, " would reach ", new_len,

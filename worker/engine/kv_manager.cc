@@ -225,7 +225,11 @@ absl::StatusOr<int32_t> KvManager::RollbackPlane(SequenceId id, int64_t length) 
                                               " tokens, not ", length));
   }
   if (length == sq->length) return -1;
-  return sq->planes[static_cast<size_t>(length - sq->speculated_from - 1)];
+  const size_t plane = static_cast<size_t>(length - sq->speculated_from - 1);
+  if (plane >= sq->planes.size()) {
+    return absl::InternalError(absl::StrCat("sequence ", id, " kept no state at ", length));
+  }
+  return sq->planes[plane];
 }
 
 void KvManager::Rollback(SequenceId id, int64_t length) {

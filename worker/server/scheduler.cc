@@ -328,11 +328,20 @@ void Scheduler::Step() {
       planes_free -= static_cast<int64_t>(drafts[i].size());
     }
     candidates.push_back(
-        {.remaining = remaining + static_cast<int64_t>(drafts[i].size()),
+        {.remaining = remaining,
          .decode = decode,
          .until_snapshot = r.snapshot_points.empty()
                                ? -1
                                : r.snapshot_points.front().position - static_cast<int64_t>(r.fed)});
+  }
+  // Every decode's own token comes first; drafts share what the budget leaves after them.
+  int64_t draft_budget = options_.max_batch_tokens;
+  for (const BatchCandidate& c : candidates) draft_budget -= c.decode ? 1 : 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const int64_t n = std::clamp<int64_t>(draft_budget, 0, static_cast<int64_t>(drafts[i].size()));
+    drafts[i].resize(static_cast<size_t>(n));
+    draft_budget -= n;
+    candidates[i].remaining += n;
   }
   const std::vector<int64_t> take = PlanBatch(candidates, options_.max_batch_tokens);
   std::vector<SequenceInput> batch;
@@ -365,7 +374,19 @@ void Scheduler::Step() {
   // cannot run out of them mid-way. When the pool cannot give them, the last to arrive gives way
   // and the next step is planned again; a request running alone that outgrows the whole pool
   // ends.
-  if (const absl::Status reserved = engine_->kv().Reserve(batch); !reserved.ok()) {
+  absl::Status reserved = engine_->kv().Reserve(batch);
+  if (!reserved.ok()) {
+    // Drafts are never worth a preemption: the step runs without them if that fits.
+    bool drafted = false;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (member_drafts[i].empty()) continue;
+      batch[i] = {batch[i].id, {batch[i].tokens[0]}, false, false};
+      member_drafts[i].clear();
+      drafted = true;
+    }
+    if (drafted) reserved = engine_->kv().Reserve(batch);
+  }
+  if (!reserved.ok()) {
     if (Preempt()) {
       preempted_this_step_ = true;
       return;
@@ -437,7 +458,11 @@ void Scheduler::Step() {
     }
     const std::vector<int32_t>& d = member_drafts[i];
     if (!d.empty()) {
-      const size_t accepted = sampled[i].size() - 1;
+      // Every sample but the last matched its draft; the last did too when a stop rule ended
+      // the run on it.
+      const size_t last = sampled[i].size() - 1;
+      const bool last_matched = last < d.size() && sampled[i][last].id == d[last];
+      const size_t accepted = last + (last_matched ? 1 : 0);
       metrics_->spec_drafts.Inc();
       metrics_->spec_draft_tokens.Inc(static_cast<double>(d.size()));
       metrics_->spec_accepted_tokens.Inc(static_cast<double>(accepted));
