@@ -310,9 +310,9 @@ void Scheduler::Step() {
   // token budget.
   const bool speculate = options_.speculative_tokens > 0 &&
                          static_cast<int64_t>(running_.size()) <= options_.speculative_max_batch;
-  // A speculative step keeps a state plane per draft, from the free state slots.
-  const EngineStats slots = engine_->Stats();
-  int64_t planes_free = slots.state_slots_total - slots.state_slots_used;
+  // A speculative step keeps a state plane per draft, from the free state slots (as
+  // UpdateGauges just read them).
+  int64_t planes_free = engine_stats_.state_slots_total - engine_stats_.state_slots_used;
   std::vector<BatchCandidate> candidates;
   std::vector<std::vector<int32_t>> drafts(running_.size());
   for (size_t i = 0; i < running_.size(); ++i) {
