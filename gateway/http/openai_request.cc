@@ -129,6 +129,9 @@ void ParseCommon(const Json& j, OpenAiRequest& r) {
   if (auto v = Number(j, "repetition_penalty", 0, 10)) {
     s.set_repetition_penalty(static_cast<float>(*v));
   }
+  if (auto v = Integer(j, "num_speculative_tokens", 0, 16)) {
+    r.generate.set_num_speculative_tokens(static_cast<uint32_t>(*v));
+  }
   if (const Json* seed = Get(j, "seed")) {
     if (!seed->is_number_integer()) Refuse("seed", "expected an integer");
     s.set_seed(seed->is_number_unsigned() ? seed->get<uint64_t>()

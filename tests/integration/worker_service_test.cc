@@ -6,12 +6,14 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
+#include "tools/mkmodel/synthetic_model.h"
 
 namespace walsh {
 namespace {
@@ -382,10 +384,12 @@ TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
 // Through the real binary: a worker with --speculative ngram streams the same tokens and text
 // as a plain one, greedy and seeded, with stop strings and max_tokens, alone and concurrently,
 // while drafts are verified, accepted and rejected.
+// Both drafters, n-gram and a draft model (the target itself, on one rank or beside two), batched
+// with greedy and seeded requests: every stream is the plain one, stop strings inside an accepted
+// run included.
 TEST(WorkerService, SpeculativeDecodingStreamsThePlainTokens) {
   WorkerProcess plain;
-  WorkerProcess speculative({"--speculative", "ngram", "--num-speculative-tokens", "4"});
-  ASSERT_TRUE(plain.ok() && speculative.ok()) << speculative.process().stderr_text();
+  ASSERT_TRUE(plain.ok());
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < 6; ++i) {
     const std::string line = "the quick brown fox " + std::to_string(i) + " jumps; ";
@@ -401,32 +405,113 @@ TEST(WorkerService, SpeculativeDecodingStreamsThePlainTokens) {
       want.push_back(RunGenerate(*plain.Generator(), reqs.back()));
     }
   }
-  std::vector<StreamResult> got(reqs.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    threads.emplace_back([&, i] { got[i] = RunGenerate(*speculative.Generator(), reqs[i]); });
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--speculative", "ngram"},
+        std::vector<std::string>{"--speculative", "draft:" + testing::TinyModelPath()},
+        std::vector<std::string>{"--speculative", "draft:" + testing::TinyModelPath(), "--tp",
+                                 "2"}}) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    std::vector<std::string> args = flags;
+    args.insert(args.end(), {"--num-speculative-tokens", "4"});
+    WorkerProcess speculative(args);
+    ASSERT_TRUE(speculative.ok()) << speculative.process().stderr_text();
+    std::vector<StreamResult> got(reqs.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      threads.emplace_back([&, i] { got[i] = RunGenerate(*speculative.Generator(), reqs[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].ids, want[i].ids) << "request " << i;
+      EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
+      EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+    }
+    const std::string m = testing::HttpGet(speculative.metrics_port(), "/metrics");
+    const double drafted = MetricIn(m, "vllm:spec_decode_num_draft_tokens_total").value_or(-1);
+    const double accepted = MetricIn(m, "vllm:spec_decode_num_accepted_tokens_total").value_or(-1);
+    EXPECT_GT(accepted, 0);
+    EXPECT_LT(accepted, drafted);
+    const v1::Load load = testing::WaitForIdle(*speculative.Worker());
+    EXPECT_EQ(load.state_slots_used(), 0u);
+    EXPECT_EQ(load.kv_pages_used(), 0u);
   }
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
-    EXPECT_EQ(got[i].ids, want[i].ids) << "request " << i;
-    EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
-    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+}
+
+// A stream migrates from a plain worker to one that speculates with a draft model (Resume at
+// any index) and goes on exactly as it would have; a request that asks for no drafts gets none.
+TEST(WorkerService, SpeculationResumesAMigratedStreamExactly) {
+  WorkerProcess plain;
+  WorkerProcess speculative({"--speculative", "draft:" + testing::TinyModelPath()});
+  ASSERT_TRUE(plain.ok() && speculative.ok()) << speculative.process().stderr_text();
+  const std::string text = "migrate me, migrate me, migrate me";
+  const v1::GenerateRequest req = Request(text, 24, 0.0f, std::nullopt);
+  const StreamResult full = RunGenerate(*plain.Generator(), req);
+  ASSERT_TRUE(full.status.ok());
+  v1::GenerateRequest none = req;
+  none.set_num_speculative_tokens(0);
+  EXPECT_EQ(RunGenerate(*speculative.Generator(), none).ids, full.ids);
+  EXPECT_EQ(MetricIn(testing::HttpGet(speculative.metrics_port(), "/metrics"),
+                     "vllm:spec_decode_num_drafts_total")
+                .value_or(-1),
+            0);
+  grpc::ClientContext tctx;
+  v1::TokenizeRequest tr;
+  tr.set_text(text);
+  v1::TokenizeResponse prompt;
+  ASSERT_TRUE(speculative.Generator()->Tokenize(&tctx, tr, &prompt).ok());
+  for (size_t k : {size_t{0}, size_t{5}, size_t{13}}) {
+    v1::ResumeRequest rr;
+    *rr.mutable_request() = req;
+    *rr.mutable_prompt_ids() = prompt.ids();
+    for (size_t i = 0; i < k; ++i) rr.add_emitted_ids(full.ids[i]);
+    grpc::ClientContext rctx;
+    auto reader = speculative.Worker()->Resume(&rctx, rr);
+    v1::GenerateResponse resp;
+    std::vector<int32_t> rest;
+    while (reader->Read(&resp)) {
+      for (const auto& t : resp.tokens().tokens()) rest.push_back(t.id());
+    }
+    ASSERT_TRUE(reader->Finish().ok()) << "resume at " << k;
+    EXPECT_EQ(rest, std::vector<int32_t>(full.ids.begin() + k, full.ids.end())) << "at " << k;
   }
-  const std::string m = testing::HttpGet(speculative.metrics_port(), "/metrics");
-  const double drafted = MetricIn(m, "vllm:spec_decode_num_draft_tokens_total").value_or(-1);
-  const double accepted = MetricIn(m, "vllm:spec_decode_num_accepted_tokens_total").value_or(-1);
-  EXPECT_GT(accepted, 0);
-  EXPECT_LT(accepted, drafted);
-  const v1::Load load = testing::WaitForIdle(*speculative.Worker());
-  EXPECT_EQ(load.state_slots_used(), 0u);
-  EXPECT_EQ(load.kv_pages_used(), 0u);
+  EXPECT_GT(MetricIn(testing::HttpGet(speculative.metrics_port(), "/metrics"),
+                     "vllm:spec_decode_num_accepted_tokens_total")
+                .value_or(-1),
+            0);
+}
+
+// A draft model whose vocabulary is not the target's stops the worker at load, naming the
+// token that differs.
+TEST(WorkerService, ADraftModelWithAnotherVocabularyIsRefused) {
+  auto other = SyntheticModel::Create({});
+  ASSERT_TRUE(other.ok());
+  std::vector<std::string> tokens;
+  for (const auto& [key, value] : (*other)->writer().kvs()) {
+    if (key == "tokenizer.ggml.tokens") {
+      for (const GgufValue& e : value.elems()) tokens.push_back(e.str());
+    }
+  }
+  ASSERT_GT(tokens.size(), 300u);
+  tokens[300] = "walsh";
+  (*other)->mutable_writer().SetKv("tokenizer.ggml.tokens", GgufValue::StringArray(tokens));
+  testing::TempDir dir;
+  ASSERT_TRUE((*other)->WritePacked(dir.File("other.gguf")).ok());
+  WorkerProcess w({"--speculative", "draft:" + dir.File("other.gguf")});
+  EXPECT_FALSE(w.ok());
+  w.process().Wait(std::chrono::seconds(10));
+  const std::string err = w.process().stderr_text();
+  EXPECT_NE(err.find("tokenizer.ggml.tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("token 300 is 'walsh' in the draft"), std::string::npos) << err;
 }
 
 TEST(WorkerService, SpeculativeFlagsAreCheckedAtStart) {
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--speculative", "medusa"},
         std::vector<std::string>{"--speculative", "ngram", "--num-speculative-tokens", "0"},
+        std::vector<std::string>{"--speculative", "draft:"},
+        std::vector<std::string>{"--speculative", "draft:/no/such/file.gguf"},
+        std::vector<std::string>{"--speculative", "ngram", "--speculative-min-acceptance", "2"},
         std::vector<std::string>{"--speculative", "ngram", "--speculative-ngram-min", "3",
                                  "--speculative-ngram-max", "2"}}) {
     WorkerProcess w(bad);

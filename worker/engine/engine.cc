@@ -138,6 +138,21 @@ absl::Status Engine::Rollback(SequenceId id, int64_t length) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::Checkpoint(SequenceId id) {
+  ASSIGN_OR_RETURN(const CacheCopy copy, kv_->Checkpoint(id));
+  if (const absl::Status s = Copy(copy); !s.ok()) {
+    (void)kv_->EndCheckpoint(id, false);  // never restore a copy that did not complete
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RestoreCheckpoint(SequenceId id) {
+  ASSIGN_OR_RETURN(const CacheCopy copy, kv_->CheckpointRestore(id));
+  RETURN_IF_ERROR(Copy(copy));
+  return kv_->EndCheckpoint(id, true);
+}
+
 absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch) {
   const Qwen35Config& c = model_->config();
   // Validate everything before touching any state.

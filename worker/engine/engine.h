@@ -92,6 +92,13 @@ class Engine {
   // past it are dropped and the GatedDeltaNet state is the one after token length - 1, as if
   // only those tokens had been fed. On error the sequence is to be removed.
   absl::Status Rollback(SequenceId id, int64_t length);
+  // A checkpoint of the sequence's state at its length (KvManager::Checkpoint; engines without
+  // prefix caching): the steps after it are undone at once by RestoreCheckpoint (the sequence
+  // is as it was at the checkpoint, as if they had never run) or kept by DropCheckpoint. On a
+  // failed restore the sequence is to be removed.
+  absl::Status Checkpoint(SequenceId id);
+  absl::Status RestoreCheckpoint(SequenceId id);
+  absl::Status DropCheckpoint(SequenceId id) { return kv_->EndCheckpoint(id, false); }
   // Runs one step over the batch. Validates everything first: on error (unknown or repeated
   // sequence, token out of range, context exhausted, or pages not reserved and not to be had)
   // no sequence changes. Pages the scheduler reserved (KvManager::Reserve) are not taken again.

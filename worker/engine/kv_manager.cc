@@ -124,6 +124,7 @@ absl::Status KvManager::RemoveSequence(SequenceId id) {
   pages_.Release(std::vector<int32_t>(sq.pages.begin() + sq.nodes.size(), sq.pages.end()));
   states_.Release(sq.slot);
   for (int32_t plane : sq.planes) states_.Release(plane);
+  if (sq.checkpoint_slot >= 0) states_.Release(sq.checkpoint_slot);
   sequences_.erase(it);
   return absl::OkStatus();
 }
@@ -234,18 +235,61 @@ absl::StatusOr<int32_t> KvManager::RollbackPlane(SequenceId id, int64_t length) 
 
 void KvManager::Rollback(SequenceId id, int64_t length) {
   Sequence& sq = sequences_.at(id);
-  const size_t keep = static_cast<size_t>((length + pages_.page_size() - 1) / pages_.page_size());
-  if (uses_kv_ && sq.pages.size() > keep) {
-    // Pages of the speculative step are the sequence's own: none is in the prefix cache yet.
-    pages_.Release(std::vector<int32_t>(sq.pages.begin() + keep, sq.pages.end()));
-    sq.pages.resize(keep);
-  }
-  sq.length = length;
+  // Pages of the speculative step are the sequence's own: none is in the prefix cache yet.
+  Truncate(sq, length);
   if (prefix_ != nullptr) sq.tokens.resize(static_cast<size_t>(length));
   for (int32_t plane : sq.planes) states_.Release(plane);
   sq.planes.clear();
   sq.speculated_from = -1;
   if (prefix_ != nullptr) CommitFullPages(sq);
+}
+
+absl::StatusOr<CacheCopy> KvManager::Checkpoint(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  Sequence& sq = it->second;
+  if (prefix_ != nullptr) {
+    return absl::FailedPreconditionError("checkpoints need an engine without prefix caching");
+  }
+  if (sq.checkpoint_slot >= 0 || sq.awaits_rollback()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " holds a checkpoint or awaits a rollback already"));
+  }
+  ASSIGN_OR_RETURN(sq.checkpoint_slot, states_.Allocate());
+  sq.checkpoint_length = sq.length;
+  return CacheCopy{.from_slot = sq.slot, .to_slot = sq.checkpoint_slot};
+}
+
+absl::StatusOr<CacheCopy> KvManager::CheckpointRestore(SequenceId id) const {
+  const Sequence* sq = Find(id);
+  if (sq == nullptr) return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  if (sq->checkpoint_slot < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", id, " holds no checkpoint"));
+  }
+  return CacheCopy{.from_slot = sq->checkpoint_slot, .to_slot = sq->slot};
+}
+
+absl::Status KvManager::EndCheckpoint(SequenceId id, bool restored) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
+  Sequence& sq = it->second;
+  if (sq.checkpoint_slot < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", id, " holds no checkpoint"));
+  }
+  if (restored) Truncate(sq, sq.checkpoint_length);  // no prefix cache: its pages are its own
+  states_.Release(sq.checkpoint_slot);
+  sq.checkpoint_slot = -1;
+  sq.checkpoint_length = -1;
+  return absl::OkStatus();
+}
+
+void KvManager::Truncate(Sequence& sq, int64_t length) {
+  const size_t keep = static_cast<size_t>((length + pages_.page_size() - 1) / pages_.page_size());
+  if (uses_kv_ && sq.pages.size() > keep) {
+    pages_.Release(std::vector<int32_t>(sq.pages.begin() + keep, sq.pages.end()));
+    sq.pages.resize(keep);
+  }
+  sq.length = length;
 }
 
 void KvManager::CommitFullPages(Sequence& sq) {

@@ -121,6 +121,9 @@ class KvManager {
     // hold the state after each of its tokens but the last.
     int64_t speculated_from = -1;
     std::vector<int32_t> planes;
+    // While a checkpoint is held: its length, and the slot holding the state at it.
+    int64_t checkpoint_length = -1;
+    int32_t checkpoint_slot = -1;
     bool awaits_rollback() const { return speculated_from >= 0 && length > speculated_from; }
   };
   const Sequence* Find(SequenceId id) const;
@@ -149,11 +152,26 @@ class KvManager {
   // prefix cache.
   void Rollback(SequenceId id, int64_t length);
 
+  // A checkpoint (what a draft model's sequence drafts from, draft_model_drafter.h): the
+  // sequence's state at its length now, kept in a slot of its own so that the steps after it can
+  // be undone at once. `Checkpoint` returns the copy the engine makes into that slot (on failure
+  // the caller ends it, not restored). Refused with prefix caching on (pages past it may be
+  // shared by then), for a sequence that holds a checkpoint or awaits a rollback, and
+  // RESOURCE_EXHAUSTED when no slot is free.
+  absl::StatusOr<CacheCopy> Checkpoint(SequenceId id);
+  // The copy that brings the checkpoint's state back into the sequence's slot; once it is made,
+  // EndCheckpoint(id, /*restored=*/true) drops the positions past the checkpoint.
+  absl::StatusOr<CacheCopy> CheckpointRestore(SequenceId id) const;
+  // Gives the checkpoint's slot back; `restored`: the sequence is cut back to it.
+  absl::Status EndCheckpoint(SequenceId id, bool restored);
+
   EngineStats Stats() const;
   PrefixCacheStats PrefixStats() const;
 
  private:
   void CommitFullPages(Sequence& sq);
+  // Cuts the sequence to `length`, giving back the pages past it (its own ones).
+  void Truncate(Sequence& sq, int64_t length);
   int64_t NewPages(const Sequence& sq, int64_t tokens) const;
 
   KvPagePool pages_;

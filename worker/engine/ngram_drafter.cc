@@ -38,4 +38,14 @@ std::vector<int32_t> DraftNgram(absl::Span<const int32_t> tokens, const NgramDra
   return {};
 }
 
+std::vector<std::vector<int32_t>> NgramDrafter::Draft(absl::Span<const DraftRequest> requests) {
+  std::vector<std::vector<int32_t>> out(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    NgramDraftOptions o = options_;
+    o.max_tokens = std::min(o.max_tokens, requests[i].max_tokens);
+    if (o.max_tokens >= 1) out[i] = DraftNgram(requests[i].tokens, o);
+  }
+  return out;
+}
+
 }  // namespace walsh

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "worker/engine/drafter.h"
 
 namespace walsh {
 
@@ -26,6 +27,18 @@ absl::Status ValidateNgramDraftOptions(const NgramDraftOptions& options);
 
 // Up to max_tokens tokens drafted to follow `tokens`; empty when no suffix recurs.
 std::vector<int32_t> DraftNgram(absl::Span<const int32_t> tokens, const NgramDraftOptions& options);
+
+// DraftNgram as a Drafter: each request drafts at most the lesser of its own max_tokens and
+// options.max_tokens. Keeps nothing between steps.
+class NgramDrafter final : public Drafter {
+ public:
+  explicit NgramDrafter(const NgramDraftOptions& options) : options_(options) {}
+  std::vector<std::vector<int32_t>> Draft(absl::Span<const DraftRequest> requests) override;
+  void Forget(uint64_t) override {}
+
+ private:
+  NgramDraftOptions options_;
+};
 
 }  // namespace walsh
 

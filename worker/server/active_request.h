@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
+#include "worker/server/draft_backoff.h"
 #include "worker/server/snapshot_policy.h"
 
 namespace walsh {
@@ -73,6 +74,10 @@ struct ActiveRequest {
   int64_t replayed = 0;  // outputs that came with a Resume and are not sent again
   PrefixLookup prefix;   // what admission found in the prefix cache
   std::vector<SnapshotPoint> snapshot_points;  // where prefill stops for a snapshot, in order
+  // Speculative decoding: the most tokens the request lets a step draft (-1: the worker's
+  // setting; 0: none), and its drafts' back-off (draft_backoff.h).
+  int64_t speculative_tokens = -1;
+  DraftBackoff draft_backoff;
 };
 
 }  // namespace walsh

@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/engine/ngram_drafter.h"
+#include "worker/server/drafter_setup.h"
 #include "worker/server/model_info.h"
 #include "worker/server/services.h"
 
@@ -46,6 +47,7 @@ struct Flags {
   std::string speculative = "off";
   int64_t num_speculative_tokens = 3, speculative_ngram_min = 1, speculative_ngram_max = 4;
   int64_t speculative_max_batch = 8;
+  double speculative_min_acceptance = 0.3;
   int64_t debug_stall_rank = -1;  // walsh-worker-faults only
   ServerTlsFiles tls;
 };
@@ -107,8 +109,9 @@ int Run(int argc, char** argv) {
       "collective-timeout-ms", &f.collective_timeout_ms,
       "a tensor-parallel collective slower than this fails the step; the worker turns NOT_SERVING");
   flags.String("speculative", &f.speculative,
-               "speculative decoding: off, or ngram (drafts by prompt lookup, verified in the same "
-               "pass; the output is bit-identical to plain decoding)");
+               "speculative decoding: off, ngram (drafts by prompt lookup) or draft:FILE (drafts "
+               "by a smaller model with the same vocabulary); drafts are verified in the same "
+               "pass and the output is bit-identical to plain decoding");
   flags.Int("num-speculative-tokens", &f.num_speculative_tokens,
             "with --speculative: the most tokens drafted per decode step, 1..16");
   flags.Int("speculative-ngram-min", &f.speculative_ngram_min,
@@ -117,6 +120,9 @@ int Run(int argc, char** argv) {
             "with --speculative ngram: the longest suffix looked up (tried first)");
   flags.Int("speculative-max-batch", &f.speculative_max_batch,
             "with --speculative: no drafting while more requests than this run");
+  flags.Double("speculative-min-acceptance", &f.speculative_min_acceptance,
+               "with --speculative: a request whose drafts are accepted less often than this "
+               "(a moving rate, 0..1) pauses drafting for 4, 8, ... 64 steps; 0: never");
 #ifdef WALSH_FAULT_INJECTION
   flags.Int("debug-stall-rank", &f.debug_stall_rank, "this rank stops answering");
 #endif
@@ -145,16 +151,16 @@ int Run(int argc, char** argv) {
   const NgramDraftOptions ngram{.min_match = f.speculative_ngram_min,
                                 .max_match = f.speculative_ngram_max,
                                 .max_tokens = f.num_speculative_tokens};
-  if (f.speculative != "off" && f.speculative != "ngram") {
-    std::fprintf(stderr, "walsh-worker: --speculative must be off or ngram, not '%s'\n",
-                 f.speculative.c_str());
+  if (absl::Status s = ValidateSpeculativeSpec(f.speculative); !s.ok()) {
+    std::fprintf(stderr, "walsh-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (f.num_speculative_tokens < 1 || f.num_speculative_tokens > 16 ||
-      f.speculative_max_batch < 1) {
+      f.speculative_max_batch < 1 || !(f.speculative_min_acceptance >= 0) ||
+      f.speculative_min_acceptance > 1) {
     std::fprintf(stderr,
-                 "walsh-worker: --num-speculative-tokens must be 1..16 and "
-                 "--speculative-max-batch at least 1\n");
+                 "walsh-worker: --num-speculative-tokens must be 1..16, "
+                 "--speculative-max-batch at least 1 and --speculative-min-acceptance 0..1\n");
     return 2;
   }
   if (absl::Status s = ValidateNgramDraftOptions(ngram); !s.ok()) {
@@ -280,17 +286,21 @@ int Run(int argc, char** argv) {
     if (seq.ok()) (void)(*engine)->RemoveSequence(*seq);
     if (!canary.ok()) return Fail("canary_failed", std::string(canary.status().message()));
   }
-  Scheduler scheduler(
-      engine->get(),
-      {.max_batch_tokens = f.max_batch_tokens,
-       .max_running = f.max_running,
-       .max_queue = f.max_queue,
-       .prefix_min_tokens = f.prefix_cache_min_tokens,
-       .prefix_snapshot_interval = f.prefix_cache_snapshot_interval,
-       .speculative_tokens = f.speculative == "ngram" ? f.num_speculative_tokens : 0,
-       .speculative_max_batch = f.speculative_max_batch,
-       .ngram = ngram},
-      &metrics);
+  absl::StatusOr<std::unique_ptr<Drafter>> drafter = MakeDrafter(
+      {.spec = f.speculative, .ngram = ngram, .engine = eo, .max_step_tokens = f.max_batch_tokens},
+      **engine);
+  if (!drafter.ok()) return Fail("model_refused", std::string(drafter.status().message()));
+  Scheduler scheduler(engine->get(),
+                      {.max_batch_tokens = f.max_batch_tokens,
+                       .max_running = f.max_running,
+                       .max_queue = f.max_queue,
+                       .prefix_min_tokens = f.prefix_cache_min_tokens,
+                       .prefix_snapshot_interval = f.prefix_cache_snapshot_interval,
+                       .speculative_tokens = *drafter ? f.num_speculative_tokens : 0,
+                       .speculative_max_batch = f.speculative_max_batch,
+                       .speculative_min_acceptance = f.speculative_min_acceptance,
+                       .drafter = drafter->get()},
+                      &metrics);
   info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
   info.set_kv_cache_dtype(KvCacheDtypeName((*engine)->kv_cache_dtype()));
   info.set_kv_bytes_per_token(static_cast<uint64_t>((*engine)->kv_bytes_per_token()));

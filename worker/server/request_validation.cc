@@ -129,6 +129,12 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   if (req.logprobs() > 20)
     return Bad("logprobs", absl::StrCat(req.logprobs(), " is outside [0, 20]"));
   sp.logprobs = static_cast<int32_t>(req.logprobs());
+  if (req.has_num_speculative_tokens()) {
+    if (auto e = InRange<int64_t>("num_speculative_tokens", req.num_speculative_tokens(), 0, 16);
+        !e.ok())
+      return e;
+    out.speculative_tokens = req.num_speculative_tokens();
+  }
 
   const v1::StoppingCriteria& st = req.stopping();
   StopConfig& sc = g.stop;

@@ -22,6 +22,7 @@ struct ValidationLimits {
 struct ValidRequest {
   GenerationRequest generation;
   uint64_t seed = 0;
+  int64_t speculative_tokens = -1;  // num_speculative_tokens; -1: the worker's
 };
 
 // `prompt_override`: the prompt ids of a Resume (the request's own input is then ignored).

@@ -109,6 +109,7 @@ void Scheduler::Loop() {
 }
 
 void Scheduler::Release(ActiveRequest& r) {
+  if (options_.drafter != nullptr) options_.drafter->Forget(r.arrival);
   if (r.sequence) {
     (void)engine_->RemoveSequence(*r.sequence);
     r.sequence.reset();
@@ -308,13 +309,14 @@ void Scheduler::Step() {
 
   // Build the batch: decode tokens first (with their drafts), then prefill chunks, within the
   // token budget.
-  const bool speculate = options_.speculative_tokens > 0 &&
+  const bool speculate = options_.speculative_tokens > 0 && options_.drafter != nullptr &&
                          static_cast<int64_t>(running_.size()) <= options_.speculative_max_batch;
   // A speculative step keeps a state plane per draft, from the free state slots (as
   // UpdateGauges just read them).
   int64_t planes_free = engine_stats_.state_slots_total - engine_stats_.state_slots_used;
   std::vector<BatchCandidate> candidates;
-  std::vector<std::vector<int32_t>> drafts(running_.size());
+  std::vector<DraftRequest> asks;
+  std::vector<size_t> asked;  // asks[j] drafts for running_[asked[j]]
   for (size_t i = 0; i < running_.size(); ++i) {
     ActiveRequest& r = *running_[i];
     while (!r.snapshot_points.empty() &&
@@ -323,9 +325,10 @@ void Scheduler::Step() {
     }
     const int64_t remaining = static_cast<int64_t>(r.tokens.size() - r.fed);
     const bool decode = remaining == 1 && !r.generation->output().empty();
-    if (decode && speculate) {
-      drafts[i] = Draft(r, planes_free);
-      planes_free -= static_cast<int64_t>(drafts[i].size());
+    if (const int64_t limit = decode && speculate ? DraftLimit(r, planes_free) : 0; limit > 0) {
+      asks.push_back({.key = r.arrival, .tokens = r.tokens, .max_tokens = limit});
+      asked.push_back(i);
+      planes_free -= limit;
     }
     candidates.push_back(
         {.remaining = remaining,
@@ -333,6 +336,18 @@ void Scheduler::Step() {
          .until_snapshot = r.snapshot_points.empty()
                                ? -1
                                : r.snapshot_points.front().position - static_cast<int64_t>(r.fed)});
+  }
+  std::vector<std::vector<int32_t>> drafts(running_.size());
+  if (!asks.empty()) {
+    // A draft model runs steps of its own: not under the lock. Only this thread touches the
+    // running requests' tokens.
+    mu_.Unlock();
+    std::vector<std::vector<int32_t>> proposed = options_.drafter->Draft(asks);
+    mu_.Lock();
+    for (size_t j = 0; j < asks.size() && j < proposed.size(); ++j) {
+      proposed[j].resize(std::min(proposed[j].size(), static_cast<size_t>(asks[j].max_tokens)));
+      drafts[asked[j]] = std::move(proposed[j]);
+    }
   }
   // Every decode's own token comes first; drafts share what the budget leaves after them.
   int64_t draft_budget = options_.max_batch_tokens;
@@ -469,6 +484,8 @@ void Scheduler::Step() {
       for (size_t j = 0; j < accepted; ++j) {
         metrics_->spec_accepted_at.counter({std::to_string(j + 1)}).Inc();
       }
+      RecordVerification(r.draft_backoff, static_cast<int64_t>(d.size()),
+                         static_cast<int64_t>(accepted), options_.speculative_min_acceptance);
     }
     // A speculative member kept the sampled token and the accepted drafts: one per token it
     // sampled. A plain one fed its whole input.
@@ -522,17 +539,18 @@ void Scheduler::Step() {
   UpdateGauges();
 }
 
-std::vector<int32_t> Scheduler::Draft(const ActiveRequest& r, int64_t max_tokens) const {
+int64_t Scheduler::DraftLimit(ActiveRequest& r, int64_t planes_free) const {
+  const int64_t wanted = r.speculative_tokens >= 0
+                             ? std::min(r.speculative_tokens, options_.speculative_tokens)
+                             : options_.speculative_tokens;
+  if (wanted < 1 || !DraftsThisStep(r.draft_backoff)) return 0;
   const StopConfig& stop = r.generation->request().stop;
   // Room after the token sampled last: outputs left under max_tokens, and positions left in
   // the context (the verified tokens all take one).
   const int64_t outputs_left =
       stop.max_tokens - static_cast<int64_t>(r.generation->output().size()) - 1;
   const int64_t context_left = engine_->max_context() - static_cast<int64_t>(r.fed) - 1;
-  NgramDraftOptions o = options_.ngram;
-  o.max_tokens = std::min({options_.speculative_tokens, outputs_left, context_left, max_tokens});
-  if (o.max_tokens < 1) return {};
-  return DraftNgram(r.tokens, o);
+  return std::max<int64_t>(0, std::min({wanted, outputs_left, context_left, planes_free}));
 }
 
 }  // namespace walsh

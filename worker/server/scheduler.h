@@ -25,8 +25,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/mutex.h"
+#include "worker/engine/drafter.h"
 #include "worker/engine/engine.h"
-#include "worker/engine/ngram_drafter.h"
 #include "worker/server/active_request.h"
 #include "worker/server/worker_metrics.h"
 
@@ -41,12 +41,15 @@ struct SchedulerOptions {
   // A snapshot every this many tokens of a prefill (whole pages; 0: none), so that the first
   // request that branches off a shared document hits (snapshot_policy.h).
   int64_t prefix_snapshot_interval = 0;
-  // Speculative decoding (docs/speculative_decoding.md): each decode step of a request drafts up
-  // to this many tokens by prompt lookup and verifies them in the same pass; 0: off. Off while
-  // more than speculative_max_batch requests run.
+  // Speculative decoding (docs/speculative_decoding.md): each decode step of a request has the
+  // drafter propose up to this many tokens (fewer when the request asks) and verifies them in
+  // the same pass; 0 or no drafter: off. Off while more than speculative_max_batch requests
+  // run, and paused for a request whose acceptance rate falls below speculative_min_acceptance
+  // (draft_backoff.h). The drafter is the caller's and outlives the scheduler.
   int64_t speculative_tokens = 0;
   int64_t speculative_max_batch = 8;
-  NgramDraftOptions ngram{};
+  double speculative_min_acceptance = 0;
+  Drafter* drafter = nullptr;
 };
 
 struct SchedulerLoad {
@@ -87,9 +90,9 @@ class Scheduler {
   void Release(ActiveRequest& r);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeSnapshot(ActiveRequest& r, const char* at);
-  // At most `max_tokens` tokens drafted for a decode step of `r` (none when nothing recurs),
-  // never past its max_tokens or the context limit.
-  std::vector<int32_t> Draft(const ActiveRequest& r, int64_t max_tokens) const
+  // How many tokens a decode step of `r` may draft: its own and the worker's limit, never past
+  // its max_tokens, the context limit or `planes_free`; 0 while its back-off pauses it.
+  int64_t DraftLimit(ActiveRequest& r, int64_t planes_free) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* engine_;

@@ -123,6 +123,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   if (has_deadline) request->deadline = deadline;
   request->prompt = valid->generation.prompt;
   request->seed = valid->seed;
+  request->speculative_tokens = valid->speculative_tokens;
   request->return_prompt_ids = req.return_prompt_ids();
   request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
   if (emitted_ids != nullptr) {

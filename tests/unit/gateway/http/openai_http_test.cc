@@ -216,6 +216,8 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(RefusedParam("{" + m + R"(, "max_tokens": -1})"), "max_tokens");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "max_tokens": 1e30})"), "max_tokens");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "n": 3})"), "n");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "num_speculative_tokens": 17})"), "num_speculative_tokens");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "num_speculative_tokens": -1})"), "num_speculative_tokens");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "stop": [1]})"), "stop[0]");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "logit_bias": {"x": 1}})"), "logit_bias");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "logit_bias": {"5": 101}})"), "logit_bias.5");
@@ -285,7 +287,7 @@ TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
       "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.2,
       "max_tokens": 5, "max_completion_tokens": 7, "stop": "END", "logit_bias": {"42": -100},
       "ignore_eos": true, "logprobs": true, "top_logprobs": 3, "stream": true,
-      "stream_options": {"include_usage": true}, "user": "u1"})");
+      "stream_options": {"include_usage": true}, "user": "u1", "num_speculative_tokens": 0})");
   ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
   const OpenAiRequest& q = absl::get<OpenAiRequest>(r);
   EXPECT_EQ(q.model, "m");
@@ -302,6 +304,8 @@ TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
   EXPECT_EQ(g.stopping().stop(0), "END");
   EXPECT_TRUE(g.stopping().ignore_eos());
   EXPECT_EQ(g.logprobs(), 3u);
+  EXPECT_TRUE(g.has_num_speculative_tokens());
+  EXPECT_EQ(g.num_speculative_tokens(), 0u);
 
   auto c = ParseCompletionRequest(R"({"prompt": [[5, 6, 7]], "logprobs": 0})");
   ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(c));

@@ -45,6 +45,7 @@ TEST(ValidateGenerateRequest, AcceptsAndCarriesEveryField) {
   r.mutable_stopping()->add_stop_token_ids(4);
   r.mutable_stopping()->set_ignore_eos(true);
   r.set_logprobs(2);
+  r.set_num_speculative_tokens(2);
   auto v = ValidateGenerateRequest(r, kLimits, nullptr, 0);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->generation.prompt, (std::vector<int32_t>{1, 2, 3}));
@@ -59,6 +60,9 @@ TEST(ValidateGenerateRequest, AcceptsAndCarriesEveryField) {
   EXPECT_EQ(v->generation.stop.max_tokens, 10);
   EXPECT_EQ(v->generation.stop.stop_ids, (std::vector<int32_t>{4}));
   EXPECT_TRUE(v->generation.stop.ignore_eos);
+  EXPECT_EQ(v->speculative_tokens, 2);
+  r.clear_num_speculative_tokens();
+  EXPECT_EQ(ValidateGenerateRequest(r, kLimits, nullptr, 0)->speculative_tokens, -1);
 }
 
 TEST(ValidateGenerateRequest, MaxTokensDefaultsToTheSmallerOf256AndTheLimit) {
@@ -130,6 +134,9 @@ TEST(ValidateGenerateRequest, NamesTheStoppingFieldAndItsRange) {
   r = TokensRequest({1});
   r.set_logprobs(21);
   EXPECT_EQ(Refusal(r), "logprobs: 21 is outside [0, 20]");
+  r = TokensRequest({1});
+  r.set_num_speculative_tokens(17);
+  EXPECT_EQ(Refusal(r), "num_speculative_tokens: 17 is outside [0, 16]");
 }
 
 TEST(ValidateGenerateRequest, TheContextLimitNamesWhatToShorten) {

@@ -18,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
+#include "worker/engine/draft_model_drafter.h"
+#include "worker/engine/ngram_drafter.h"
 
 namespace walsh {
 namespace {
@@ -82,17 +84,19 @@ class SchedulerFixture {
     path_ = dir_.File("m.gguf");
     EXPECT_TRUE((*model)->WritePacked(path_).ok());
   }
-  std::unique_ptr<Engine> MakeEngine() {
+  std::unique_ptr<Engine> MakeEngine(bool prefix_caching = true) {
     auto file = LoadModelFile(path_);
     EXPECT_TRUE(file.ok());
     auto bound = Model::Bind(std::move(*file));
     EXPECT_TRUE(bound.ok());
     EngineOptions options;
     options.kv_pages = 96;  // few enough that long requests preempt each other
+    options.prefix_caching = prefix_caching;
     auto engine = Engine::Create(std::move(*bound), options);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
+  int64_t vocab() const { return vocab_; }
   // A request for `max_tokens` tokens after `prompt`, or after a prompt made from the seed.
   std::shared_ptr<ActiveRequest> Request(uint64_t seed, int64_t max_tokens,
                                          std::shared_ptr<RecordingSink> sink,
@@ -328,56 +332,81 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   EXPECT_EQ(served.metrics.preemptions.value(), 0);
 }
 
+// Requests for the speculative tests: prompts that repeat themselves (so that prompt lookup
+// drafts something), greedy for odd seeds and seeded sampling for even ones.
+struct SpeculativeRun {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
+std::vector<int32_t> RepeatingPrompt(uint64_t seed) {
+  std::vector<int32_t> p;
+  for (int rep = 0; rep < 3; ++rep) {
+    for (int i = 0; i < 9; ++i) p.push_back(static_cast<int32_t>(11 + seed * 7 + i * 3));
+  }
+  return p;
+}
+std::shared_ptr<ActiveRequest> SpeculativeRequest(const SchedulerFixture& fx, uint64_t seed,
+                                                  std::shared_ptr<RecordingSink> sink) {
+  auto r =
+      fx.Request(seed, 20 + static_cast<int64_t>(seed), std::move(sink), RepeatingPrompt(seed));
+  GenerationRequest g = r->generation->request();
+  g.sampling.temperature = seed % 2 ? 0.0f : 0.7f;
+  r->generation = std::make_unique<Generation>(nullptr, g);
+  return r;
+}
+// Runs `seeds` at once and checks each streamed the tokens and logprobs of `plain` bit for bit
+// (when given); returns what they streamed.
+std::map<uint64_t, SpeculativeRun> RunSpeculative(
+    const SchedulerFixture& fx, Serving& served, const std::vector<uint64_t>& seeds,
+    const std::map<uint64_t, SpeculativeRun>& plain = {},
+    const std::function<void(ActiveRequest&)>& adjust = {}) {
+  std::map<uint64_t, std::shared_ptr<RecordingSink>> sinks;
+  for (uint64_t seed : seeds) {
+    sinks[seed] = std::make_shared<RecordingSink>();
+    auto r = SpeculativeRequest(fx, seed, sinks[seed]);
+    if (adjust) adjust(*r);
+    EXPECT_TRUE(served.scheduler.Submit(r).ok());
+  }
+  std::map<uint64_t, SpeculativeRun> got;
+  for (uint64_t seed : seeds) {
+    const auto [ids, reason, status] = sinks[seed]->Wait();
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(reason, "length");
+    got[seed] = {ids, sinks[seed]->logprobs()};
+    if (!plain.count(seed)) continue;
+    const SpeculativeRun& want = plain.at(seed);
+    EXPECT_EQ(ids, want.ids) << "request " << seed;
+    EXPECT_EQ(got[seed].logprobs.size(), want.logprobs.size());
+    if (got[seed].logprobs.size() == want.logprobs.size()) {
+      EXPECT_EQ(0, std::memcmp(got[seed].logprobs.data(), want.logprobs.data(),
+                               want.logprobs.size() * sizeof(float)))
+          << "request " << seed;
+    }
+  }
+  return got;
+}
+// What plain decoding streams for each seed, one request at a time.
+std::map<uint64_t, SpeculativeRun> PlainRuns(SchedulerFixture& fx,
+                                             const std::vector<uint64_t>& seeds) {
+  Serving served(fx.MakeEngine());
+  std::map<uint64_t, SpeculativeRun> plain;
+  for (uint64_t seed : seeds) plain.merge(RunSpeculative(fx, served, {seed}));
+  return plain;
+}
+const std::vector<uint64_t> kSpeculativeSeeds = {0, 1, 2, 3, 4, 5};
+
 // Speculative decoding verifies n-gram drafts in the decode step and keeps what the model itself
 // samples: every request streams exactly the tokens and logprobs it streams with speculation
 // off, greedy or seeded, alone or batched, whatever k; and the drafts are both accepted and
 // rejected along the way.
 TEST(Scheduler, SpeculationGivesExactlyThePlainTokensAndLogprobs) {
   SchedulerFixture fx;
-  // Prompts that repeat themselves, so prompt lookup drafts something.
-  auto prompt = [](uint64_t seed) {
-    std::vector<int32_t> p;
-    for (int rep = 0; rep < 3; ++rep) {
-      for (int i = 0; i < 9; ++i) p.push_back(static_cast<int32_t>(11 + seed * 7 + i * 3));
-    }
-    return p;
-  };
-  auto request = [&](uint64_t seed, std::shared_ptr<RecordingSink> sink) {
-    auto r = fx.Request(seed, 20 + static_cast<int64_t>(seed), std::move(sink), prompt(seed));
-    GenerationRequest g = r->generation->request();
-    g.sampling.temperature = seed % 2 ? 0.0f : 0.7f;  // greedy and seeded
-    r->generation = std::make_unique<Generation>(nullptr, g);
-    return r;
-  };
-  constexpr uint64_t kRequests = 6;
-  std::map<uint64_t, std::pair<std::vector<int32_t>, std::vector<float>>> plain;
-  {
-    Serving served(fx.MakeEngine());
-    for (uint64_t seed = 0; seed < kRequests; ++seed) {
-      auto sink = std::make_shared<RecordingSink>();
-      ASSERT_TRUE(served.scheduler.Submit(request(seed, sink)).ok());
-      plain[seed] = {std::get<0>(sink->Wait()), sink->logprobs()};
-    }
-  }
+  const auto plain = PlainRuns(fx, kSpeculativeSeeds);
   for (int64_t k : {1, 3, 5}) {
     SCOPED_TRACE("k = " + std::to_string(k));
-    Serving served(fx.MakeEngine(), {.speculative_tokens = k, .ngram = {.max_tokens = k}});
-    std::vector<std::shared_ptr<RecordingSink>> sinks;
-    for (uint64_t seed = 0; seed < kRequests; ++seed) {
-      sinks.push_back(std::make_shared<RecordingSink>());
-      ASSERT_TRUE(served.scheduler.Submit(request(seed, sinks.back())).ok());
-    }
-    for (uint64_t seed = 0; seed < kRequests; ++seed) {
-      const auto [ids, reason, status] = sinks[seed]->Wait();
-      EXPECT_TRUE(status.ok()) << status;
-      EXPECT_EQ(reason, "length");
-      EXPECT_EQ(ids, plain[seed].first) << "request " << seed;
-      const std::vector<float> logprobs = sinks[seed]->logprobs();
-      ASSERT_EQ(logprobs.size(), plain[seed].second.size());
-      EXPECT_EQ(0, std::memcmp(logprobs.data(), plain[seed].second.data(),
-                               logprobs.size() * sizeof(float)))
-          << "request " << seed;
-    }
+    NgramDrafter ngram({.max_tokens = k});
+    Serving served(fx.MakeEngine(), {.speculative_tokens = k, .drafter = &ngram});
+    RunSpeculative(fx, served, kSpeculativeSeeds, plain);
     const double drafted = served.metrics.spec_draft_tokens.value();
     const double accepted = served.metrics.spec_accepted_tokens.value();
     EXPECT_GT(served.metrics.spec_drafts.value(), 0);
@@ -385,6 +414,100 @@ TEST(Scheduler, SpeculationGivesExactlyThePlainTokensAndLogprobs) {
     EXPECT_LT(accepted, drafted);  // some drafts were wrong: the rollback ran
     const SchedulerLoad load = served.scheduler.Load();
     EXPECT_EQ(load.engine.state_slots_used, 0);  // the planes went back
+  }
+}
+
+// The target model as its own draft model is a drafter that is always right where the target
+// decodes greedily: every greedy draft is accepted, and mixed with seeded requests (whose
+// samples the greedy draft often misses, so the draft model's checkpoints are restored) every
+// request still streams the plain tokens and logprobs. The draft engine's sequences go with
+// their requests.
+TEST(Scheduler, TheTargetAsItsOwnDraftModelIsAlwaysRightWhenGreedy) {
+  SchedulerFixture fx;
+  const auto plain = PlainRuns(fx, kSpeculativeSeeds);
+  for (int64_t k : {1, 3, 5}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    std::unique_ptr<Engine> target = fx.MakeEngine();
+    auto drafter = DraftModelDrafter::Create(fx.MakeEngine(/*prefix_caching=*/false),
+                                             target->model(), target->max_context(), 512);
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    {
+      Serving greedy(fx.MakeEngine(), {.speculative_tokens = k, .drafter = drafter->get()});
+      RunSpeculative(fx, greedy, {1, 3, 5}, plain);
+      EXPECT_GT(greedy.metrics.spec_drafts.value(), 0);
+      EXPECT_EQ(greedy.metrics.spec_accepted_tokens.value(),
+                greedy.metrics.spec_draft_tokens.value());
+    }
+    EXPECT_EQ((*drafter)->sequences(), 0);
+    Serving mixed(std::move(target), {.speculative_tokens = k, .drafter = drafter->get()});
+    RunSpeculative(fx, mixed, kSpeculativeSeeds, plain);
+    EXPECT_LT(mixed.metrics.spec_accepted_tokens.value(), mixed.metrics.spec_draft_tokens.value());
+  }
+}
+
+// Proposes, for every position, a token other than the one plain decoding streams there.
+class AlwaysWrongDrafter final : public Drafter {
+ public:
+  AlwaysWrongDrafter(const std::map<uint64_t, SpeculativeRun>& plain, int64_t vocab)
+      : vocab_(vocab) {
+    for (const auto& [seed, run] : plain) outputs_[RepeatingPrompt(seed)] = run.ids;
+  }
+  std::vector<std::vector<int32_t>> Draft(absl::Span<const DraftRequest> requests) override {
+    std::vector<std::vector<int32_t>> out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      for (const auto& [prompt, ids] : outputs_) {
+        if (requests[i].tokens.size() <= prompt.size() ||
+            !std::equal(prompt.begin(), prompt.end(), requests[i].tokens.begin())) {
+          continue;
+        }
+        for (size_t p = requests[i].tokens.size() - prompt.size();
+             p < ids.size() && static_cast<int64_t>(out[i].size()) < requests[i].max_tokens; ++p) {
+          out[i].push_back(static_cast<int32_t>((ids[p] + 1) % vocab_));
+        }
+      }
+    }
+    return out;
+  }
+  void Forget(uint64_t) override {}
+
+ private:
+  int64_t vocab_;
+  std::map<std::vector<int32_t>, std::vector<int32_t>> outputs_;
+};
+
+// A drafter that is always wrong: nothing is accepted, every rollback runs, the output is the
+// plain one. With a minimum acceptance rate the requests back off and draft far less often.
+TEST(Scheduler, AnAlwaysWrongDrafterChangesNothingAndBacksOff) {
+  SchedulerFixture fx;
+  const auto plain = PlainRuns(fx, kSpeculativeSeeds);
+  AlwaysWrongDrafter wrong(plain, fx.vocab());
+  double drafts_without_backoff = 0;
+  for (double min_acceptance : {0.0, 0.5}) {
+    SCOPED_TRACE("min acceptance " + std::to_string(min_acceptance));
+    Serving served(
+        fx.MakeEngine(),
+        {.speculative_tokens = 3, .speculative_min_acceptance = min_acceptance, .drafter = &wrong});
+    RunSpeculative(fx, served, kSpeculativeSeeds, plain);
+    EXPECT_GT(served.metrics.spec_draft_tokens.value(), 0);
+    EXPECT_EQ(served.metrics.spec_accepted_tokens.value(), 0);
+    if (min_acceptance == 0) {
+      drafts_without_backoff = served.metrics.spec_drafts.value();
+    } else {
+      EXPECT_LT(served.metrics.spec_drafts.value(), drafts_without_backoff / 2);
+    }
+  }
+}
+
+// A request's own limit: 0 drafts nothing, 1 drafts one token per step, whatever the worker's.
+TEST(Scheduler, ARequestCapsItsOwnDrafts) {
+  SchedulerFixture fx;
+  const auto plain = PlainRuns(fx, {1});
+  AlwaysWrongDrafter wrong(plain, fx.vocab());
+  for (int64_t cap : {0, 1}) {
+    Serving served(fx.MakeEngine(), {.speculative_tokens = 3, .drafter = &wrong});
+    RunSpeculative(fx, served, {1}, plain, [&](ActiveRequest& r) { r.speculative_tokens = cap; });
+    EXPECT_EQ(served.metrics.spec_draft_tokens.value(), cap * served.metrics.spec_drafts.value());
+    EXPECT_EQ(served.metrics.spec_drafts.value() > 0, cap > 0);
   }
 }
 

@@ -1,0 +1,36 @@
+// The drafter a --speculative value names (docs/speculative_decoding.md): none for "off", prompt
+// lookup for "ngram", a draft model for "draft:FILE".
+#ifndef WALSH_WORKER_SERVER_DRAFTER_SETUP_H_
+#define WALSH_WORKER_SERVER_DRAFTER_SETUP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/drafter.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/ngram_drafter.h"
+
+namespace walsh {
+
+// Refuses anything but off, ngram and draft:FILE (a non-empty FILE), naming the value.
+absl::Status ValidateSpeculativeSpec(const std::string& spec);
+
+struct DrafterSetup {
+  std::string spec;  // a valid --speculative value
+  NgramDraftOptions ngram;
+  // A draft model's engine: the target's options (its KV and state budgets included), on one
+  // rank, without prefix caching. A request the draft engine has no room for drafts nothing.
+  EngineOptions engine;
+  int64_t max_step_tokens = 512;  // the scheduler's token budget per step
+};
+
+// nullptr for "off". A draft model is loaded, bound, and checked against `target`
+// (DraftModelDrafter::Create); its errors name the file.
+absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterSetup& setup,
+                                                     const Engine& target);
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_SERVER_DRAFTER_SETUP_H_
