@@ -4,7 +4,10 @@
 // prompt), "random" (prompts of random words and lengths), "shared-prefix" (a long common
 // system prefix and a short distinct tail), "multi-turn" (conversations of --turns requests,
 // each turn the last one's prompt, its answer and a new user message, as token ids) and
-// "document" (one --document-tokens document, then a distinct question, as token ids). Every
+// "document" (one --document-tokens document, then a distinct question, as token ids), and two
+// for speculative decoding, sampled greedily as editors and summarizers are: "code-edit" (a
+// source file and an instruction to return it with an edit: the answer repeats most of the
+// prompt) and "summarize" (a long text, then a request for its summary). Every
 // request has a fixed seed, so a reference pass (one stream at a time) gives the exact tokens
 // each request must produce under load: the exactness column is the share of streams identical
 // to it. With --prefix-metrics (the workers' /metrics addresses) it also reports the fleet's
@@ -118,6 +121,17 @@ std::vector<Conversation> MakeWork(const std::string& workload, int64_t n, int64
     return text;
   };
   const std::string prefix = words(120);
+  // A source file of small functions over the words, distinct per request.
+  auto code = [&](int functions) {
+    std::string text;
+    for (int f = 0; f < functions; ++f) {
+      const std::string name = std::string(kWords[gen() % 18]) + "_" + std::to_string(f);
+      const std::string a = kWords[gen() % 18], b = kWords[gen() % 18];
+      text += "def " + name + "(" + a + ", " + b + "):\n    x = " + a + " + " + b + " * " +
+              std::to_string(gen() % 10) + "\n    return x\n\n";
+    }
+    return text;
+  };
   std::vector<int32_t> document;
   std::vector<Conversation> out;
   const bool multi = workload == "multi-turn";
@@ -150,10 +164,16 @@ std::vector<Conversation> MakeWork(const std::string& workload, int64_t n, int64
       for (int64_t t = 1; t < std::min(turns, left); ++t) {
         c.followups.push_back(Tokenize(stub, "\nuser: " + words(12), api_key, error));
       }
+    } else if (workload == "code-edit") {
+      r.set_text("Rename x to total in this file and return the whole file.\n```python\n" +
+                 code(12) + "```\n\n```python\n");
+    } else if (workload == "summarize") {
+      r.set_text(words(400) + "\n\nSummarize the text above in one paragraph.\n");
     } else {
       r.set_text(words(4 + static_cast<int>(gen() % 60)));
     }
-    r.mutable_sampling()->set_temperature(0.8f);
+    const bool greedy = workload == "code-edit" || workload == "summarize";
+    r.mutable_sampling()->set_temperature(greedy ? 0.0f : 0.8f);
     r.mutable_sampling()->set_seed(1000 + static_cast<uint64_t>(i));
     r.mutable_stopping()->set_max_tokens(static_cast<uint32_t>(max_tokens));
     r.mutable_stopping()->set_ignore_eos(true);
@@ -323,10 +343,11 @@ int ServeBenchMain(int argc, char** argv) {
   double slo_ttft_ms = 1000, slo_itl_ms = 200, timeout_s = 120;
   FlagSet flags(
       "walsh-bench serve --target HOST:PORT [--workload fixed|random|shared-prefix|multi-turn|"
-      "document] "
+      "document|code-edit|summarize] "
       "[--concurrency 1,4,16 | --rates 2,8] [--requests N] [--max-tokens N] [--json FILE]");
   flags.String("target", &target, "a worker or the gateway");
-  flags.String("workload", &workload, "fixed, random, shared-prefix, multi-turn or document");
+  flags.String("workload", &workload,
+               "fixed, random, shared-prefix, multi-turn, document, code-edit or summarize");
   flags.Int("turns", &turns, "multi-turn: requests per conversation");
   flags.Int("document-tokens", &document_tokens,
             "document: the shared document's length in tokens (each request adds a question)");
@@ -355,7 +376,8 @@ int ServeBenchMain(int argc, char** argv) {
     return 0;
   }
   if ((workload != "fixed" && workload != "random" && workload != "shared-prefix" &&
-       workload != "multi-turn" && workload != "document") ||
+       workload != "multi-turn" && workload != "document" && workload != "code-edit" &&
+       workload != "summarize") ||
       requests < 1 || max_tokens < 1 || turns < 1 || document_tokens < 1) {
     std::fprintf(stderr, "walsh-bench serve: bad arguments\n%s", flags.Help().c_str());
     return 2;

@@ -71,90 +71,116 @@ absl::StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(
       new DraftModelDrafter(std::move(draft), max_step_tokens));
 }
 
-absl::StatusOr<DraftModelDrafter::Track*> DraftModelDrafter::CatchUp(const DraftRequest& q,
-                                                                     std::vector<int32_t>* tail) {
-  if (auto it = tracks_.find(q.key); it != tracks_.end()) {
-    Track& t = it->second;
-    const size_t common = static_cast<size_t>(
-        std::mismatch(t.fed.begin(), t.fed.end(), q.tokens.begin(), q.tokens.end()).first -
-        t.fed.begin());
+absl::StatusOr<DraftModelDrafter::Track*> DraftModelDrafter::Sync(const DraftRequest& request) {
+  if (auto it = tracks_.find(request.key); it != tracks_.end()) {
+    Track& track = it->second;
+    const size_t common =
+        static_cast<size_t>(std::mismatch(track.fed.begin(), track.fed.end(),
+                                          request.tokens.begin(), request.tokens.end())
+                                .first -
+                            track.fed.begin());
     absl::Status s;
-    if (t.checkpoint >= 0) {
-      // Every fed draft was kept: keep them. Else undo the drafts back to the checkpoint.
-      if (common == t.fed.size()) {
-        s = engine_->DropCheckpoint(t.sequence);
-      } else if (common >= static_cast<size_t>(t.checkpoint)) {
-        s = engine_->RestoreCheckpoint(t.sequence);
-        t.fed.resize(static_cast<size_t>(t.checkpoint));
+    if (track.checkpoint >= 0) {
+      // Every draft fed was kept: keep them. Else undo the drafts back to the checkpoint.
+      if (common == track.fed.size()) {
+        s = engine_->DropCheckpoint(track.sequence);
+      } else if (common >= static_cast<size_t>(track.checkpoint)) {
+        s = engine_->RestoreCheckpoint(track.sequence);
+        track.fed.resize(static_cast<size_t>(track.checkpoint));
+        track.next = track.checkpoint_next;
       } else {
         s = absl::FailedPreconditionError("the request's tokens changed before the checkpoint");
       }
-      t.checkpoint = -1;
+      track.checkpoint = -1;
     }
-    if (s.ok() && (common < t.fed.size() || t.fed.size() >= q.tokens.size())) {
+    if (s.ok() && common < track.fed.size()) {
       s = absl::FailedPreconditionError("the request's tokens are not the draft sequence's");
     }
-    if (!s.ok()) Forget(q.key);  // starts again from the request's tokens
+    if (s.ok()) return &track;
+    Forget(request.key);  // starts again from the request's tokens
   }
-  auto it = tracks_.find(q.key);
-  if (it == tracks_.end()) {
-    ASSIGN_OR_RETURN(const SequenceId id, engine_->AddSequence());
-    it = tracks_.emplace(q.key, Track{.sequence = id}).first;
-  }
-  Track& t = it->second;
-  // A long catch-up (the prompt, the first time) in chunks, all but the last.
-  while (static_cast<int64_t>(q.tokens.size() - t.fed.size()) > max_step_tokens_) {
-    std::vector<int32_t> chunk(q.tokens.begin() + t.fed.size(),
-                               q.tokens.begin() + t.fed.size() + max_step_tokens_);
-    RETURN_IF_ERROR(engine_->Forward({{t.sequence, chunk}}).status());
-    t.fed.insert(t.fed.end(), chunk.begin(), chunk.end());
-  }
-  tail->assign(q.tokens.begin() + t.fed.size(), q.tokens.end());
-  return &t;
+  ASSIGN_OR_RETURN(const SequenceId id, engine_->AddSequence());
+  return &tracks_.emplace(request.key, Track{.sequence = id}).first->second;
 }
 
 std::vector<std::vector<int32_t>> DraftModelDrafter::Draft(
     absl::Span<const DraftRequest> requests) {
   std::vector<std::vector<int32_t>> out(requests.size());
-  std::vector<SequenceInput> batch;
-  std::vector<size_t> who;  // batch[j] drafts for requests[who[j]]
+  // Catch up: each request feeds what it kept since its last draft (a long one, such as the
+  // prompt, one chunk per step: it drafts once it has caught up). A request with no room in the
+  // draft engine drafts nothing this step.
+  std::vector<SequenceInput> feed;
+  std::vector<size_t> feeding;  // feed[j] is requests[feeding[j]]'s
+  std::vector<size_t> caught_up;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (requests[i].max_tokens < 1) continue;
-    std::vector<int32_t> tail;
-    absl::StatusOr<Track*> t = CatchUp(requests[i], &tail);
-    if (!t.ok()) {
-      Forget(requests[i].key);
+    absl::StatusOr<Track*> track = Sync(requests[i]);
+    if (!track.ok()) continue;
+    const size_t fed = (*track)->fed.size();
+    if (fed == requests[i].tokens.size()) {
+      caught_up.push_back(i);
       continue;
     }
-    batch.push_back({(*t)->sequence, std::move(tail)});
-    who.push_back(i);
+    const size_t n =
+        std::min(requests[i].tokens.size() - fed, static_cast<size_t>(max_step_tokens_));
+    SequenceInput input{(*track)->sequence,
+                        std::vector<int32_t>(requests[i].tokens.begin() + fed,
+                                             requests[i].tokens.begin() + fed + n)};
+    if (!engine_->kv().Reserve({input}).ok()) continue;
+    feed.push_back(std::move(input));
+    feeding.push_back(i);
   }
-  // The catch-up step gives every request its first draft token; then one token per step.
-  while (!batch.empty()) {
-    absl::StatusOr<ForwardResult> step = engine_->Forward(batch);
-    if (!step.ok()) {
-      for (size_t i : who) Forget(requests[i].key);  // the drafts so far are still guesses
-      break;
-    }
-    std::vector<SequenceInput> next;
-    std::vector<size_t> next_who;
-    for (size_t j = 0; j < batch.size(); ++j) {
-      const DraftRequest& q = requests[who[j]];
-      Track& t = tracks_.at(q.key);
-      t.fed.insert(t.fed.end(), batch[j].tokens.begin(), batch[j].tokens.end());
-      out[who[j]].push_back(Argmax(step->RowLogits(j), step->vocab));
-      if (static_cast<int64_t>(out[who[j]].size()) >= q.max_tokens) continue;
-      if (t.checkpoint < 0) {
-        if (!engine_->Checkpoint(t.sequence).ok()) continue;  // no slot: one draft token
-        t.checkpoint = static_cast<int64_t>(t.fed.size());
+  if (!Run(requests, feed, feeding)) feeding.clear();
+  for (size_t i : feeding) {
+    if (tracks_.at(requests[i].key).fed.size() == requests[i].tokens.size()) caught_up.push_back(i);
+  }
+  // Draft: the first token is the argmax after the request's tokens; then one token per step,
+  // all requests batched, after a checkpoint that lets the next step undo them.
+  std::vector<size_t> drafting;
+  for (size_t i : caught_up) {
+    out[i].push_back(tracks_.at(requests[i].key).next);
+    drafting.push_back(i);
+  }
+  while (!drafting.empty()) {
+    std::vector<SequenceInput> step;
+    std::vector<size_t> stepping;
+    for (size_t i : drafting) {
+      if (static_cast<int64_t>(out[i].size()) >= requests[i].max_tokens) continue;
+      Track& track = tracks_.at(requests[i].key);
+      if (track.checkpoint < 0) {
+        if (!engine_->Checkpoint(track.sequence).ok()) continue;  // no slot: one draft token
+        track.checkpoint = static_cast<int64_t>(track.fed.size());
+        track.checkpoint_next = track.next;
       }
-      next.push_back({t.sequence, {out[who[j]].back()}});
-      next_who.push_back(who[j]);
+      SequenceInput input{track.sequence, {out[i].back()}};
+      if (!engine_->kv().Reserve({input}).ok()) continue;
+      step.push_back(std::move(input));
+      stepping.push_back(i);
     }
-    batch = std::move(next);
-    who = std::move(next_who);
+    if (!Run(requests, step, stepping)) break;
+    for (size_t i : stepping) out[i].push_back(tracks_.at(requests[i].key).next);
+    drafting = std::move(stepping);
   }
   return out;
+}
+
+bool DraftModelDrafter::Run(absl::Span<const DraftRequest> requests,
+                            const std::vector<SequenceInput>& batch,
+                            const std::vector<size_t>& members) {
+  if (batch.empty()) return false;
+  absl::StatusOr<ForwardResult> result = engine_->Forward(batch);
+  if (!result.ok()) {
+    // Its pages were reserved, so this is no shortage: the sequences are not to be trusted.
+    for (size_t i : members) Forget(requests[i].key);
+    return false;
+  }
+  for (size_t j = 0; j < batch.size(); ++j) {
+    Track& track = tracks_.at(requests[members[j]].key);
+    track.fed.insert(track.fed.end(), batch[j].tokens.begin(), batch[j].tokens.end());
+    track.next = Argmax(result->RowLogits(j), result->vocab);
+    tokens_fed_ += static_cast<int64_t>(batch[j].tokens.size());
+  }
+  return true;
 }
 
 void DraftModelDrafter::Forget(uint64_t key) {

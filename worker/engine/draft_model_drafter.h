@@ -1,10 +1,11 @@
 // Drafting with a smaller model of the same vocabulary (--speculative draft:FILE,
 // docs/speculative_decoding.md). The draft model runs greedily in an engine of its own, on the
 // same backend, with a sequence per request. Each step it catches up with the tokens the
-// request kept since its last draft (the accepted drafts and the target's own token), all
-// requests in one batch, then drafts one token per step, all requests batched again. Before its
-// second draft token a sequence takes a checkpoint (Engine::Checkpoint), so the drafts the
-// target rejects are undone at the next step by restoring it, with no replay.
+// request kept since its last draft (the accepted drafts and the target's own token; a long
+// catch-up such as the prompt one chunk per step), all requests in one batch, then drafts one
+// token per step, all requests batched again. Before its second draft token a sequence takes a
+// checkpoint (Engine::Checkpoint), so the drafts the target rejects are undone at the next step
+// by restoring it, with no replay. A request the draft engine has no room for drafts nothing.
 #ifndef WALSH_WORKER_ENGINE_DRAFT_MODEL_DRAFTER_H_
 #define WALSH_WORKER_ENGINE_DRAFT_MODEL_DRAFTER_H_
 
@@ -39,24 +40,34 @@ class DraftModelDrafter final : public Drafter {
 
   const Engine& engine() const { return *engine_; }
   int64_t sequences() const { return static_cast<int64_t>(tracks_.size()); }
+  // Tokens the draft engine has been fed, catch-ups and drafts together.
+  int64_t tokens_fed() const { return tokens_fed_; }
 
  private:
-  // A request's sequence in the draft engine: the tokens it was fed, and the length of its
-  // checkpoint (-1: none).
+  // A request's sequence in the draft engine: the tokens it was fed and the argmax after them,
+  // and while it drafts, its checkpoint's length (-1: none) and the argmax there.
   struct Track {
     SequenceId sequence = 0;
     std::vector<int32_t> fed;
+    int32_t next = -1;
     int64_t checkpoint = -1;
+    int32_t checkpoint_next = -1;
   };
   DraftModelDrafter(std::unique_ptr<Engine> engine, int64_t max_step_tokens)
       : engine_(std::move(engine)), max_step_tokens_(max_step_tokens) {}
-  // The request's track, in step with all its tokens but those returned in `tail` (at least
-  // one): drafts the target rejected are undone, a long catch-up is fed in chunks.
-  absl::StatusOr<Track*> CatchUp(const DraftRequest& request, std::vector<int32_t>* tail);
+  // The request's track, its fed tokens a prefix of the request's: the drafts the target
+  // rejected are undone; a track that went astray starts again empty.
+  absl::StatusOr<Track*> Sync(const DraftRequest& request);
+  // One step of the draft engine over `batch` (members[j] is batch[j]'s request; its pages
+  // reserved): the tracks take the tokens and the argmax after them. False when empty or failed
+  // (the members are forgotten).
+  bool Run(absl::Span<const DraftRequest> requests, const std::vector<SequenceInput>& batch,
+           const std::vector<size_t>& members);
 
   std::unique_ptr<Engine> engine_;
   int64_t max_step_tokens_;
   absl::flat_hash_map<uint64_t, Track> tracks_;
+  int64_t tokens_fed_ = 0;
 };
 
 }  // namespace walsh

@@ -24,7 +24,8 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
   // At most requests[i].max_tokens tokens to follow requests[i].tokens, for every request of
-  // the step at once (a draft model runs them as one batch); empty where it has no guess.
+  // the step at once (a draft model runs them as one batch); empty where it has no guess. Best
+  // effort, so no status: a drafter that fails for a request drafts nothing for it.
   virtual std::vector<std::vector<int32_t>> Draft(absl::Span<const DraftRequest> requests) = 0;
   // The request ended or gave way (preempted): whatever the drafter keeps for it goes.
   virtual void Forget(uint64_t key) = 0;

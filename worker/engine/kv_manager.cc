@@ -251,9 +251,9 @@ absl::StatusOr<CacheCopy> KvManager::Checkpoint(SequenceId id) {
   if (prefix_ != nullptr) {
     return absl::FailedPreconditionError("checkpoints need an engine without prefix caching");
   }
-  if (sq.checkpoint_slot >= 0 || sq.awaits_rollback()) {
+  if (sq.checkpoint_slot >= 0 || sq.speculated_from >= 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("sequence ", id, " holds a checkpoint or awaits a rollback already"));
+        absl::StrCat("sequence ", id, " holds a checkpoint or has a speculative step pending"));
   }
   ASSIGN_OR_RETURN(sq.checkpoint_slot, states_.Allocate());
   sq.checkpoint_length = sq.length;
@@ -275,6 +275,10 @@ absl::Status KvManager::EndCheckpoint(SequenceId id, bool restored) {
   Sequence& sq = it->second;
   if (sq.checkpoint_slot < 0) {
     return absl::FailedPreconditionError(absl::StrCat("sequence ", id, " holds no checkpoint"));
+  }
+  if (restored && sq.speculated_from >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " has a speculative step pending"));
   }
   if (restored) Truncate(sq, sq.checkpoint_length);  // no prefix cache: its pages are its own
   states_.Release(sq.checkpoint_slot);

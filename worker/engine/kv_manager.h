@@ -156,13 +156,14 @@ class KvManager {
   // sequence's state at its length now, kept in a slot of its own so that the steps after it can
   // be undone at once. `Checkpoint` returns the copy the engine makes into that slot (on failure
   // the caller ends it, not restored). Refused with prefix caching on (pages past it may be
-  // shared by then), for a sequence that holds a checkpoint or awaits a rollback, and
-  // RESOURCE_EXHAUSTED when no slot is free.
+  // shared by then), for a sequence that holds a checkpoint or has a speculative step
+  // pending (reserved or awaiting its rollback), and RESOURCE_EXHAUSTED when no slot is free.
   absl::StatusOr<CacheCopy> Checkpoint(SequenceId id);
   // The copy that brings the checkpoint's state back into the sequence's slot; once it is made,
   // EndCheckpoint(id, /*restored=*/true) drops the positions past the checkpoint.
   absl::StatusOr<CacheCopy> CheckpointRestore(SequenceId id) const;
-  // Gives the checkpoint's slot back; `restored`: the sequence is cut back to it.
+  // Gives the checkpoint's slot back; `restored`: the sequence is cut back to it (refused while a
+  // speculative step is pending).
   absl::Status EndCheckpoint(SequenceId id, bool restored);
 
   EngineStats Stats() const;

@@ -1,6 +1,7 @@
 #include "worker/server/drafter_setup.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/draft_model_drafter.h"
@@ -21,11 +22,12 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterSetup& setup,
   RETURN_IF_ERROR(ValidateSpeculativeSpec(setup.spec));
   if (setup.spec == "off") return nullptr;
   if (setup.spec == "ngram") return std::make_unique<NgramDrafter>(setup.ngram);
-  const std::string path = setup.spec.substr(6);
+  absl::string_view path = setup.spec;
+  absl::ConsumePrefix(&path, "draft:");
   auto named = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("--speculative draft:", path, ": ", s.message()));
   };
-  absl::StatusOr<ModelFile> file = LoadModelFile(path);
+  absl::StatusOr<ModelFile> file = LoadModelFile(std::string(path));
   if (!file.ok()) return named(file.status());
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Bind(std::move(*file));
   if (!model.ok()) return named(model.status());

@@ -341,10 +341,16 @@ void Scheduler::Step() {
   if (!asks.empty()) {
     // A draft model runs steps of its own: not under the lock. Only this thread touches the
     // running requests' tokens.
+    DeliverEvents();  // what DropFinished and Admit decided goes out first
     mu_.Unlock();
     std::vector<std::vector<int32_t>> proposed = options_.drafter->Draft(asks);
     mu_.Lock();
+    const int64_t vocab = engine_->model().config().vocab_size;
     for (size_t j = 0; j < asks.size() && j < proposed.size(); ++j) {
+      // A drafter's guess never fails a step: it ends at its first token out of the vocabulary.
+      auto end = std::find_if(proposed[j].begin(), proposed[j].end(),
+                              [&](int32_t t) { return t < 0 || t >= vocab; });
+      proposed[j].erase(end, proposed[j].end());
       proposed[j].resize(std::min(proposed[j].size(), static_cast<size_t>(asks[j].max_tokens)));
       drafts[asked[j]] = std::move(proposed[j]);
     }

@@ -103,31 +103,67 @@ std::vector<int32_t> Greedy(Engine& e, std::vector<int32_t> tokens, int n) {
 TEST(DraftModelDrafter, TheTargetAsDraftModelDraftsItsGreedyTokensWhateverWasAccepted) {
   testing::SyntheticEngine f("tiny");
   auto target = f.Make();
-  const std::vector<int32_t> p1 = f.Tokens(30, 1), p2 = f.Tokens(700, 2);  // p2: chunked
+  const std::vector<int32_t> p1 = f.Tokens(30, 1), p2 = f.Tokens(700, 2);
   const std::vector<int32_t> g1 = Greedy(*target, p1, 40), g2 = Greedy(*target, p2, 40);
   auto drafter = DraftModelDrafter::Create(f.Make(NoPrefixCaching()), target->model(),
                                            target->max_context(), /*max_step_tokens=*/256);
   ASSERT_TRUE(drafter.ok()) << drafter.status();
   constexpr int64_t k = 4;
   size_t n1 = p1.size() + 1, n2 = p2.size() + 1;  // each with its first sampled token
+  auto ask = [&](uint64_t key, const std::vector<int32_t>& g, size_t n, int64_t max_tokens) {
+    return DraftRequest{
+        .key = key, .tokens = absl::MakeConstSpan(g).first(n), .max_tokens = max_tokens};
+  };
+  // The long prompt catches up one chunk of 256 tokens per step, drafting nothing until then.
+  for (int step = 0; step < 2; ++step) {
+    const auto drafts = (*drafter)->Draft({ask(2, g2, n2, k)});
+    EXPECT_TRUE(drafts[0].empty()) << step;
+  }
   for (int step = 0; n1 + k < g1.size() && n2 + k < g2.size(); ++step) {
-    const std::vector<DraftRequest> asks = {
-        {.key = 1, .tokens = absl::MakeConstSpan(g1).first(n1), .max_tokens = k},
-        {.key = 2, .tokens = absl::MakeConstSpan(g2).first(n2), .max_tokens = step % 3 + 1}};
-    const auto drafts = (*drafter)->Draft(asks);
+    const int64_t k2 = step % 3 + 1;
+    const auto drafts = (*drafter)->Draft({ask(1, g1, n1, k), ask(2, g2, n2, k2)});
     ASSERT_EQ(drafts.size(), 2u);
     EXPECT_EQ(drafts[0], std::vector<int32_t>(g1.begin() + n1, g1.begin() + n1 + k)) << step;
-    EXPECT_EQ(drafts[1], std::vector<int32_t>(g2.begin() + n2, g2.begin() + n2 + step % 3 + 1))
-        << step;
+    EXPECT_EQ(drafts[1], std::vector<int32_t>(g2.begin() + n2, g2.begin() + n2 + k2)) << step;
     // The target keeps some drafts (none, some, all) and adds its own token.
     n1 += static_cast<size_t>(step % (k + 1)) + 1;
     n2 += static_cast<size_t>(step % 2) + 1;
   }
   EXPECT_EQ((*drafter)->sequences(), 2);
+  // Asked again for the same tokens (the drafts were dropped before verification), it undoes
+  // them and drafts the same again, feeding only the drafts: no catch-up from scratch.
+  const auto first = (*drafter)->Draft({ask(1, g1, n1, k)});
+  const int64_t fed = (*drafter)->tokens_fed();
+  EXPECT_EQ((*drafter)->Draft({ask(1, g1, n1, k)}), first);
+  EXPECT_EQ((*drafter)->tokens_fed(), fed + k - 1);
   (*drafter)->Forget(1);
   (*drafter)->Forget(2);
   EXPECT_EQ((*drafter)->engine().Stats().state_slots_used, 0);
   EXPECT_EQ((*drafter)->engine().Stats().kv_pages_used, 0);
+}
+
+// Where the draft engine has no room (no page for a request's catch-up, no slot for its
+// checkpoint), the request drafts less or nothing at that step, and its track stays usable.
+TEST(DraftModelDrafter, NoRoomMeansFewerDraftsNotAFailure) {
+  testing::SyntheticEngine f("tiny");
+  auto target = f.Make();
+  const std::vector<int32_t> g = Greedy(*target, f.Tokens(20, 5), 20);
+  EngineOptions o = NoPrefixCaching();
+  o.kv_pages = 2;     // 32 positions
+  o.state_slots = 1;  // no slot for a checkpoint
+  auto drafter = DraftModelDrafter::Create(f.Make(o), target->model(), target->max_context(), 256);
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  const auto span = absl::MakeConstSpan(g);
+  auto one = (*drafter)->Draft({{.key = 1, .tokens = span.first(21), .max_tokens = 3}});
+  EXPECT_EQ(one[0], std::vector<int32_t>(g.begin() + 21, g.begin() + 22));  // no checkpoint
+  // A second request finds no slot at all, and the first one's catch-up past 32 positions no page.
+  auto none = (*drafter)->Draft({{.key = 2, .tokens = span.first(21), .max_tokens = 3},
+                                 {.key = 1, .tokens = span.first(32), .max_tokens = 1}});
+  EXPECT_TRUE(none[0].empty());
+  EXPECT_EQ(none[1], std::vector<int32_t>(g.begin() + 32, g.begin() + 33));
+  none = (*drafter)->Draft({{.key = 1, .tokens = span.first(33), .max_tokens = 1}});
+  EXPECT_TRUE(none[0].empty());
+  EXPECT_EQ((*drafter)->sequences(), 1);
 }
 
 TEST(DraftModelDrafter, AnotherVocabularyIsRefusedByName) {

@@ -115,5 +115,54 @@ TEST(KvManager, AReservationEvictsWhatOnlyTheCacheHolds) {
   EXPECT_EQ(kv.PrefixStats().page_evictions, 4);
 }
 
+// A checkpoint takes a slot of its own; restored, it cuts the sequence back and gives back the
+// pages past it; it is refused with prefix caching on, twice, beside a pending speculative
+// step, and without a free slot.
+TEST(KvManager, ACheckpointCutsBackToItsLengthAndGivesItsSlotBack) {
+  KvManager cached = Manager(true);
+  auto c = cached.AddSequence({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(cached.Checkpoint(c->id).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  KvManager kv = Manager(false);
+  auto a = kv.AddSequence({});
+  ASSERT_TRUE(a.ok());
+  Feed(kv, a->id, Tokens(6));
+  auto copy = kv.Checkpoint(a->id);
+  ASSERT_TRUE(copy.ok());
+  EXPECT_EQ(copy->from_slot, kv.Find(a->id)->slot);
+  EXPECT_NE(copy->to_slot, copy->from_slot);
+  EXPECT_EQ(kv.Stats().state_slots_used, 2);
+  EXPECT_EQ(kv.Checkpoint(a->id).status().code(), absl::StatusCode::kFailedPrecondition);
+  Feed(kv, a->id, Tokens(7));  // 13 positions: 4 pages
+  EXPECT_EQ(kv.PagesHeld(a->id), 4);
+  auto back = kv.CheckpointRestore(a->id);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->from_slot, copy->to_slot);
+  EXPECT_EQ(back->to_slot, copy->from_slot);
+  ASSERT_TRUE(kv.EndCheckpoint(a->id, /*restored=*/true).ok());
+  EXPECT_EQ(*kv.SequenceLength(a->id), 6);
+  EXPECT_EQ(kv.PagesHeld(a->id), 2);
+  EXPECT_EQ(kv.Stats().state_slots_used, 1);
+  EXPECT_EQ(kv.CheckpointRestore(a->id).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Beside a speculative step (reserved, then run): refused until its rollback.
+  const std::vector<SequenceInput> spec = {{a->id, Tokens(3), true, /*keep_states=*/true}};
+  ASSERT_TRUE(kv.Reserve(spec).ok());
+  EXPECT_EQ(kv.Checkpoint(a->id).status().code(), absl::StatusCode::kFailedPrecondition);
+  kv.Advance(spec[0]);
+  EXPECT_EQ(kv.Checkpoint(a->id).status().code(), absl::StatusCode::kFailedPrecondition);
+  kv.Rollback(a->id, 7);
+  ASSERT_TRUE(kv.Checkpoint(a->id).ok());
+
+  // Slots: a (and its checkpoint) and b take all three.
+  auto b = kv.AddSequence({});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(kv.Checkpoint(b->id).status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(kv.RemoveSequence(a->id).ok());  // its checkpoint's slot goes with it
+  EXPECT_EQ(kv.Stats().state_slots_used, 1);
+  EXPECT_EQ(kv.Stats().kv_pages_used, 0);
+}
+
 }  // namespace
 }  // namespace walsh
