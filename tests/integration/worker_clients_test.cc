@@ -184,5 +184,31 @@ TEST(WorkerClients, ServeBenchStreamsExactlyAndReports) {
   EXPECT_EQ(png.substr(1, 3), "PNG");
 }
 
+// The speculative benchmarks: the code-edit and summarize workloads against a worker that
+// drafts, every stream exact; and walsh-bench decode's oracle rows (sdK), whose drafts the
+// engine must accept every one of (it fails otherwise).
+TEST(WorkerClients, SpeculativeBenchmarksRun) {
+  WorkerProcess w({"--speculative", "ngram"});
+  ASSERT_TRUE(w.ok());
+  testing::TempDir dir;
+  for (const char* workload : {"code-edit", "summarize"}) {
+    const auto r = RunProcess({WALSH_BENCH_BIN, "serve", "--target", w.target(), "--workload",
+                               workload, "--concurrency", "1,2", "--requests", "2",
+                               "--max-tokens", "12", "--json", dir.File("serve.json")});
+    ASSERT_EQ(r.exit_code, 0) << workload << ": " << r.err;
+    const nlohmann::json doc =
+        nlohmann::json::parse(testing::ReadFileOrDie(dir.File("serve.json")));
+    for (const auto& level : doc["results"]) EXPECT_EQ(level["exact_fraction"], 1.0) << workload;
+  }
+  const auto d = RunProcess({WALSH_BENCH_BIN, "decode", "--model", testing::TinyModelPath(),
+                             "--prompt", "16", "--gen", "12", "--batch", "1,3", "--speculate",
+                             "2", "--no-bandwidth", "--json", dir.File("decode.json")});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const nlohmann::json doc = nlohmann::json::parse(testing::ReadFileOrDie(dir.File("decode.json")));
+  int sd_rows = 0;
+  for (const auto& t : doc["tests"]) sd_rows += t["test"] == "sd2" ? 1 : 0;
+  EXPECT_EQ(sd_rows, 2);
+}
+
 }  // namespace
 }  // namespace walsh

@@ -20,6 +20,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/oracle_speculation.h"
 #include "worker/engine/engine.h"
 #ifndef WALSH_ENGINE_ONLY
 #include "tools/bench/serve.h"
@@ -95,6 +96,7 @@ int Fail(int code, const std::string& message) {
 int Decode(int argc, char** argv) {
   std::string model_path, device = "cpu", batches = "1", json_path, kv_cache_dtype = "fp16";
   int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
+  int64_t speculate = 0;
   double gpu_memory_utilization = 0.9;
   bool no_bandwidth = false, profile = false;
   FlagSet flags(
@@ -110,6 +112,9 @@ int Decode(int argc, char** argv) {
   flags.Int("prompt", &prompt_tokens, "prompt tokens for pp (prefill) and time to first token");
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("gen", &gen_tokens, "decode steps per batch size (tg)");
+  flags.Int("speculate", &speculate,
+            "also sdK rows: each decode step verifies K drafts that are always right (an oracle "
+            "drafter: the ceiling of speculative decoding here), 0..16");
   flags.String("json", &json_path, "also write the results as JSON to this file");
   flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth and int8-peak measurements");
   flags.Bool("profile", &profile,
@@ -137,7 +142,8 @@ int Decode(int argc, char** argv) {
   }
   KvCacheDtype kv_dtype;
   if (model_path.empty() || !ParseDevice(device, &dev) || prompt_tokens < 1 || gen_tokens < 1 ||
-      prefill_chunk < 1 || threads < 1 || !ParseKvCacheDtype(kv_cache_dtype, &kv_dtype)) {
+      prefill_chunk < 1 || threads < 1 || !ParseKvCacheDtype(kv_cache_dtype, &kv_dtype) ||
+      speculate < 0 || speculate > 16) {
     return Fail(2, "bad arguments\n" + flags.Help());
   }
   auto file = LoadModelFile(model_path);
@@ -155,9 +161,9 @@ int Decode(int argc, char** argv) {
   opts.tp = static_cast<int>(tp);
   OpProfile op_profile;
   if (profile) opts.profile = &op_profile;
-  opts.state_slots = max_batch;
-  opts.kv_pages =
-      (max_batch * (16 + gen_tokens + 1) + prompt_tokens) / opts.page_size + 2 * max_batch + 2;
+  opts.state_slots = max_batch * (1 + speculate);  // a plane per draft
+  opts.kv_pages = (max_batch * (16 + gen_tokens + speculate + 1) + prompt_tokens) / opts.page_size +
+                  2 * max_batch + 2;
   auto engine = Engine::Create(std::move(*bound), opts);
   if (!engine.ok()) return Fail(1, std::string(engine.status().message()));
   Engine& e = **engine;
@@ -281,6 +287,15 @@ int Decode(int argc, char** argv) {
     profiles.push_back({"tg" + std::to_string(gen_tokens) + " batch " + std::to_string(b), s,
                         gen_tokens, op_profile.Entries()});
     for (const SequenceInput& in : batch) (void)e.RemoveSequence(in.id);
+  }
+  for (int64_t b : speculate > 0 ? batch_sizes : std::vector<int64_t>{}) {
+    // sd: b sequences, each step verifying `speculate` oracle drafts (oracle_speculation.h).
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < b; ++i) prompts.push_back(random_tokens(16));
+    absl::StatusOr<OracleSpeculation> sd = RunOracleSpeculation(e, prompts, speculate, gen_tokens);
+    if (!sd.ok()) return Fail(3, std::string(sd.status().message()));
+    row("sd" + std::to_string(speculate), b, sd->tokens / sd->seconds, sd->seconds / sd->steps,
+        sd->steps * static_cast<double>(step_bytes) / sd->seconds);
   }
   if (profile) PrintProfiles(profiles, &doc);
   if (!json_path.empty()) {

@@ -106,27 +106,35 @@ absl::StatusOr<DraftModelDrafter::Track*> DraftModelDrafter::Sync(const DraftReq
 std::vector<std::vector<int32_t>> DraftModelDrafter::Draft(
     absl::Span<const DraftRequest> requests) {
   std::vector<std::vector<int32_t>> out(requests.size());
-  // Catch up: each request feeds what it kept since its last draft (a long one, such as the
-  // prompt, one chunk per step: it drafts once it has caught up). A request with no room in the
-  // draft engine drafts nothing this step.
-  std::vector<SequenceInput> feed;
-  std::vector<size_t> feeding;  // feed[j] is requests[feeding[j]]'s
+  // Catch up: each request feeds what it kept since its last draft, all of them together at
+  // most max_step_tokens_, the shortest catch-ups first (a long one, such as a prompt, goes one
+  // chunk per step, and the request drafts once it has caught up). A request with no room in
+  // the draft engine drafts nothing this step.
+  std::vector<std::pair<size_t, size_t>> behind;  // (tokens to feed, request)
   std::vector<size_t> caught_up;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (requests[i].max_tokens < 1) continue;
     absl::StatusOr<Track*> track = Sync(requests[i]);
     if (!track.ok()) continue;
-    const size_t fed = (*track)->fed.size();
-    if (fed == requests[i].tokens.size()) {
+    const size_t missing = requests[i].tokens.size() - (*track)->fed.size();
+    if (missing == 0) {
       caught_up.push_back(i);
-      continue;
+    } else {
+      behind.emplace_back(missing, i);
     }
-    const size_t n =
-        std::min(requests[i].tokens.size() - fed, static_cast<size_t>(max_step_tokens_));
-    SequenceInput input{(*track)->sequence,
-                        std::vector<int32_t>(requests[i].tokens.begin() + fed,
-                                             requests[i].tokens.begin() + fed + n)};
+  }
+  std::sort(behind.begin(), behind.end());
+  std::vector<SequenceInput> feed;
+  std::vector<size_t> feeding;  // feed[j] is requests[feeding[j]]'s
+  size_t budget = static_cast<size_t>(max_step_tokens_);
+  for (const auto& [missing, i] : behind) {
+    const size_t n = std::min(missing, budget);
+    if (n == 0) break;
+    const Track& track = tracks_.at(requests[i].key);
+    const auto from = requests[i].tokens.begin() + static_cast<ptrdiff_t>(track.fed.size());
+    SequenceInput input{track.sequence, std::vector<int32_t>(from, from + n)};
     if (!engine_->kv().Reserve({input}).ok()) continue;
+    budget -= n;
     feed.push_back(std::move(input));
     feeding.push_back(i);
   }

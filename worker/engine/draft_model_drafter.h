@@ -1,8 +1,9 @@
 // Drafting with a smaller model of the same vocabulary (--speculative draft:FILE,
 // docs/speculative_decoding.md). The draft model runs greedily in an engine of its own, on the
 // same backend, with a sequence per request. Each step it catches up with the tokens the
-// request kept since its last draft (the accepted drafts and the target's own token; a long
-// catch-up such as the prompt one chunk per step), all requests in one batch, then drafts one
+// request kept since its last draft (the accepted drafts and the target's own token), all
+// requests in one batch of at most the target's step budget (a long catch-up such as the
+// prompt takes several steps, drafting nothing until it is done), then drafts one
 // token per step, all requests batched again. Before its second draft token a sequence takes a
 // checkpoint (Engine::Checkpoint), so the drafts the target rejects are undone at the next step
 // by restoring it, with no replay. A request the draft engine has no room for drafts nothing.
@@ -29,7 +30,7 @@ class DraftModelDrafter final : public Drafter {
  public:
   // `draft` is an engine without prefix caching over the draft model. Refuses a vocabulary that
   // is not the target's, or a context shorter than the target's `context`. Runs a canary step.
-  // Catch-up steps feed at most `max_step_tokens` tokens per sequence.
+  // A step's catch-ups feed at most `max_step_tokens` tokens, all requests together.
   static absl::StatusOr<std::unique_ptr<DraftModelDrafter>> Create(std::unique_ptr<Engine> draft,
                                                                    const Model& target,
                                                                    int64_t context,
