@@ -193,16 +193,16 @@ TEST(WorkerClients, SpeculativeBenchmarksRun) {
   testing::TempDir dir;
   for (const char* workload : {"code-edit", "summarize"}) {
     const auto r = RunProcess({WALSH_BENCH_BIN, "serve", "--target", w.target(), "--workload",
-                               workload, "--concurrency", "1,2", "--requests", "2",
-                               "--max-tokens", "12", "--json", dir.File("serve.json")});
+                               workload, "--concurrency", "1,2", "--requests", "2", "--max-tokens",
+                               "12", "--json", dir.File("serve.json")});
     ASSERT_EQ(r.exit_code, 0) << workload << ": " << r.err;
     const nlohmann::json doc =
         nlohmann::json::parse(testing::ReadFileOrDie(dir.File("serve.json")));
     for (const auto& level : doc["results"]) EXPECT_EQ(level["exact_fraction"], 1.0) << workload;
   }
   const auto d = RunProcess({WALSH_BENCH_BIN, "decode", "--model", testing::TinyModelPath(),
-                             "--prompt", "16", "--gen", "12", "--batch", "1,3", "--speculate",
-                             "2", "--no-bandwidth", "--json", dir.File("decode.json")});
+                             "--prompt", "16", "--gen", "12", "--batch", "1,3", "--speculate", "2",
+                             "--no-bandwidth", "--json", dir.File("decode.json")});
   ASSERT_EQ(d.exit_code, 0) << d.err;
   const nlohmann::json doc = nlohmann::json::parse(testing::ReadFileOrDie(dir.File("decode.json")));
   int sd_rows = 0;
