@@ -5,13 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/ops.h"
 
 namespace walsh {
 namespace {
-
-int32_t Argmax(const float* row, int64_t vocab) {
-  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-}
 
 // New sequences holding the prompts; `next` gets each one's greedy first token.
 absl::StatusOr<std::vector<SequenceInput>> Prefill(Engine& e,
@@ -24,7 +21,8 @@ absl::StatusOr<std::vector<SequenceInput>> Prefill(Engine& e,
   }
   ASSIGN_OR_RETURN(const ForwardResult out, e.Forward(batch));
   next->clear();
-  for (size_t i = 0; i < batch.size(); ++i) next->push_back(Argmax(out.RowLogits(i), out.vocab));
+  for (size_t i = 0; i < batch.size(); ++i)
+    next->push_back(static_cast<int32_t>(Argmax(out.RowLogits(i), out.vocab)));
   return batch;
 }
 
@@ -44,7 +42,8 @@ absl::StatusOr<OracleSpeculation> RunOracleSpeculation(
       batch[i].tokens = {next[i]};
     }
     ASSIGN_OR_RETURN(const ForwardResult out, e.Forward(batch));
-    for (size_t i = 0; i < n; ++i) next[i] = Argmax(out.RowLogits(i), out.vocab);
+    for (size_t i = 0; i < n; ++i)
+      next[i] = static_cast<int32_t>(Argmax(out.RowLogits(i), out.vocab));
   }
   for (const SequenceInput& in : batch) RETURN_IF_ERROR(e.RemoveSequence(in.id));
 
@@ -62,7 +61,7 @@ absl::StatusOr<OracleSpeculation> RunOracleSpeculation(
     ASSIGN_OR_RETURN(const ForwardResult out, e.Forward(batch));
     for (size_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j <= k; ++j) {
-        const int32_t sampled = Argmax(out.RowLogits(i * (k + 1) + j), out.vocab);
+        const int64_t sampled = Argmax(out.RowLogits(i * (k + 1) + j), out.vocab);
         if (sampled != truth[i][at + j + 1]) {
           return absl::InternalError(absl::StrCat("sequence ", i, " sampled ", sampled, " at ",
                                                   at + j + 1, ", plain decoding ",

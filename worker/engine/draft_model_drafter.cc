@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/ops.h"
 
 namespace walsh {
 namespace {
@@ -17,10 +18,6 @@ uint64_t VocabularyHash(const std::vector<std::string>& tokens) {
     h *= 1099511628211ull;
   }
   return h;
-}
-
-int32_t Argmax(const float* logits, int64_t n) {
-  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
 }
 
 }  // namespace
@@ -74,9 +71,13 @@ absl::StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(
 absl::StatusOr<DraftModelDrafter::Track*> DraftModelDrafter::Sync(const DraftRequest& request) {
   if (auto it = tracks_.find(request.key); it != tracks_.end()) {
     Track& track = it->second;
+    // A live request's tokens only grow: only the drafts fed since the checkpoint can differ.
+    const size_t from =
+        std::min({track.checkpoint >= 0 ? static_cast<size_t>(track.checkpoint) : track.fed.size(),
+                  track.fed.size(), request.tokens.size()});
     const size_t common =
-        static_cast<size_t>(std::mismatch(track.fed.begin(), track.fed.end(),
-                                          request.tokens.begin(), request.tokens.end())
+        static_cast<size_t>(std::mismatch(track.fed.begin() + from, track.fed.end(),
+                                          request.tokens.begin() + from, request.tokens.end())
                                 .first -
                             track.fed.begin());
     absl::Status s;
@@ -185,7 +186,7 @@ bool DraftModelDrafter::Run(absl::Span<const DraftRequest> requests,
   for (size_t j = 0; j < batch.size(); ++j) {
     Track& track = tracks_.at(requests[members[j]].key);
     track.fed.insert(track.fed.end(), batch[j].tokens.begin(), batch[j].tokens.end());
-    track.next = Argmax(result->RowLogits(j), result->vocab);
+    track.next = static_cast<int32_t>(Argmax(result->RowLogits(j), result->vocab));
     tokens_fed_ += static_cast<int64_t>(batch[j].tokens.size());
   }
   return true;
