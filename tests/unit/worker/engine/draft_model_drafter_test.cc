@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 #include "tests/util/synthetic_engine.h"
 
 namespace walsh {
@@ -81,10 +82,6 @@ TEST(Checkpoint, MisuseIsRefused) {
   EXPECT_EQ(engine->Stats().state_slots_used, 0);
 }
 
-int32_t Argmax(const float* row, int64_t vocab) {
-  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-}
-
 // The target's greedy continuation of `prompt`, n tokens.
 std::vector<int32_t> Greedy(Engine& e, std::vector<int32_t> tokens, int n) {
   auto seq = e.AddSequence();
@@ -93,7 +90,7 @@ std::vector<int32_t> Greedy(Engine& e, std::vector<int32_t> tokens, int n) {
   for (int i = 0; i < n; ++i) {
     auto out = e.Forward({{*seq, input}});
     EXPECT_TRUE(out.ok());
-    input = {Argmax(out->RowLogits(0), out->vocab)};
+    input = {static_cast<int32_t>(Argmax(out->RowLogits(0), out->vocab))};
     tokens.push_back(input[0]);
   }
   EXPECT_TRUE(e.RemoveSequence(*seq).ok());
