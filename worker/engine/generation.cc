@@ -1,15 +1,48 @@
 #include "worker/engine/generation.h"
 
+#include <algorithm>
+
 namespace walsh {
 
 Generation::Generation(const Tokenizer* tokenizer, GenerationRequest request)
     : request_(std::move(request)), stop_(request_.stop) {
   if (tokenizer != nullptr) detokenizer_.emplace(*tokenizer);
+  if (request_.constraint) matcher_.emplace(request_.constraint);
+}
+
+const std::vector<uint64_t>* Generation::ConstraintMask(int64_t vocab) {
+  if (!matcher_) return nullptr;
+  matcher_->FillMask(allowed_);
+  allowed_.resize((vocab + 63) / 64, 0);
+  const bool can_end = matcher_->CanEnd();
+  bool any = false;
+  for (uint64_t w : allowed_) any = any || w != 0;
+  // A state no token can continue (a byte no token spells, a bound hit) ends the output too:
+  // the text so far is the longest the constraint allowed.
+  if (can_end || !any) {
+    for (const std::vector<int32_t>* ids : {&request_.stop.eos_ids, &request_.stop.stop_ids}) {
+      for (int32_t id : *ids) {
+        if (id >= 0 && id < vocab) allowed_[id >> 6] |= 1ull << (id & 63);
+      }
+    }
+  }
+  return &allowed_;
+}
+
+void Generation::Constrain(int32_t id) {
+  if (!matcher_) return;
+  const auto& end = request_.stop;
+  if (std::find(end.eos_ids.begin(), end.eos_ids.end(), id) != end.eos_ids.end() ||
+      std::find(end.stop_ids.begin(), end.stop_ids.end(), id) != end.stop_ids.end()) {
+    return;
+  }
+  (void)matcher_->AcceptToken(id);
 }
 
 void Generation::Replay(const std::vector<int32_t>& ids) {
   for (int32_t id : ids) {
     output_.push_back(id);
+    Constrain(id);
     const std::string text = detokenizer_ ? detokenizer_->Add(id) : std::string();
     (void)stop_.Add(id, text);
   }
@@ -19,11 +52,13 @@ GeneratedToken Generation::Advance(const float* logits, int64_t vocab) {
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());
   const SampledToken s =
-      Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index);
+      Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index,
+             ConstraintMask(vocab));
   t.id = s.id;
   t.logprob = s.logprob;
   t.top_logprobs = s.top;
   output_.push_back(s.id);
+  Constrain(s.id);
   std::string text = detokenizer_ ? detokenizer_->Add(s.id) : std::string();
   StopChecker::Step step = stop_.Add(s.id, text);
   t.text = std::move(step.text);

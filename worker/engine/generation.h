@@ -5,10 +5,13 @@
 #define WALSH_WORKER_ENGINE_GENERATION_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "worker/constraint/compiled_grammar.h"
+#include "worker/constraint/grammar_matcher.h"
 #include "worker/engine/detokenizer.h"
 #include "worker/engine/sampler.h"
 #include "worker/engine/stop_checker.h"
@@ -20,6 +23,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   StopConfig stop;
+  // Structured output (docs/structured_output.md): every output token keeps the text a prefix
+  // of the grammar's language, and EOS or a stop token comes only where the text is complete.
+  std::shared_ptr<const CompiledGrammar> constraint;
 };
 
 struct GeneratedToken {
@@ -48,9 +54,16 @@ class Generation {
   GeneratedToken Advance(const float* logits, int64_t vocab);
 
  private:
+  // The tokens the constraint allows next (null without one), EOS and stop ids included where
+  // the text may end.
+  const std::vector<uint64_t>* ConstraintMask(int64_t vocab);
+  void Constrain(int32_t id);  // advances the constraint past an output token
+
   GenerationRequest request_;
   std::optional<StreamingDetokenizer> detokenizer_;
   StopChecker stop_;
+  std::optional<GrammarMatcher> matcher_;
+  std::vector<uint64_t> allowed_;  // the constraint's mask for the next token
   std::vector<int32_t> output_;
   bool finished_ = false;
 };

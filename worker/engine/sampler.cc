@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
@@ -100,8 +101,13 @@ double CounterUniform(uint64_t seed, int64_t output_index) {
 
 SampledToken Sample(const float* logits, int64_t vocab, const SamplingParams& p,
                     const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
-                    int64_t output_index) {
+                    int64_t output_index, const std::vector<uint64_t>* allowed) {
   std::vector<float> l(logits, logits + vocab);
+  if (allowed != nullptr) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!(((*allowed)[i >> 6] >> (i & 63)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
+    }
+  }
   for (const auto& [id, bias] : p.logit_bias) {
     if (id >= 0 && id < vocab) l[id] += bias;
   }

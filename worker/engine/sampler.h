@@ -33,9 +33,11 @@ struct SampledToken {
 double CounterUniform(uint64_t seed, int64_t output_index);
 
 // `output_index` is the position of the token being drawn among the request's outputs.
+// `allowed` (optional, one bit per token) restricts the draw to its set tokens, which must not
+// be empty; logprobs stay those of the model's own distribution.
 SampledToken Sample(const float* logits, int64_t vocab, const SamplingParams& params,
                     const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
-                    int64_t output_index);
+                    int64_t output_index, const std::vector<uint64_t>* allowed = nullptr);
 
 }  // namespace walsh
 

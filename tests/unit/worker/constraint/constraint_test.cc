@@ -1,0 +1,351 @@
+// The constraint engine against independent oracles: std::regex for regular expressions,
+// nlohmann::json for JSON, and brute force for token masks (a token is allowed exactly when
+// its bytes keep the automaton alive).
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "worker/constraint/compiled_grammar.h"
+#include "worker/constraint/constraint_cache.h"
+#include "worker/constraint/ebnf_parser.h"
+#include "worker/constraint/grammar_matcher.h"
+#include "worker/constraint/json_schema_compiler.h"
+#include "worker/constraint/regex_compiler.h"
+#include "worker/constraint/utf8_ranges.h"
+
+namespace walsh {
+namespace {
+
+// A vocabulary with every byte, then `extra` random tokens of 2..6 bytes drawn mostly from
+// JSON's punctuation, letters and digits.
+std::shared_ptr<const TokenTrie> SmallVocabulary(int extra, uint32_t seed) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  const std::string alphabet = "{}[]\":, abcxyz019-.eE\\ntruefalsn\xc3\xa9";
+  std::mt19937 rng(seed);
+  for (int i = 0; i < extra; ++i) {
+    std::string t;
+    const int len = 2 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < len; ++k) t += alphabet[rng() % alphabet.size()];
+    tokens.push_back(t);
+  }
+  tokens.push_back("");  // a control token: never in the trie
+  return std::make_shared<const TokenTrie>(tokens);
+}
+
+std::shared_ptr<const CompiledGrammar> Compile(const absl::StatusOr<Grammar>& g,
+                                               std::shared_ptr<const TokenTrie> trie) {
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::make_shared<const CompiledGrammar>(*g, std::move(trie));
+}
+
+// Whether the grammar's language holds `text` exactly.
+bool FullMatch(const CompiledGrammar& g, const std::string& text) {
+  std::vector<GrammarStack> cur = g.Start(), next;
+  for (char c : text) {
+    g.Advance(cur, static_cast<uint8_t>(c), next);
+    cur.swap(next);
+  }
+  for (const GrammarStack& s : cur) {
+    if (s.empty()) return true;
+  }
+  return false;
+}
+
+bool Bit(const std::vector<uint64_t>& bits, int64_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
+
+// Walks random allowed tokens, checking each step's mask against brute force.
+void CheckMasksAlongRandomWalks(std::shared_ptr<const CompiledGrammar> g, int walks, int steps,
+                                uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t vocab = g->trie().vocab_size();
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(g);
+    for (int step = 0; step < steps && !m.MustEnd(); ++step) {
+      std::vector<uint64_t> mask;
+      m.FillMask(mask);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab; ++id) {
+        GrammarMatcher probe = m;
+        const bool brute = probe.AcceptToken(id);
+        ASSERT_EQ(Bit(mask, id), brute) << "token " << id << " '" << g->trie().bytes(id)
+                                        << "' at step " << step << " of walk " << w;
+        if (brute) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      ASSERT_TRUE(m.AcceptToken(allowed[rng() % allowed.size()]));
+    }
+  }
+}
+
+TEST(Utf8Ranges, EncodeExactlyTheRange) {
+  for (auto [lo, hi] : std::vector<std::pair<uint32_t, uint32_t>>{
+           {0, 0x10FFFF}, {0x7F, 0x800}, {0x20, 0x21}, {0xD700, 0xE100}, {0x10000, 0x10FFFF},
+           {0x3A0, 0x1F600}}) {
+    const auto seqs = Utf8Sequences(lo, hi);
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp += (cp < 0x20000 ? 1 : 97)) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      std::string utf8;
+      if (cp < 0x80) {
+        utf8 = std::string(1, static_cast<char>(cp));
+      } else if (cp < 0x800) {
+        utf8 = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      } else if (cp < 0x10000) {
+        utf8 = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                static_cast<char>(0x80 | (cp & 0x3F))};
+      } else {
+        utf8 = {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
+                static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      }
+      int matches = 0;
+      for (const auto& seq : seqs) {
+        if (seq.size() != utf8.size()) continue;
+        bool all = true;
+        for (size_t i = 0; i < seq.size(); ++i) {
+          const uint8_t b = static_cast<uint8_t>(utf8[i]);
+          all = all && b >= seq[i].lo && b <= seq[i].hi;
+        }
+        matches += all;
+      }
+      ASSERT_EQ(matches, cp >= lo && cp <= hi ? 1 : 0) << std::hex << cp;
+    }
+  }
+}
+
+TEST(Regex, AgreesWithStdRegexOnAscii) {
+  auto trie = SmallVocabulary(0, 1);
+  const std::vector<std::string> patterns = {
+      "abc",          "a|b|cd",     "(ab)*c",         "[a-c]+x?",      "a{2,3}",
+      "a{2,}b",       "a{0}b",      "(a|b){1,2}c*",   "[^abc]z",       "\\d+\\.\\d*",
+      "\\w\\s\\W",    ".{3}",       "^x(?:y|z)+$",    "[\\]\\-a]+",    "(a*)*b",
+      "(?<n>ab)+",    "a+?b",       "[-a]",           "\\x41\\u0042",  "(|a)b"};
+  std::vector<std::string> texts = {"", "a", "b", "c", "ab", "abc", "cd", "abababc", "acx", "bbx",
+                                    "aa", "aaa", "aaaa", "aaab", "b", "abbc", "zz", "dz", "12.",
+                                    "1.5", "a b", "a\nb", "x y", "xyz", "xzy", "]-a", "AB", "-a"};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    std::string t;
+    const int len = static_cast<int>(rng() % 6);
+    for (int k = 0; k < len; ++k) t += "abcxyz1. -]\n"[rng() % 12];
+    texts.push_back(t);
+  }
+  for (const std::string& p : patterns) {
+    auto g = Compile(RegexGrammar(p), trie);
+    if (p.find("?<") != std::string::npos) continue;  // std::regex lacks named groups
+    const std::regex re(p.substr(p[0] == '^' ? 1 : 0, p.size() - (p[0] == '^') -
+                                                         (p.back() == '$' ? 1 : 0)),
+                        std::regex::ECMAScript);
+    for (const std::string& t : texts) {
+      EXPECT_EQ(FullMatch(*g, t), std::regex_match(t, re)) << "/" << p << "/ on '" << t << "'";
+    }
+  }
+  auto named = Compile(RegexGrammar("(?<n>ab)+"), trie);
+  EXPECT_TRUE(FullMatch(*named, "abab"));
+  EXPECT_FALSE(FullMatch(*named, "aba"));
+}
+
+TEST(Regex, NonAsciiClassesAreWholeCharacters) {
+  auto g = Compile(RegexGrammar("[é-ë]+\\u00ff."), SmallVocabulary(0, 1));
+  EXPECT_TRUE(FullMatch(*g, "éêëÿ😀"));
+  EXPECT_FALSE(FullMatch(*g, "\xc3\xa9\xc3"));  // half a character
+  EXPECT_FALSE(FullMatch(*g, "eÿx"));
+}
+
+TEST(Regex, RefusesWhatItDoesNotSupportByName) {
+  for (auto [pattern, message] : std::vector<std::pair<std::string, std::string>>{
+           {"a(?=b)", "lookaround"},
+           {"(a)\\1", "backreferences"},
+           {"\\bword", "word boundaries"},
+           {"a^b", "'^' is supported only at the start"},
+           {"(ab", "a missing ')'"},
+           {"[ab", "unterminated character class"},
+           {"*a", "nothing to repeat"},
+           {"a{3,2}", "below its minimum"},
+           {"a{5000}", "above 2000"},
+           {"\\p{L}", "Unicode property escapes"},
+           {"[z-a]", "out of order"},
+           {"\xff", "ill-formed UTF-8"}}) {
+    auto g = RegexGrammar(pattern);
+    ASSERT_FALSE(g.ok()) << pattern;
+    EXPECT_NE(g.status().message().find(message), std::string::npos)
+        << pattern << ": " << g.status();
+    EXPECT_NE(g.status().message().find("regex"), std::string::npos) << g.status();
+  }
+}
+
+TEST(Ebnf, ParsesTheDocumentedExample) {
+  const char* grammar = R"(
+    root   ::= object
+    object ::= "{" ws ( pair ( "," ws pair )* )? "}"   # a comment
+    pair   ::= [a-z]+ ":" ws ( "true" | "false" | [0-9]{1,3} )
+    ws     ::= [ \t\n]*
+  )";
+  auto g = Compile(ParseEbnf(grammar), SmallVocabulary(0, 1));
+  EXPECT_TRUE(FullMatch(*g, "{}"));
+  EXPECT_TRUE(FullMatch(*g, "{ a:true, bc: 123}"));
+  EXPECT_FALSE(FullMatch(*g, "{a:1234}"));
+  EXPECT_FALSE(FullMatch(*g, "{A:true}"));
+  EXPECT_FALSE(FullMatch(*g, "{a:true,}"));
+}
+
+TEST(Ebnf, RefusesBadGrammarsNamingTheRule) {
+  for (auto [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"root ::= a", "rule 'a' is used but not defined"},
+           {"root ::= root \"x\" | \"y\"", "rule 'root' is left-recursive"},
+           {"root ::= a\na ::= \"\"? root", "left-recursive"},
+           {"start ::= \"x\"", "no rule 'root'"},
+           {"root ::= \"x", "unterminated string"},
+           {"root ::= \"x\"\nroot ::= \"y\"", "rule 'root' is defined twice"},
+           {"root = \"x\"", "expected '::=' after rule name 'root'"},
+           {"root ::= [^\\u0000-\\u{10FFFF}]", "matches no text"},
+           {"root ::= ( \"x\" ", "a missing ')'"}}) {
+    auto g = ParseEbnf(text);
+    ASSERT_FALSE(g.ok()) << text;
+    EXPECT_NE(g.status().message().find(message), std::string::npos) << text << ": " << g.status();
+  }
+}
+
+TEST(JsonSchema, AcceptsWhatTheSchemaAllowsInTheDocumentedForm) {
+  auto trie = SmallVocabulary(0, 1);
+  const char* schema = R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "maxLength": 3},
+      "age": {"type": "integer"},
+      "tags": {"type": "array", "items": {"enum": ["a", "b", 1]}, "minItems": 1, "maxItems": 2},
+      "kind": {"const": {"x": [true, null]}},
+      "id": {"type": "string", "format": "uuid"},
+      "code": {"type": "string", "pattern": "^[A-Z]{2}\\d$"},
+      "ratio": {"type": ["number", "null"]}
+    },
+    "required": ["name", "tags"]
+  })";
+  auto g = Compile(JsonSchemaGrammar(schema), trie);
+  EXPECT_TRUE(FullMatch(*g, R"({"name":"abc","tags":["a"]})"));
+  EXPECT_TRUE(FullMatch(*g, R"({"name": "", "age": -12, "tags": [1, "b"]})"));
+  EXPECT_TRUE(FullMatch(*g, R"({"name":"\u00e9\n","tags":["a"],"kind":{"x":[true,null]}})"));
+  EXPECT_TRUE(FullMatch(*g, R"({"name":"x","tags":["a"],"code":"AB1","ratio":1.5e-3})"));
+  EXPECT_TRUE(FullMatch(*g, R"({"name":"x","tags":["a"],"id":"123e4567-e89b-12d3-a456-426614174000"})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"abcd","tags":["a"]})"));      // maxLength
+  EXPECT_FALSE(FullMatch(*g, R"({"tags":["a"]})"));                     // required
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":[]})"));             // minItems
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a","a","a"]})"));  // maxItems
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["c"]})"));          // enum
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a"],"extra":1})"));  // no others
+  EXPECT_FALSE(FullMatch(*g, R"({"tags":["a"],"name":"a"})"));          // the listed order
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"\ud800","tags":["a"]})"));     // no surrogate escapes
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a"],"code":"AB12"})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a",  "tags":["a"]})"));  // one space at most
+}
+
+TEST(JsonSchema, RecursionAdditionalPropertiesAndPrefixItems) {
+  auto trie = SmallVocabulary(0, 1);
+  auto tree = Compile(JsonSchemaGrammar(R"({
+    "$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}},
+    "$ref": "#/$defs/node"})"),
+                      trie);
+  EXPECT_TRUE(FullMatch(*tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4}]}]})"));
+  EXPECT_FALSE(FullMatch(*tree, R"({"v":1,"kids":[{"w":2}]})"));
+
+  auto extra = Compile(JsonSchemaGrammar(R"({"properties": {"a": {"type": "integer"}},
+    "additionalProperties": {"type": "boolean"}})"),
+                       trie);
+  EXPECT_TRUE(FullMatch(*extra, R"({"a":1,"b":true,"ab":false})"));
+  EXPECT_TRUE(FullMatch(*extra, R"({"b":true})"));
+  EXPECT_FALSE(FullMatch(*extra, R"({"a":1,"a":true})"));  // another 'a' would not be extra
+  EXPECT_FALSE(FullMatch(*extra, R"({"b":1})"));
+
+  auto tuple = Compile(JsonSchemaGrammar(R"({"type": "array",
+    "prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": false, "minItems": 1})"),
+                       trie);
+  EXPECT_TRUE(FullMatch(*tuple, R"(["x"])"));
+  EXPECT_TRUE(FullMatch(*tuple, R"(["x", true])"));
+  EXPECT_FALSE(FullMatch(*tuple, R"([])"));
+  EXPECT_FALSE(FullMatch(*tuple, R"(["x",true,1])"));
+
+  auto any = Compile(JsonObjectGrammar(), trie);
+  EXPECT_TRUE(FullMatch(*any, R"({"a":[1,{"b":null}],"c":"d"})"));
+  EXPECT_FALSE(FullMatch(*any, R"([1])"));
+}
+
+TEST(JsonSchema, RefusesUnsupportedKeywordsByPath) {
+  for (auto [schema, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type":"integer","minimum":3})", "at /: 'minimum' is not supported"},
+           {R"({"properties":{"a b/c":{"multipleOf":2}}})",
+            "at /properties/a b~1c: 'multipleOf' is not supported"},
+           {R"({"type":"string","format":"hostname"})", "format 'hostname' is not supported"},
+           {R"({"type":"wat"})", "unknown type 'wat'"},
+           {R"({"$ref":"http://x/y"})", "only references inside the schema"},
+           {R"({"$ref":"#/$defs/missing"})", "points at nothing"},
+           {R"({"$ref":"#"})", "left-recursive"},
+           {R"({"enum":[]})", "/enum: must be a non-empty array"},
+           {R"j({"type":"string","pattern":"(?=a)"})j", "at /pattern: regex"},
+           {R"({"allOf":[{}]})", "'allOf' is not supported"},
+           {R"({"properties":{"a":false},"required":["a"]})", "schema is false"},
+           {R"({"type":"array","maxItems":9999})", "/maxItems: above the supported bound"},
+           {R"({"type":"string","minLength":-1})", "/minLength: must be a non-negative integer"},
+           {R"({"type": )", "not valid JSON"}}) {
+    auto g = JsonSchemaGrammar(schema);
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_NE(g.status().message().find(message), std::string::npos)
+        << schema << ": " << g.status();
+  }
+}
+
+TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
+  auto trie = SmallVocabulary(600, 3);
+  CheckMasksAlongRandomWalks(Compile(JsonObjectGrammar(), trie), 6, 40, 1);
+  CheckMasksAlongRandomWalks(
+      Compile(JsonSchemaGrammar(R"({"type":"object","properties":{
+        "name":{"type":"string","maxLength":4},"n":{"type":"number"},
+        "t":{"type":"array","items":{"enum":["true","x"]}}},"required":["t"]})"),
+              trie),
+      6, 40, 2);
+  CheckMasksAlongRandomWalks(Compile(RegexGrammar("(ab|a\"c)+[0-9]{2,4}x?"), trie), 6, 20, 3);
+  CheckMasksAlongRandomWalks(
+      Compile(ParseEbnf("root ::= item (\",\" \" \"? item)*\nitem ::= \"true\" | [a-z]+ | "
+                        "\"[\" root? \"]\""),
+              trie),
+      6, 30, 4);
+}
+
+TEST(TokenMask, ControlTokensAndEndOfText) {
+  auto trie = SmallVocabulary(10, 5);
+  auto g = Compile(RegexGrammar("ab"), trie);
+  GrammarMatcher m(g);
+  const int32_t control = static_cast<int32_t>(trie->vocab_size() - 1);
+  EXPECT_FALSE(m.AcceptToken(control));
+  EXPECT_FALSE(m.CanEnd());
+  EXPECT_TRUE(m.AcceptToken('a'));
+  EXPECT_FALSE(m.AcceptToken('a'));  // refused and the state kept
+  EXPECT_TRUE(m.AcceptToken('b'));
+  EXPECT_TRUE(m.CanEnd());
+  EXPECT_TRUE(m.MustEnd());
+  std::vector<uint64_t> mask;
+  m.FillMask(mask);
+  for (uint64_t w : mask) EXPECT_EQ(w, 0u);
+}
+
+TEST(ConstraintCache, SharesOneCompiledGrammarPerContentAndStaysInBudget) {
+  auto trie = SmallVocabulary(50, 6);
+  ConstraintCache cache(trie, 64 << 10);
+  auto a = cache.Get({ConstraintSpec::Kind::kRegex, "a+"});
+  auto b = cache.Get({ConstraintSpec::Kind::kRegex, "a+"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_EQ(cache.hits(), 1);
+  auto bad = cache.Get({ConstraintSpec::Kind::kGrammar, "root ::= nope"});
+  EXPECT_FALSE(bad.ok());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(cache.Get({ConstraintSpec::Kind::kRegex, "x{" + std::to_string(100 + i) + "}"}).ok());
+  }
+  EXPECT_LE(cache.bytes(), 64 << 10);
+}
+
+}  // namespace
+}  // namespace walsh

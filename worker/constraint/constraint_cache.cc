@@ -1,0 +1,72 @@
+#include "worker/constraint/constraint_cache.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/constraint/ebnf_parser.h"
+#include "worker/constraint/json_schema_compiler.h"
+#include "worker/constraint/regex_compiler.h"
+
+namespace walsh {
+
+absl::StatusOr<Grammar> ConstraintGrammar(const ConstraintSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonSchema:
+      return JsonSchemaGrammar(spec.text);
+    case ConstraintSpec::Kind::kJsonObject:
+      return JsonObjectGrammar();
+    case ConstraintSpec::Kind::kRegex:
+      return RegexGrammar(spec.text);
+    case ConstraintSpec::Kind::kGrammar:
+      return ParseEbnf(spec.text);
+  }
+  return absl::InvalidArgumentError("an unknown constraint kind");
+}
+
+ConstraintCache::ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes)
+    : trie_(std::move(trie)), max_bytes_(max_bytes) {}
+
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
+    const ConstraintSpec& spec) {
+  const std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.text);
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = by_key_.find(key); it != by_key_.end()) {
+      ++hits_;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->grammar;
+    }
+    ++misses_;
+  }
+  ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammar(spec));
+  auto compiled = std::make_shared<const CompiledGrammar>(grammar, trie_);
+  absl::MutexLock lock(&mu_);
+  if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
+  lru_.push_front({key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
+  by_key_[key] = lru_.begin();
+  while (lru_.size() > 1 && BytesLocked() > max_bytes_) {
+    by_key_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+int64_t ConstraintCache::BytesLocked() const {
+  int64_t total = 0;
+  for (const Entry& e : lru_) total += e.grammar_bytes + e.grammar->cached_bytes();
+  return total;
+}
+
+int64_t ConstraintCache::hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
+}
+int64_t ConstraintCache::misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
+}
+int64_t ConstraintCache::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return BytesLocked();
+}
+
+}  // namespace walsh

@@ -1,0 +1,60 @@
+// The constraints a request may carry, compiled once per content and kept in a cache bounded in
+// bytes (least recently used first out), so requests with the same schema share one grammar and
+// its growing mask cache.
+#ifndef WALSH_WORKER_CONSTRAINT_CONSTRAINT_CACHE_H_
+#define WALSH_WORKER_CONSTRAINT_CONSTRAINT_CACHE_H_
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/constraint/compiled_grammar.h"
+#include "worker/constraint/grammar.h"
+#include "worker/constraint/token_trie.h"
+
+namespace walsh {
+
+struct ConstraintSpec {
+  enum class Kind { kJsonSchema, kJsonObject, kRegex, kGrammar };
+  Kind kind = Kind::kJsonObject;
+  std::string text;  // the schema, regex or grammar; empty for kJsonObject
+};
+
+// The grammar of a constraint, checked; errors name the offending path, offset or rule.
+absl::StatusOr<Grammar> ConstraintGrammar(const ConstraintSpec& spec);
+
+class ConstraintCache {
+ public:
+  ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes);
+
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Get(const ConstraintSpec& spec);
+
+  int64_t hits() const;
+  int64_t misses() const;
+  int64_t bytes() const;  // grammars plus the masks they cached so far
+
+ private:
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const CompiledGrammar> grammar;
+    int64_t grammar_bytes = 0;
+  };
+  int64_t BytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<const TokenTrie> trie_;
+  const int64_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
+  absl::flat_hash_map<std::string, std::list<Entry>::iterator> by_key_ ABSL_GUARDED_BY(mu_);
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_CONSTRAINT_CONSTRAINT_CACHE_H_

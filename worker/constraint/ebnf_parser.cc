@@ -1,0 +1,190 @@
+#include "worker/constraint/ebnf_parser.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/constraint/pattern_cursor.h"
+
+namespace walsh {
+namespace {
+
+constexpr int kMaxNesting = 64;
+
+bool IsNameChar(uint32_t c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '_' || c == '-';
+}
+
+class EbnfParser {
+ public:
+  explicit EbnfParser(PatternCursor in) : in_(std::move(in)) {}
+
+  absl::StatusOr<Grammar> Parse() {
+    const int32_t root = g_.Rule("root");
+    g_.SetRoot(root);
+    SkipSpace();
+    while (!in_.done()) {
+      std::string name = Name();
+      if (name.empty()) return in_.Error("expected a rule name");
+      SkipSpace();
+      if (!(in_.Consume(':') && in_.Consume(':') && in_.Consume('='))) {
+        return in_.Error(absl::StrCat("expected '::=' after rule name '", name, "'"));
+      }
+      const int32_t rule = g_.Rule(name);
+      if (g_.rules()[rule].defined) {
+        return in_.Error(absl::StrCat("rule '", name, "' is defined twice"));
+      }
+      g_.Define(rule);
+      RETURN_IF_ERROR(Alternatives(rule, 0));
+      SkipSpace();
+    }
+    if (!g_.rules()[root].defined) {
+      return absl::InvalidArgumentError("grammar: there is no rule 'root' to start from");
+    }
+    absl::Status s = g_.Check();
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("grammar: ", s.message()));
+    return std::move(g_);
+  }
+
+ private:
+  void SkipSpace() {
+    while (!in_.done()) {
+      const uint32_t c = in_.peek();
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        in_.next();
+      } else if (c == '#') {
+        while (!in_.done() && in_.peek() != '\n') in_.next();
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string Name() {
+    std::string name;
+    while (!in_.done() && IsNameChar(in_.peek())) name.push_back(static_cast<char>(in_.next()));
+    return name;
+  }
+
+  // At a rule name followed by '::=': the next rule starts.
+  bool AtRuleStart() {
+    size_t k = 0;
+    while (IsNameChar(in_.peek(k))) ++k;
+    if (k == 0) return false;
+    while (in_.peek(k) == ' ' || in_.peek(k) == '\t') ++k;
+    return in_.peek(k) == ':' && in_.peek(k + 1) == ':' && in_.peek(k + 2) == '=';
+  }
+
+  absl::Status Alternatives(int32_t rule, int depth) {
+    if (depth > kMaxNesting) return in_.Error("groups nested too deeply");
+    while (true) {
+      GrammarSequence seq;
+      RETURN_IF_ERROR(Sequence(seq, depth));
+      g_.AddAlternative(rule, std::move(seq));
+      SkipSpace();
+      if (!in_.Consume('|')) return absl::OkStatus();
+    }
+  }
+
+  absl::Status Sequence(GrammarSequence& seq, int depth) {
+    while (true) {
+      SkipSpace();
+      if (in_.done() || in_.peek() == '|' || in_.peek() == ')' || AtRuleStart()) {
+        return absl::OkStatus();
+      }
+      GrammarSequence term;
+      RETURN_IF_ERROR(Term(term, depth));
+      RETURN_IF_ERROR(Postfix(term));
+      seq.insert(seq.end(), term.begin(), term.end());
+    }
+  }
+
+  absl::Status Term(GrammarSequence& out, int depth) {
+    const uint32_t c = in_.next();
+    std::vector<CodepointRange> set;
+    if (c == '"') {
+      while (true) {
+        if (in_.done()) return in_.Error("an unterminated string");
+        uint32_t d = in_.next();
+        if (d == '"') return absl::OkStatus();
+        set.clear();
+        if (d == '\\') {
+          RETURN_IF_ERROR(in_.Escape(true, set));
+          if (set.size() != 1 || set[0].lo != set[0].hi) {
+            return in_.Error("a class escape inside a string");
+          }
+        } else {
+          set.push_back({d, d});
+        }
+        out.push_back(g_.Chars(set));
+      }
+    }
+    if (c == '[') {
+      RETURN_IF_ERROR(in_.Class(set));
+      out.push_back(g_.Chars(set));
+      return absl::OkStatus();
+    }
+    if (c == '.') {
+      out.push_back(g_.Chars({{0, 0x10FFFF}}));
+      return absl::OkStatus();
+    }
+    if (c == '(') {
+      const int32_t group = g_.NewRule("group");
+      RETURN_IF_ERROR(Alternatives(group, depth + 1));
+      if (!in_.Consume(')')) return in_.Error("a missing ')'");
+      out.push_back(Grammar::Ref(group));
+      return absl::OkStatus();
+    }
+    if (IsNameChar(c)) {
+      std::string name(1, static_cast<char>(c));
+      name += Name();
+      out.push_back(Grammar::Ref(g_.Rule(name)));
+      return absl::OkStatus();
+    }
+    return in_.Error("expected a string, a class, '.', '(' or a rule name");
+  }
+
+  absl::Status Postfix(GrammarSequence& term) {
+    while (true) {
+      int64_t min, max;
+      if (in_.Consume('*')) {
+        min = 0, max = -1;
+      } else if (in_.Consume('+')) {
+        min = 1, max = -1;
+      } else if (in_.Consume('?')) {
+        min = 0, max = 1;
+      } else if (in_.peek() == '{') {
+        in_.next();
+        SkipSpace();
+        if (!in_.Number(min)) return in_.Error("expected a number after '{'");
+        max = min;
+        SkipSpace();
+        if (in_.Consume(',')) {
+          SkipSpace();
+          if (!in_.Number(max)) max = -1;
+          SkipSpace();
+        }
+        if (!in_.Consume('}')) return in_.Error("an unterminated {m,n}");
+      } else {
+        return absl::OkStatus();
+      }
+      GrammarElement e;
+      absl::Status s = g_.Repeat(term, min, max, e);
+      if (!s.ok()) return in_.Error(s.message());
+      term = {e};
+    }
+  }
+
+  PatternCursor in_;
+  Grammar g_;
+};
+
+}  // namespace
+
+absl::StatusOr<Grammar> ParseEbnf(absl::string_view text) {
+  ASSIGN_OR_RETURN(PatternCursor cursor, PatternCursor::FromUtf8(text, "grammar"));
+  return EbnfParser(std::move(cursor)).Parse();
+}
+
+}  // namespace walsh

@@ -1,0 +1,277 @@
+#include "worker/constraint/grammar.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "worker/constraint/utf8_ranges.h"
+
+namespace walsh {
+
+int32_t Grammar::Rule(const std::string& name) {
+  auto [it, fresh] = by_name_.try_emplace(name, static_cast<int32_t>(rules_.size()));
+  if (fresh) rules_.push_back({name, {}, false, false});
+  return it->second;
+}
+
+int32_t Grammar::NewRule(const std::string& hint) {
+  rules_.push_back({absl::StrCat(hint, "#", rules_.size()), {}, true, false});
+  return static_cast<int32_t>(rules_.size() - 1);
+}
+
+void Grammar::AddAlternative(int32_t rule, GrammarSequence sequence) {
+  rules_[rule].alternatives.push_back(std::move(sequence));
+}
+
+GrammarElement Grammar::Bytes(std::vector<ByteRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const ByteRange& a, const ByteRange& b) { return a.lo < b.lo; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : ranges) {
+    if (!merged.empty() && r.lo <= merged.back().hi + 1) {
+      merged.back().hi = std::max(merged.back().hi, r.hi);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  GrammarElement e;
+  e.kind = GrammarElement::Kind::kBytes;
+  e.ranges = std::move(merged);
+  return e;
+}
+
+GrammarElement Grammar::Ref(int32_t rule) {
+  GrammarElement e;
+  e.kind = GrammarElement::Kind::kRule;
+  e.rule = rule;
+  return e;
+}
+
+GrammarSequence Grammar::Literal(const std::string& bytes) {
+  GrammarSequence s;
+  for (char c : bytes) s.push_back(Byte(static_cast<uint8_t>(c)));
+  return s;
+}
+
+std::vector<CodepointRange> Normalize(std::vector<CodepointRange> set) {
+  std::sort(set.begin(), set.end(),
+            [](const CodepointRange& a, const CodepointRange& b) { return a.lo < b.lo; });
+  std::vector<CodepointRange> out;
+  for (CodepointRange r : set) {
+    r.hi = std::min<uint32_t>(r.hi, 0x10FFFF);
+    if (r.lo > r.hi) continue;
+    if (!out.empty() && r.lo <= out.back().hi + 1) {
+      out.back().hi = std::max(out.back().hi, r.hi);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::vector<CodepointRange> Complement(std::vector<CodepointRange> set) {
+  set = Normalize(std::move(set));
+  std::vector<CodepointRange> out;
+  uint32_t next = 0;
+  for (const CodepointRange& r : set) {
+    if (r.lo > next) out.push_back({next, r.lo - 1});
+    next = r.hi + 1;
+  }
+  if (next <= 0x10FFFF) out.push_back({next, 0x10FFFF});
+  return out;
+}
+
+GrammarElement Grammar::Chars(std::vector<CodepointRange> set) {
+  set = Normalize(std::move(set));
+  std::vector<ByteRange> ascii;
+  std::vector<std::vector<ByteRange>> longer;
+  for (const CodepointRange& r : set) {
+    for (auto& seq : Utf8Sequences(r.lo, r.hi)) {
+      if (seq.size() == 1) {
+        ascii.push_back(seq[0]);
+      } else {
+        longer.push_back(std::move(seq));
+      }
+    }
+  }
+  if (longer.empty() && !ascii.empty()) return Bytes(std::move(ascii));
+  const int32_t rule = NewRule("char");
+  if (!ascii.empty()) AddAlternative(rule, {Bytes(std::move(ascii))});
+  // Sequences with the same leading bytes share a prefix: one alternative per lead range.
+  for (const auto& seq : longer) {
+    GrammarSequence alt;
+    for (const ByteRange& b : seq) alt.push_back(Bytes({b}));
+    AddAlternative(rule, std::move(alt));
+  }
+  return Ref(rule);
+}
+
+absl::Status Grammar::Repeat(const GrammarSequence& body, int64_t min, int64_t max,
+                             GrammarElement& out) {
+  if (min < 0 || min > kMaxRepetition || max > kMaxRepetition) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a repetition bound above %d", kMaxRepetition));
+  }
+  if (max >= 0 && max < min) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a repetition whose maximum %d is below its minimum %d", max, min));
+  }
+  GrammarElement item;
+  if (body.size() == 1) {
+    item = body[0];
+  } else {
+    const int32_t b = NewRule("group");
+    AddAlternative(b, body);
+    item = Ref(b);
+  }
+  const int32_t rule = NewRule("repeat");
+  GrammarSequence head(static_cast<size_t>(min), item);
+  if (max < 0) {
+    const int32_t star = NewRule("star");
+    rules_[star].star = true;
+    AddAlternative(star, {item, Ref(star)});
+    AddAlternative(star, {});
+    head.push_back(Ref(star));
+  } else if (max > min) {
+    // opt_k ::= item opt_{k+1} | "" for the max - min optional items, built from the last.
+    int32_t next = -1;
+    for (int64_t k = max - min; k > 0; --k) {
+      const int32_t opt = NewRule("opt");
+      GrammarSequence more{item};
+      if (next >= 0) more.push_back(Ref(next));
+      AddAlternative(opt, std::move(more));
+      AddAlternative(opt, {});
+      next = opt;
+    }
+    head.push_back(Ref(next));
+  }
+  AddAlternative(rule, std::move(head));
+  out = Ref(rule);
+  return absl::OkStatus();
+}
+
+int64_t Grammar::element_count() const {
+  int64_t n = 0;
+  for (const GrammarRule& r : rules_) {
+    for (const GrammarSequence& a : r.alternatives) n += static_cast<int64_t>(a.size()) + 1;
+  }
+  return n;
+}
+
+absl::Status Grammar::Check() const {
+  if (rules_.empty()) return absl::InvalidArgumentError("the grammar has no rules");
+  for (const GrammarRule& r : rules_) {
+    if (!r.defined) return absl::InvalidArgumentError(absl::StrCat("rule '", r.name,
+                                                                   "' is used but not defined"));
+  }
+  if (element_count() > kMaxGrammarElements) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the grammar compiles to %d elements, above the limit of %d", element_count(),
+        kMaxGrammarElements));
+  }
+  const size_t n = rules_.size();
+  std::vector<bool> nullable(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (nullable[i]) continue;
+      for (const GrammarSequence& alt : rules_[i].alternatives) {
+        bool all = true;
+        for (const GrammarElement& e : alt) {
+          if (e.kind == GrammarElement::Kind::kBytes || !nullable[e.rule]) {
+            all = false;
+            break;
+          }
+        }
+        if (all) {
+          nullable[i] = changed = true;
+          break;
+        }
+      }
+    }
+  }
+  // Left recursion: a rule that reaches itself through leading nullable elements.
+  std::vector<std::vector<int32_t>> leads(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (const GrammarSequence& alt : rules_[i].alternatives) {
+      for (const GrammarElement& e : alt) {
+        if (e.kind == GrammarElement::Kind::kBytes) break;
+        if (rules_[i].star && e.rule == static_cast<int32_t>(i)) break;
+        leads[i].push_back(e.rule);
+        if (!nullable[e.rule]) break;
+      }
+    }
+  }
+  std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<int32_t, size_t>> path;
+  for (size_t start = 0; start < n; ++start) {
+    if (color[start] != 0) continue;
+    path.push_back({static_cast<int32_t>(start), 0});
+    color[start] = 1;
+    while (!path.empty()) {
+      auto& [rule, next] = path.back();
+      if (next == leads[rule].size()) {
+        color[rule] = 2;
+        path.pop_back();
+        continue;
+      }
+      const int32_t to = leads[rule][next++];
+      if (color[to] == 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rule '", rules_[to].name, "' is left-recursive"));
+      }
+      if (color[to] == 0) {
+        color[to] = 1;
+        path.push_back({to, 0});
+      }
+    }
+  }
+  std::vector<bool> productive(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (productive[i]) continue;
+      for (const GrammarSequence& alt : rules_[i].alternatives) {
+        bool all = true;
+        for (const GrammarElement& e : alt) {
+          all = all && (e.kind == GrammarElement::Kind::kBytes ? !e.ranges.empty()
+                                                               : productive[e.rule]);
+        }
+        if (all) {
+          productive[i] = changed = true;
+          break;
+        }
+      }
+    }
+  }
+  if (!productive[root_]) return absl::InvalidArgumentError("the constraint matches no text");
+  return absl::OkStatus();
+}
+
+std::string Grammar::ToString() const {
+  std::string out;
+  for (const GrammarRule& r : rules_) {
+    absl::StrAppend(&out, r.name, " ::=");
+    for (size_t a = 0; a < r.alternatives.size(); ++a) {
+      if (a > 0) absl::StrAppend(&out, " |");
+      for (const GrammarElement& e : r.alternatives[a]) {
+        if (e.kind == GrammarElement::Kind::kRule) {
+          absl::StrAppend(&out, " ", rules_[e.rule].name);
+          continue;
+        }
+        absl::StrAppend(&out, " [");
+        for (const ByteRange& b : e.ranges) {
+          absl::StrAppendFormat(&out, "%02x", b.lo);
+          if (b.hi != b.lo) absl::StrAppendFormat(&out, "-%02x", b.hi);
+        }
+        absl::StrAppend(&out, "]");
+      }
+      if (r.alternatives[a].empty()) absl::StrAppend(&out, " \"\"");
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+}  // namespace walsh

@@ -1,0 +1,37 @@
+// One sequence's place in a compiled grammar: which tokens may come next, and the state after
+// one does. Cheap to create (the grammar and its mask cache are shared); not thread-safe.
+#ifndef WALSH_WORKER_CONSTRAINT_GRAMMAR_MATCHER_H_
+#define WALSH_WORKER_CONSTRAINT_GRAMMAR_MATCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/constraint/compiled_grammar.h"
+
+namespace walsh {
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+  // Advances by one token's bytes. False (and no change) when the grammar does not allow it;
+  // a token outside the trie (a control token) is never allowed.
+  bool AcceptToken(int32_t id);
+  // Bit i of `bits` (vocab_size bits) is set when token i may come next. End-of-sequence
+  // tokens are the caller's: allowed exactly when CanEnd().
+  void FillMask(std::vector<uint64_t>& bits) const;
+  bool CanEnd() const;    // the output so far is a complete match
+  bool MustEnd() const;   // ... and nothing more can follow
+  bool Dead() const { return stacks_.empty(); }
+
+  const CompiledGrammar& grammar() const { return *grammar_; }
+
+ private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::vector<GrammarStack> stacks_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_CONSTRAINT_GRAMMAR_MATCHER_H_

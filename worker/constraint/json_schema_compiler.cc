@@ -1,0 +1,633 @@
+#include "worker/constraint/json_schema_compiler.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "worker/constraint/pattern_cursor.h"
+#include "worker/constraint/regex_compiler.h"
+
+namespace walsh {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::set<std::string>& Annotations() {
+  static const auto* s = new std::set<std::string>{
+      "title",    "description", "default",   "examples", "$schema", "$id",
+      "$comment", "deprecated",  "readOnly",  "writeOnly", "$defs",  "definitions"};
+  return *s;
+}
+const std::set<std::string>& Supported() {
+  static const auto* s = new std::set<std::string>{
+      "type",     "properties", "required",  "additionalProperties", "items",     "prefixItems",
+      "enum",     "const",      "anyOf",     "oneOf",                "$ref",      "pattern",
+      "minLength", "maxLength", "minItems",  "maxItems",             "format"};
+  return *s;
+}
+
+// The texts of a JSON string's formats, as regexes over the string's characters.
+const std::map<std::string, std::string>& Formats() {
+  static const std::string kDate =
+      "\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|"
+      "02-(0[1-9]|1\\d|2[0-8]))";
+  static const std::string kTime =
+      "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+  static const auto* f = new std::map<std::string, std::string>{
+      {"date", kDate},
+      {"time", kTime},
+      {"date-time", kDate + "T" + kTime},
+      {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+      {"email",
+       "[a-zA-Z0-9_+-]+(\\.[a-zA-Z0-9_+-]+)*@[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+       "(\\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)+"},
+  };
+  return *f;
+}
+
+// Characters a JSON string holds unescaped.
+std::vector<CodepointRange> Unescaped() { return {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}; }
+
+std::string PointerToken(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+int NestingDepth(absl::string_view text) {
+  int depth = 0, max = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max = std::max(max, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max;
+}
+
+constexpr size_t kMaxRefs = 256;
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const Json* root) : root_(root) {}
+
+  absl::StatusOr<Grammar> Compile() {
+    const int32_t root = g_.Rule("root");
+    g_.Define(root);
+    g_.SetRoot(root);
+    if (root_ == nullptr) {
+      g_.AddAlternative(root, {Grammar::Ref(AnyObject())});
+    } else {
+      ASSIGN_OR_RETURN(GrammarElement e, Schema(*root_, ""));
+      g_.AddAlternative(root, {e});
+    }
+    absl::Status s = g_.Check();
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("json_schema: ", s.message()));
+    return std::move(g_);
+  }
+
+ private:
+  static absl::Status Error(const std::string& path, absl::string_view message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("json_schema: at ", path.empty() ? "/" : path, ": ", message));
+  }
+
+  // Shared rules, built on first use.
+  int32_t Ws() {
+    if (ws_ < 0) {
+      ws_ = g_.NewRule("ws");
+      g_.AddAlternative(ws_, {Grammar::Byte(' ')});
+      g_.AddAlternative(ws_, {});
+    }
+    return ws_;
+  }
+  int32_t StringChar() {
+    if (string_char_ >= 0) return string_char_;
+    string_char_ = g_.NewRule("string-char");
+    g_.AddAlternative(string_char_, {g_.Chars(Unescaped())});
+    GrammarElement simple = Grammar::Bytes({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
+                                            {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}});
+    g_.AddAlternative(string_char_, {Grammar::Byte('\\'), simple});
+    // \uXXXX outside the surrogates: a character counts once however it is written.
+    const GrammarElement hex = Grammar::Bytes({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    const GrammarElement not_d = Grammar::Bytes({{'0', '9'}, {'a', 'c'}, {'A', 'C'},
+                                                 {'e', 'f'}, {'E', 'F'}});
+    g_.AddAlternative(string_char_,
+                      {Grammar::Byte('\\'), Grammar::Byte('u'), not_d, hex, hex, hex});
+    g_.AddAlternative(string_char_, {Grammar::Byte('\\'), Grammar::Byte('u'),
+                                     Grammar::Bytes({{'d', 'd'}, {'D', 'D'}}),
+                                     Grammar::Bytes({{'0', '7'}}), hex, hex});
+    return string_char_;
+  }
+  absl::StatusOr<GrammarElement> StringOfLength(int64_t min, int64_t max) {
+    GrammarElement body;
+    RETURN_IF_ERROR(g_.Repeat({Grammar::Ref(StringChar())}, min, max, body));
+    const int32_t r = g_.NewRule("string");
+    g_.AddAlternative(r, {Grammar::Byte('"'), body, Grammar::Byte('"')});
+    return Grammar::Ref(r);
+  }
+  int32_t String() {
+    if (string_ < 0) string_ = StringOfLength(0, -1)->rule;
+    return string_;
+  }
+  absl::StatusOr<int32_t> RegexRule(const std::string& pattern) {
+    return AddRegexRule(g_, pattern, {{0, 0x10FFFF}});
+  }
+  int32_t Integer() {
+    if (integer_ < 0) integer_ = *RegexRule("-?(0|[1-9]\\d{0,15})");
+    return integer_;
+  }
+  int32_t Number() {
+    if (number_ < 0) {
+      number_ = *RegexRule("-?(0|[1-9]\\d{0,15})(\\.\\d{1,16})?([eE][+-]?\\d{1,2})?");
+    }
+    return number_;
+  }
+  int32_t Value() {
+    if (value_ >= 0) return value_;
+    value_ = g_.NewRule("value");
+    object_ = g_.NewRule("object");
+    const int32_t array = g_.NewRule("array");
+    const int32_t member = g_.NewRule("member");
+    const int32_t ws = Ws();
+    for (const GrammarElement& e : {Grammar::Ref(object_), Grammar::Ref(array),
+                                    Grammar::Ref(String()), Grammar::Ref(Number())}) {
+      g_.AddAlternative(value_, {e});
+    }
+    for (const char* lit : {"true", "false", "null"}) {
+      g_.AddAlternative(value_, Grammar::Literal(lit));
+    }
+    g_.AddAlternative(member, {Grammar::Ref(String()), Grammar::Byte(':'), Grammar::Ref(ws),
+                               Grammar::Ref(value_)});
+    GrammarElement more_members, more_values;
+    (void)g_.Repeat({Grammar::Byte(','), Grammar::Ref(ws), Grammar::Ref(member)}, 0, -1,
+                    more_members);
+    (void)g_.Repeat({Grammar::Byte(','), Grammar::Ref(ws), Grammar::Ref(value_)}, 0, -1,
+                    more_values);
+    g_.AddAlternative(object_, Grammar::Literal("{}"));
+    g_.AddAlternative(object_,
+                      {Grammar::Byte('{'), Grammar::Ref(member), more_members, Grammar::Byte('}')});
+    g_.AddAlternative(array, Grammar::Literal("[]"));
+    g_.AddAlternative(array,
+                      {Grammar::Byte('['), Grammar::Ref(value_), more_values, Grammar::Byte(']')});
+    return value_;
+  }
+  int32_t AnyObject() {
+    Value();
+    return object_;
+  }
+
+  absl::StatusOr<GrammarElement> Schema(const Json& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) return Error(path, "a false schema: no value is valid here");
+      return Grammar::Ref(Value());
+    }
+    if (!s.is_object()) return Error(path, "a schema must be an object or a boolean");
+    std::vector<std::string> keywords;
+    for (const auto& [key, v] : s.items()) {
+      if (Annotations().count(key)) continue;
+      if (!Supported().count(key)) return Error(path, absl::StrCat("'", key, "' is not supported"));
+      keywords.push_back(key);
+    }
+    for (const char* alone : {"$ref", "anyOf", "oneOf", "enum", "const"}) {
+      if (s.contains(alone) && keywords.size() > 1) {
+        // "type" beside enum/const restates what the values already are.
+        bool only_type = keywords.size() == 2 && s.contains("type") &&
+                         (std::string(alone) == "enum" || std::string(alone) == "const");
+        if (!only_type) {
+          return Error(path, absl::StrCat("'", alone, "' beside other keywords is not supported"));
+        }
+      }
+    }
+    if (s.contains("$ref")) return Ref(s["$ref"], path + "/$ref");
+    if (s.contains("const")) {
+      const int32_t r = g_.NewRule("const");
+      g_.AddAlternative(r, Grammar::Literal(s["const"].dump()));
+      return Grammar::Ref(r);
+    }
+    if (s.contains("enum")) {
+      const Json& values = s["enum"];
+      if (!values.is_array() || values.empty()) {
+        return Error(path + "/enum", "must be a non-empty array");
+      }
+      const int32_t r = g_.NewRule("enum");
+      for (const Json& v : values) g_.AddAlternative(r, Grammar::Literal(v.dump()));
+      return Grammar::Ref(r);
+    }
+    for (const char* any : {"anyOf", "oneOf"}) {
+      if (!s.contains(any)) continue;
+      const Json& branches = s[any];
+      const std::string at = absl::StrCat(path, "/", any);
+      if (!branches.is_array() || branches.empty()) return Error(at, "must be a non-empty array");
+      const int32_t r = g_.NewRule(any);
+      for (size_t i = 0; i < branches.size(); ++i) {
+        ASSIGN_OR_RETURN(GrammarElement e, Schema(branches[i], absl::StrCat(at, "/", i)));
+        g_.AddAlternative(r, {e});
+      }
+      return Grammar::Ref(r);
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const Json& x : t) {
+          if (!x.is_string()) return Error(path + "/type", "must be a string or strings");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return Error(path + "/type", "must be a string or a non-empty array of strings");
+      }
+    } else if (s.contains("properties") || s.contains("required") ||
+               s.contains("additionalProperties")) {
+      types = {"object"};
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+               s.contains("maxItems")) {
+      types = {"array"};
+    } else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") ||
+               s.contains("format")) {
+      types = {"string"};
+    } else {
+      return Grammar::Ref(Value());
+    }
+    const int32_t r = g_.NewRule("type");
+    for (const std::string& type : types) {
+      GrammarElement e;
+      if (type == "string") {
+        ASSIGN_OR_RETURN(e, StringSchema(s, path));
+      } else if (type == "integer") {
+        e = Grammar::Ref(Integer());
+      } else if (type == "number") {
+        e = Grammar::Ref(Number());
+      } else if (type == "boolean") {
+        const int32_t b = g_.NewRule("boolean");
+        g_.AddAlternative(b, Grammar::Literal("true"));
+        g_.AddAlternative(b, Grammar::Literal("false"));
+        e = Grammar::Ref(b);
+      } else if (type == "null") {
+        const int32_t n = g_.NewRule("null");
+        g_.AddAlternative(n, Grammar::Literal("null"));
+        e = Grammar::Ref(n);
+      } else if (type == "object") {
+        ASSIGN_OR_RETURN(e, ObjectSchema(s, path));
+      } else if (type == "array") {
+        ASSIGN_OR_RETURN(e, ArraySchema(s, path));
+      } else {
+        return Error(path + "/type", absl::StrCat("unknown type '", type, "'"));
+      }
+      g_.AddAlternative(r, {e});
+    }
+    return Grammar::Ref(r);
+  }
+
+  absl::StatusOr<int64_t> Count(const Json& s, const char* key, const std::string& path,
+                                int64_t absent) {
+    if (!s.contains(key)) return absent;
+    const Json& v = s[key];
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+      return Error(absl::StrCat(path, "/", key), "must be a non-negative integer");
+    }
+    const uint64_t n = v.get<uint64_t>();
+    if (n > static_cast<uint64_t>(kMaxRepetition)) {
+      return Error(absl::StrCat(path, "/", key),
+                   absl::StrCat("above the supported bound of ", kMaxRepetition));
+    }
+    return static_cast<int64_t>(n);
+  }
+
+  absl::StatusOr<GrammarElement> StringSchema(const Json& s, const std::string& path) {
+    ASSIGN_OR_RETURN(int64_t min, Count(s, "minLength", path, 0));
+    ASSIGN_OR_RETURN(int64_t max, Count(s, "maxLength", path, -1));
+    if (max >= 0 && max < min) return Error(path, "maxLength is below minLength");
+    const bool lengths = s.contains("minLength") || s.contains("maxLength");
+    std::string pattern;
+    std::string where;
+    if (s.contains("format")) {
+      where = path + "/format";
+      if (!s["format"].is_string()) return Error(where, "must be a string");
+      auto it = Formats().find(s["format"].get<std::string>());
+      if (it == Formats().end()) {
+        return Error(where, absl::StrCat("format '", s["format"].get<std::string>(),
+                                         "' is not supported"));
+      }
+      pattern = it->second;
+    }
+    if (s.contains("pattern")) {
+      where = path + "/pattern";
+      if (!s["pattern"].is_string()) return Error(where, "must be a string");
+      if (!pattern.empty()) return Error(path, "'pattern' beside 'format' is not supported");
+      pattern = s["pattern"].get<std::string>();
+    }
+    if (!where.empty()) {
+      if (lengths) {
+        return Error(path, "'minLength'/'maxLength' beside a pattern or format is not supported");
+      }
+      absl::StatusOr<int32_t> body = AddRegexRule(g_, pattern, Unescaped());
+      if (!body.ok()) return Error(where, body.status().message());
+      const int32_t r = g_.NewRule("pattern-string");
+      g_.AddAlternative(r, {Grammar::Byte('"'), Grammar::Ref(*body), Grammar::Byte('"')});
+      return Grammar::Ref(r);
+    }
+    if (!lengths) return Grammar::Ref(String());
+    return StringOfLength(min, max);
+  }
+
+  // An object key that is none of `names`, written without escapes (so no escape can spell a
+  // listed name).
+  GrammarElement OtherKey(const std::vector<std::string>& names) {
+    if (names.empty()) return Grammar::Ref(String());
+    std::vector<std::vector<uint32_t>> cps;
+    for (const std::string& n : names) {
+      std::vector<uint32_t> v;
+      for (size_t i = 0; i < n.size();) {  // names came from parsed JSON: valid UTF-8
+        const uint8_t b = static_cast<uint8_t>(n[i]);
+        const int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : 4;
+        uint32_t cp = len == 1 ? b : b & (0xFF >> (len + 1));
+        for (int k = 1; k < len && i + k < n.size(); ++k) cp = (cp << 6) | (n[i + k] & 0x3F);
+        v.push_back(cp);
+        i += len;
+      }
+      cps.push_back(std::move(v));
+    }
+    const int32_t rest = g_.NewRule("key-rest");
+    GrammarElement tail;
+    (void)g_.Repeat({g_.Chars(Unescaped())}, 0, -1, tail);
+    g_.AddAlternative(rest, {tail, Grammar::Byte('"')});
+    // One rule per prefix of the names, built from the prefix with the fewest characters.
+    std::map<std::vector<uint32_t>, int32_t> node;
+    std::function<int32_t(const std::vector<uint32_t>&)> build =
+        [&](const std::vector<uint32_t>& prefix) -> int32_t {
+      const int32_t r = g_.NewRule("key");
+      node[prefix] = r;
+      bool complete = false;
+      std::set<uint32_t> next;
+      for (const auto& n : cps) {
+        if (n.size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), n.begin())) {
+          continue;
+        }
+        if (n.size() == prefix.size()) {
+          complete = true;
+        } else {
+          next.insert(n[prefix.size()]);
+        }
+      }
+      if (!complete) g_.AddAlternative(r, {Grammar::Byte('"')});
+      std::vector<CodepointRange> others = Unescaped();
+      for (uint32_t c : next) {
+        std::vector<uint32_t> longer = prefix;
+        longer.push_back(c);
+        const int32_t child = build(longer);
+        g_.AddAlternative(r, {g_.Chars({{c, c}}), Grammar::Ref(child)});
+        others = Intersect(others, Complement({{c, c}}));
+      }
+      g_.AddAlternative(r, {g_.Chars(others), Grammar::Ref(rest)});
+      return r;
+    };
+    const int32_t start = g_.NewRule("other-key");
+    g_.AddAlternative(start, {Grammar::Byte('"'), Grammar::Ref(build({}))});
+    return Grammar::Ref(start);
+  }
+
+  absl::StatusOr<GrammarElement> ObjectSchema(const Json& s, const std::string& path) {
+    struct Member {
+      std::string name;
+      GrammarElement value;
+      bool required;
+    };
+    std::vector<Member> members;
+    std::vector<std::string> names;
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) return Error(path + "/required", "must be an array of strings");
+      for (const Json& n : r) {
+        if (!n.is_string()) return Error(path + "/required", "must be an array of strings");
+        required.insert(n.get<std::string>());
+      }
+    }
+    if (s.contains("properties")) {
+      const Json& props = s["properties"];
+      if (!props.is_object()) return Error(path + "/properties", "must be an object");
+      for (const auto& [name, schema] : props.items()) {
+        const std::string at = absl::StrCat(path, "/properties/", PointerToken(name));
+        names.push_back(name);
+        if (schema.is_boolean() && !schema.get<bool>()) {
+          if (required.count(name)) return Error(at, "a required property whose schema is false");
+          continue;
+        }
+        ASSIGN_OR_RETURN(GrammarElement v, Schema(schema, at));
+        members.push_back({name, v, required.count(name) > 0});
+      }
+    }
+    // Additional members: absent means none when properties are listed, any otherwise.
+    std::optional<GrammarElement> extra;
+    const std::string extra_at = path + "/additionalProperties";
+    if (!s.contains("additionalProperties")) {
+      if (!s.contains("properties")) extra = Grammar::Ref(Value());
+    } else if (const Json& a = s["additionalProperties"]; a.is_boolean()) {
+      if (a.get<bool>()) extra = Grammar::Ref(Value());
+    } else {
+      ASSIGN_OR_RETURN(GrammarElement e, Schema(a, extra_at));
+      extra = e;
+    }
+    for (const std::string& name : required) {
+      if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+      if (!extra) {
+        return Error(path + "/required",
+                     absl::StrCat("'", name, "' is required but no member may have that name"));
+      }
+      members.push_back({name, *extra, true});
+      names.push_back(name);
+    }
+    const GrammarElement ws = Grammar::Ref(Ws());
+    auto member_seq = [&](const Member& m) {
+      GrammarSequence seq = Grammar::Literal(Json(m.name).dump());
+      seq.push_back(Grammar::Byte(':'));
+      seq.push_back(ws);
+      seq.push_back(m.value);
+      return seq;
+    };
+    // first_i: members i.. with none written yet; rest_i: with some written (so a comma first).
+    const size_t n = members.size();
+    std::vector<int32_t> first(n + 1), rest(n + 1);
+    for (size_t i = 0; i <= n; ++i) {
+      first[i] = g_.NewRule("members");
+      rest[i] = g_.NewRule("members");
+    }
+    if (extra) {
+      GrammarSequence one{OtherKey(names), Grammar::Byte(':'), ws, *extra};
+      const int32_t extra_member = g_.NewRule("extra-member");
+      g_.AddAlternative(extra_member, one);
+      GrammarElement more;
+      RETURN_IF_ERROR(g_.Repeat({Grammar::Byte(','), ws, Grammar::Ref(extra_member)}, 0, -1, more));
+      g_.AddAlternative(first[n], {});
+      g_.AddAlternative(first[n], {Grammar::Ref(extra_member), more});
+      g_.AddAlternative(rest[n], {more});
+    } else {
+      g_.AddAlternative(first[n], {});
+      g_.AddAlternative(rest[n], {});
+    }
+    for (size_t i = n; i-- > 0;) {
+      GrammarSequence with_first = member_seq(members[i]);
+      with_first.push_back(Grammar::Ref(rest[i + 1]));
+      g_.AddAlternative(first[i], with_first);
+      GrammarSequence with_rest{Grammar::Byte(','), ws};
+      GrammarSequence m = member_seq(members[i]);
+      with_rest.insert(with_rest.end(), m.begin(), m.end());
+      with_rest.push_back(Grammar::Ref(rest[i + 1]));
+      g_.AddAlternative(rest[i], with_rest);
+      if (!members[i].required) {
+        g_.AddAlternative(first[i], {Grammar::Ref(first[i + 1])});
+        g_.AddAlternative(rest[i], {Grammar::Ref(rest[i + 1])});
+      }
+    }
+    const int32_t r = g_.NewRule("object");
+    g_.AddAlternative(r, {Grammar::Byte('{'), Grammar::Ref(first[0]), Grammar::Byte('}')});
+    return Grammar::Ref(r);
+  }
+
+  absl::StatusOr<GrammarElement> ArraySchema(const Json& s, const std::string& path) {
+    ASSIGN_OR_RETURN(int64_t min, Count(s, "minItems", path, 0));
+    ASSIGN_OR_RETURN(int64_t max, Count(s, "maxItems", path, -1));
+    if (max >= 0 && max < min) return Error(path, "maxItems is below minItems");
+    std::vector<GrammarElement> prefix;
+    if (s.contains("prefixItems")) {
+      const Json& p = s["prefixItems"];
+      if (!p.is_array()) return Error(path + "/prefixItems", "must be an array of schemas");
+      for (size_t i = 0; i < p.size(); ++i) {
+        ASSIGN_OR_RETURN(GrammarElement e,
+                         Schema(p[i], absl::StrCat(path, "/prefixItems/", i)));
+        prefix.push_back(e);
+      }
+    }
+    std::optional<GrammarElement> items = Grammar::Ref(Value());
+    if (s.contains("items")) {
+      if (s["items"].is_boolean() && !s["items"].get<bool>()) {
+        items.reset();
+      } else {
+        ASSIGN_OR_RETURN(GrammarElement e, Schema(s["items"], path + "/items"));
+        items = e;
+      }
+    }
+    const int64_t k = static_cast<int64_t>(prefix.size());
+    if (!items) max = max < 0 ? k : std::min(max, k);
+    if (max >= 0 && max < min) return Error(path, "minItems cannot be met");
+    const GrammarElement ws = Grammar::Ref(Ws());
+    // after_i: the rest of the array once i items are written.
+    const int64_t listed = max < 0 ? k : std::min(max, k);
+    std::vector<int32_t> after(static_cast<size_t>(listed) + 1);
+    for (auto& r : after) r = g_.NewRule("items");
+    {
+      // Past the prefix: `items` repeated up to the bounds left.
+      GrammarSequence tail;
+      const int64_t done = listed;
+      if (items && (max < 0 || max > done)) {
+        const int64_t lo = std::max<int64_t>(0, min - done);
+        const int64_t hi = max < 0 ? -1 : max - done;
+        GrammarElement more;
+        if (done == 0) {
+          // The first item has no comma before it.
+          GrammarElement rest;
+          RETURN_IF_ERROR(g_.Repeat({Grammar::Byte(','), ws, *items}, std::max<int64_t>(0, lo - 1),
+                                    hi < 0 ? -1 : hi - 1, rest));
+          const int32_t some = g_.NewRule("items");
+          g_.AddAlternative(some, {*items, rest});
+          if (lo == 0) g_.AddAlternative(some, {});
+          tail.push_back(Grammar::Ref(some));
+        } else {
+          RETURN_IF_ERROR(g_.Repeat({Grammar::Byte(','), ws, *items}, lo, hi, more));
+          tail.push_back(more);
+        }
+      }
+      tail.push_back(Grammar::Byte(']'));
+      g_.AddAlternative(after[listed], tail);
+    }
+    for (int64_t i = listed; i-- > 0;) {
+      if (i >= min) g_.AddAlternative(after[i], {Grammar::Byte(']')});
+      GrammarSequence seq;
+      if (i > 0) seq = {Grammar::Byte(','), ws};
+      seq.push_back(prefix[i]);
+      seq.push_back(Grammar::Ref(after[i + 1]));
+      g_.AddAlternative(after[i], seq);
+    }
+    const int32_t r = g_.NewRule("array");
+    g_.AddAlternative(r, {Grammar::Byte('['), Grammar::Ref(after[0])});
+    return Grammar::Ref(r);
+  }
+
+  absl::StatusOr<GrammarElement> Ref(const Json& ref, const std::string& path) {
+    if (!ref.is_string()) return Error(path, "must be a string");
+    const std::string target = ref.get<std::string>();
+    if (target.empty() || target[0] != '#') {
+      return Error(path, absl::StrCat("only references inside the schema ('#...') are supported, "
+                                      "not '", target, "'"));
+    }
+    if (auto it = refs_.find(target); it != refs_.end()) return Grammar::Ref(it->second);
+    if (refs_.size() >= kMaxRefs) {
+      return Error(path, absl::StrCat("more than ", kMaxRefs, " distinct references"));
+    }
+    Json::json_pointer pointer;
+    try {
+      pointer = Json::json_pointer(target.substr(1));
+    } catch (const std::exception&) {
+      return Error(path, absl::StrCat("'", target, "' is not a JSON pointer"));
+    }
+    if (!root_->contains(pointer)) {
+      return Error(path, absl::StrCat("'", target, "' points at nothing"));
+    }
+    const int32_t r = g_.NewRule("ref");
+    refs_[target] = r;  // before compiling the target, so recursion finds it
+    ASSIGN_OR_RETURN(GrammarElement e, Schema(root_->at(pointer), target.substr(1)));
+    g_.AddAlternative(r, {e});
+    return Grammar::Ref(r);
+  }
+
+  const Json* root_;
+  Grammar g_;
+  int32_t ws_ = -1, string_char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1,
+          object_ = -1;
+  std::map<std::string, int32_t> refs_;
+};
+
+}  // namespace
+
+absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json) {
+  if (NestingDepth(schema_json) > kMaxSchemaDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("json_schema: nested deeper than ", kMaxSchemaDepth, " levels"));
+  }
+  Json schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr, false);
+  if (schema.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
+  return SchemaCompiler(&schema).Compile();
+}
+
+absl::StatusOr<Grammar> JsonObjectGrammar() { return SchemaCompiler(nullptr).Compile(); }
+
+}  // namespace walsh
