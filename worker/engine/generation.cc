@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace walsh {
 
 Generation::Generation(const Tokenizer* tokenizer, GenerationRequest request)
@@ -29,23 +31,27 @@ const std::vector<uint64_t>* Generation::ConstraintMask(int64_t vocab) {
   return &allowed_;
 }
 
-void Generation::Constrain(int32_t id) {
-  if (!matcher_) return;
+bool Generation::Constrain(int32_t id) {
+  if (!matcher_) return true;
   const auto& end = request_.stop;
   if (std::find(end.eos_ids.begin(), end.eos_ids.end(), id) != end.eos_ids.end() ||
       std::find(end.stop_ids.begin(), end.stop_ids.end(), id) != end.stop_ids.end()) {
-    return;
+    return matcher_->CanEnd();
   }
-  (void)matcher_->AcceptToken(id);
+  return matcher_->AcceptToken(id);
 }
 
-void Generation::Replay(const std::vector<int32_t>& ids) {
+absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
   for (int32_t id : ids) {
+    if (!Constrain(id)) {
+      return absl::InvalidArgumentError(absl::StrCat("emitted_ids[", output_.size(), "]: token ",
+                                                     id, " is not allowed by the constraint"));
+    }
     output_.push_back(id);
-    Constrain(id);
     const std::string text = detokenizer_ ? detokenizer_->Add(id) : std::string();
     (void)stop_.Add(id, text);
   }
+  return absl::OkStatus();
 }
 
 GeneratedToken Generation::Advance(const float* logits, int64_t vocab) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "worker/constraint/compiled_grammar.h"
 #include "worker/constraint/grammar_matcher.h"
 #include "worker/engine/detokenizer.h"
@@ -47,9 +48,10 @@ class Generation {
   const std::vector<int32_t>& output() const { return output_; }
   bool finished() const { return finished_; }
 
-  // Feeds outputs another worker already produced and sent (a resumed stream): the detokenizer
-  // and stop rules advance, their text is dropped, and sampling continues at the next index.
-  void Replay(const std::vector<int32_t>& ids);
+  // Feeds outputs another worker already produced and sent (a resumed stream): the detokenizer,
+  // stop rules and constraint advance, their text is dropped, and sampling continues at the
+  // next index. Refuses, naming the index, an output the constraint does not allow.
+  absl::Status Replay(const std::vector<int32_t>& ids);
   // Draws the next token from the logits of the last position.
   GeneratedToken Advance(const float* logits, int64_t vocab);
 
@@ -57,7 +59,7 @@ class Generation {
   // The tokens the constraint allows next (null without one), EOS and stop ids included where
   // the text may end.
   const std::vector<uint64_t>* ConstraintMask(int64_t vocab);
-  void Constrain(int32_t id);  // advances the constraint past an output token
+  bool Constrain(int32_t id);  // advances the constraint past an output token, if it may
 
   GenerationRequest request_;
   std::optional<StreamingDetokenizer> detokenizer_;

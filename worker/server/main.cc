@@ -20,6 +20,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "worker/constraint/constraint_cache.h"
+#include "worker/constraint/tokenizer_trie.h"
 #include "worker/engine/ngram_drafter.h"
 #include "worker/server/drafter_setup.h"
 #include "worker/server/model_info.h"
@@ -33,7 +35,7 @@ constexpr char kVersion[] = "0.1.0";
 struct Flags {
   std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
-  int64_t kv_cache_mb = 512, state_mb = 512, max_context = 0, max_tokens = 4096;
+  int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
   bool no_prefix_caching = false;
   int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
@@ -81,6 +83,8 @@ int Run(int argc, char** argv) {
   flags.Int("max-running", &f.max_running, "sequences in the running batch");
   flags.Int("max-queue", &f.max_queue, "waiting requests; beyond: RESOURCE_EXHAUSTED");
   flags.Int("kv-cache-mb", &f.kv_cache_mb, "memory for KV cache pages");
+  flags.Int("constraint-cache-mb", &f.constraint_cache_mb,
+            "memory for compiled structured-output constraints and their token masks");
   flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
   flags.Bool("no-prefix-caching", &f.no_prefix_caching,
              "turn prefix caching off (shared KV pages and GatedDeltaNet state snapshots)");
@@ -140,7 +144,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
-      f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 || f.state_mb < 1 ||
+      f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 || f.constraint_cache_mb < 1 || f.state_mb < 1 ||
       f.max_tokens < 1 || f.prefix_cache_bytes < 0 || f.prefix_cache_min_tokens < 1 ||
       f.prefix_cache_snapshot_interval < 0) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
@@ -313,7 +317,12 @@ int Run(int argc, char** argv) {
       .Set(static_cast<double>((*engine)->kv_bytes_per_token()));
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
   ctx.tokenizer = tokenizer.get();
-  ctx.limits = {vocab, context, f.max_tokens, tokenizer.get()};
+  std::unique_ptr<ConstraintCache> constraints;
+  if (tokenizer) {
+    constraints = std::make_unique<ConstraintCache>(TokenizerTrie(*tokenizer),
+                                                    f.constraint_cache_mb << 20);
+  }
+  ctx.limits = {vocab, context, f.max_tokens, tokenizer.get(), constraints.get()};
   ctx.model_info = info;
   ctx.scheduler = &scheduler;
   ctx.max_buffered_responses = f.max_buffered_responses;

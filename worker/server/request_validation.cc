@@ -31,6 +31,47 @@ absl::Status CheckIds(absl::string_view field, const google::protobuf::RepeatedF
   return absl::OkStatus();
 }
 
+constexpr size_t kMaxConstraintBytes = 64 << 10;
+
+absl::Status ValidateConstraint(const v1::GenerateRequest& req, const ValidationLimits& lim,
+                                GenerationRequest& g) {
+  ConstraintSpec spec;
+  const char* field = "";
+  switch (req.constraint_case()) {
+    case v1::GenerateRequest::kJsonSchema:
+      spec = {ConstraintSpec::Kind::kJsonSchema, req.json_schema()};
+      field = "json_schema";
+      break;
+    case v1::GenerateRequest::kJsonObject:
+      if (!req.json_object()) return Bad("json_object", "must be true when set");
+      spec = {ConstraintSpec::Kind::kJsonObject, ""};
+      field = "json_object";
+      break;
+    case v1::GenerateRequest::kRegex:
+      spec = {ConstraintSpec::Kind::kRegex, req.regex()};
+      field = "regex";
+      break;
+    case v1::GenerateRequest::kGrammar:
+      spec = {ConstraintSpec::Kind::kGrammar, req.grammar()};
+      field = "grammar";
+      break;
+    case v1::GenerateRequest::CONSTRAINT_NOT_SET:
+      return absl::OkStatus();
+  }
+  if (spec.text.size() > kMaxConstraintBytes) {
+    return Bad(field, absl::StrCat(spec.text.size(), " bytes; at most ", kMaxConstraintBytes));
+  }
+  if (lim.constraints == nullptr) return Bad(field, "this model has no tokenizer to constrain");
+  if (g.stop.ignore_eos) {
+    return Bad("stopping.ignore_eos", "cannot be set with a constraint, which decides the end");
+  }
+  auto compiled = lim.constraints->Get(spec);
+  // The compilers' messages start with the field's name.
+  if (!compiled.ok()) return absl::InvalidArgumentError(compiled.status().message());
+  g.constraint = *std::move(compiled);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
@@ -160,6 +201,10 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   sc.stop_ids.assign(st.stop_token_ids().begin(), st.stop_token_ids().end());
   sc.ignore_eos = st.ignore_eos();
   if (lim.tokenizer != nullptr) sc.eos_ids = lim.tokenizer->eos_ids();
+
+  if (req.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+    if (auto e = ValidateConstraint(req, lim, g); !e.ok()) return e;
+  }
 
   const int64_t prompt = static_cast<int64_t>(g.prompt.size());
   if (prompt + sc.max_tokens > lim.max_context) {

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "walsh/v1/generator.pb.h"
+#include "worker/constraint/constraint_cache.h"
 #include "worker/engine/generation.h"
 #include "worker/model/tokenizer.h"
 
@@ -17,6 +18,7 @@ struct ValidationLimits {
   int64_t max_context = 0;               // prompt + max_tokens
   int64_t max_output_tokens = 0;         // max_tokens
   const Tokenizer* tokenizer = nullptr;  // null: token-id input only
+  ConstraintCache* constraints = nullptr;  // null: constraints are refused
 };
 
 struct ValidRequest {

@@ -127,7 +127,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   request->return_prompt_ids = req.return_prompt_ids();
   request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
   if (emitted_ids != nullptr) {
-    request->generation->Replay(*emitted_ids);
+    if (absl::Status replayed = request->generation->Replay(*emitted_ids); !replayed.ok()) {
+      return new ErrorReactor(ToGrpc(replayed));
+    }
     request->replayed = emitted;
   }
   // The writer reaches the request only weakly: the request owns the writer through its sink.

@@ -1,0 +1,17 @@
+// The token trie of a model's tokenizer: every token's bytes, control and user-defined tokens
+// left out (a constraint never produces them).
+#ifndef WALSH_WORKER_CONSTRAINT_TOKENIZER_TRIE_H_
+#define WALSH_WORKER_CONSTRAINT_TOKENIZER_TRIE_H_
+
+#include <memory>
+
+#include "worker/constraint/token_trie.h"
+#include "worker/model/tokenizer.h"
+
+namespace walsh {
+
+std::shared_ptr<const TokenTrie> TokenizerTrie(const Tokenizer& tokenizer);
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_CONSTRAINT_TOKENIZER_TRIE_H_
