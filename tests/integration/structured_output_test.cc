@@ -160,9 +160,10 @@ TEST(StructuredOutput, SpeculationChangesNoConstrainedOutput) {
   }
   // And drafts were made and checked.
   const std::string metrics = testing::HttpGet(speculating.metrics_port(), "/metrics");
-  const size_t at = metrics.find("vllm:spec_decode_num_draft_tokens_total ");
+  const std::string name = "\nvllm:spec_decode_num_draft_tokens_total ";
+  const size_t at = metrics.find(name);
   ASSERT_NE(at, std::string::npos);
-  EXPECT_GT(std::stod(metrics.substr(at + 41)), 0) << metrics.substr(at, 60);
+  EXPECT_GT(std::stod(metrics.substr(at + name.size())), 0) << metrics.substr(at, 60);
 }
 
 }  // namespace
