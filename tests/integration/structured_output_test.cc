@@ -30,7 +30,8 @@ v1::GenerateRequest Constrained(const std::string& schema, uint64_t seed, uint32
 }
 
 TEST(StructuredOutput, IndependentValidatorsAcceptEveryOutput) {
-  WorkerProcess w;
+  // The client reads 16 streams at once and checks nothing until all end: room to buffer.
+  WorkerProcess w({"--max-buffered-responses", "4096"});
   ASSERT_TRUE(w.ok());
   const auto r = RunProcess({WALSH_NODE_BIN, kSource + "/tests/node/structured_output_check.mjs",
                              w.target(), kSource + "/proto", kSource + "/tests/protos",
@@ -47,11 +48,11 @@ TEST(StructuredOutput, IndependentValidatorsAcceptEveryOutput) {
     const std::string error = refused["error"];
     EXPECT_EQ(error.rfind("INVALID_ARGUMENT json_schema: ", 0), 0u) << refused.dump();
   }
-  // The one schema ajv itself cannot load (it names a remote meta-schema).
+  // The two schemas ajv itself cannot load (they name remote meta-schemas).
   for (const auto& x : j["ajv_cannot_compile"]) {
     EXPECT_EQ(x["where"].get<std::string>().rfind("vocabulary.json", 0), 0u) << x.dump();
   }
-  EXPECT_LE(j["ajv_cannot_compile"].size(), 1u);
+  EXPECT_LE(j["ajv_cannot_compile"].size(), 2u);
   EXPECT_EQ(j["regex"]["invalid"].size(), 0u) << j["regex"].dump(1);
   EXPECT_EQ(j["regex"]["stop"].get<int>(), 3 * j["regex"]["patterns"].get<int>());
   EXPECT_EQ(j["grammar"]["invalid"].size(), 0u) << j["grammar"].dump(1);

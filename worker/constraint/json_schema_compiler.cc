@@ -1,6 +1,8 @@
 #include "worker/constraint/json_schema_compiler.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -12,12 +14,14 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/constraint/pattern_cursor.h"
+#include "worker/constraint/number_range.h"
 #include "worker/constraint/regex_compiler.h"
+#include "worker/constraint/schema_algebra.h"
 
 namespace walsh {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = SchemaJson;
 
 const std::set<std::string>& Annotations() {
   static const auto* s = new std::set<std::string>{
@@ -29,7 +33,11 @@ const std::set<std::string>& Supported() {
   static const auto* s = new std::set<std::string>{
       "type",     "properties", "required",  "additionalProperties", "items",     "prefixItems",
       "enum",     "const",      "anyOf",     "oneOf",                "$ref",      "pattern",
-      "minLength", "maxLength", "minItems",  "maxItems",             "format"};
+      "minLength", "maxLength", "minItems",  "maxItems",             "format",    "allOf",
+      "minimum",  "maximum",    "exclusiveMinimum",  "exclusiveMaximum",     "contains",  "minContains",
+      "unevaluatedProperties",  "unevaluatedItems",  "propertyNames",        "minProperties",
+      "maxProperties",          "if",                "then",                 "else",
+      "not",                    "uniqueItems"};
   return *s;
 }
 
@@ -215,6 +223,94 @@ class SchemaCompiler {
       if (!Supported().count(key)) return Error(path, absl::StrCat("'", key, "' is not supported"));
       keywords.push_back(key);
     }
+    // Combinations: intersected into one schema first (schema_algebra.h).
+    auto combined = [&](absl::StatusOr<Json> flat) -> absl::StatusOr<GrammarElement> {
+      if (!flat.ok()) return Error(path, flat.status().message());
+      if (flat->is_boolean() && !flat->get<bool>()) {
+        return Error(path, "the schemas combined here accept no value");
+      }
+      return Schema(*flat, path);
+    };
+    const SchemaResolver resolve = [this](const std::string& ref) { return Lookup(ref); };
+    if (s.contains("if") || s.contains("then") || s.contains("else")) {
+      // The outputs are those of `if` and `then` together: they satisfy the condition, so
+      // `else` never applies to them.
+      Json rest = s;
+      for (const char* k : {"if", "then", "else"}) rest.erase(k);
+      if (!s.contains("if")) return Schema(rest, path);
+      absl::StatusOr<Json> both = IntersectSchemas(rest, s["if"], resolve);
+      if (both.ok() && s.contains("then")) both = IntersectSchemas(*both, s["then"], resolve);
+      return combined(std::move(both));
+    }
+    if (s.contains("not")) {
+      Json rest = s;
+      rest.erase("not");
+      ASSIGN_OR_RETURN(rest, Without(rest, s["not"], path + "/not"));
+      return Schema(rest, path);
+    }
+    if (s.contains("uniqueItems")) {
+      if (!s["uniqueItems"].is_boolean()) return Error(path + "/uniqueItems", "must be a boolean");
+      if (s["uniqueItems"].get<bool>()) {
+        return Error(path + "/uniqueItems", "'uniqueItems: true' is not supported");
+      }
+      Json rest = s;
+      rest.erase("uniqueItems");
+      return Schema(rest, path);
+    }
+    if (s.contains("allOf") || (s.contains("$ref") && keywords.size() > 1)) {
+      return combined(FlattenSchema(s, resolve));
+    }
+    for (const char* any : {"anyOf", "oneOf"}) {
+      if (!s.contains(any) || keywords.size() == 1) continue;
+      Json rest = s;
+      rest.erase(any);
+      // unevaluated* beside the branches: what a branch evaluates counts, so they apply to each
+      // branch once merged.
+      Json unevaluated = Json::object();
+      for (const char* k : {"unevaluatedProperties", "unevaluatedItems"}) {
+        if (rest.contains(k)) unevaluated[k] = rest[k], rest.erase(k);
+      }
+      if (!s[any].is_array()) return Error(absl::StrCat(path, "/", any), "must be an array");
+      Json branches = Json::array();
+      for (const Json& b : s[any]) {
+        absl::StatusOr<Json> both = IntersectSchemas(rest, b, resolve);
+        if (both.ok() && both->is_object()) {
+          for (const auto& [k, v] : unevaluated.items()) (*both)[k] = v;
+        }
+        if (!both.ok()) return Error(path, both.status().message());
+        if (!(both->is_boolean() && !both->get<bool>())) branches.push_back(*both);
+      }
+      if (branches.empty()) return Error(path, absl::StrCat("no branch of '", any, "' can hold"));
+      Json only = Json::object();
+      only[any] = branches;
+      return Schema(only, path);
+    }
+    if ((s.contains("enum") || s.contains("const")) && keywords.size() > 1) {
+      Json rest = s;
+      rest.erase("enum");
+      rest.erase("const");
+      Json values = Json::array();
+      if (s.contains("enum")) {
+        if (!s["enum"].is_array()) return Error(path + "/enum", "must be a non-empty array");
+        values = s["enum"];
+      }
+      if (s.contains("const")) values.push_back(s["const"]);
+      Json kept = Json::array();
+      for (const Json& v : values) {
+        absl::StatusOr<bool> ok = SchemaAdmits(rest, v, resolve);
+        if (!ok.ok()) return Error(path, ok.status().message());
+        bool in_all = *ok;
+        if (s.contains("enum") && s.contains("const")) {
+          in_all = in_all && s["enum"].is_array() &&
+                   std::find(s["enum"].begin(), s["enum"].end(), s["const"]) != s["enum"].end();
+        }
+        if (in_all) kept.push_back(v);
+      }
+      if (kept.empty()) return Error(path, "no enum or const value satisfies the other keywords");
+      Json only = Json::object();
+      only["enum"] = kept;
+      return Schema(only, path);
+    }
     for (const char* alone : {"$ref", "anyOf", "oneOf", "enum", "const"}) {
       if (s.contains(alone) && keywords.size() > 1) {
         // "type" beside enum/const restates what the values already are.
@@ -245,11 +341,14 @@ class SchemaCompiler {
       const Json& branches = s[any];
       const std::string at = absl::StrCat(path, "/", any);
       if (!branches.is_array() || branches.empty()) return Error(at, "must be a non-empty array");
+      if (std::string(any) == "oneOf") RETURN_IF_ERROR(CheckDisjoint(branches, at));
       const int32_t r = g_.NewRule(any);
       for (size_t i = 0; i < branches.size(); ++i) {
+        if (branches[i].is_boolean() && !branches[i].get<bool>()) continue;
         ASSIGN_OR_RETURN(GrammarElement e, Schema(branches[i], absl::StrCat(at, "/", i)));
         g_.AddAlternative(r, {e});
       }
+      if (g_.rules()[r].alternatives.empty()) return Error(at, "every branch is false");
       return Grammar::Ref(r);
     }
     std::vector<std::string> types;
@@ -266,14 +365,20 @@ class SchemaCompiler {
         return Error(path + "/type", "must be a string or a non-empty array of strings");
       }
     } else if (s.contains("properties") || s.contains("required") ||
-               s.contains("additionalProperties")) {
+               s.contains("additionalProperties") || s.contains("unevaluatedProperties") ||
+               s.contains("propertyNames") || s.contains("minProperties") ||
+               s.contains("maxProperties")) {
       types = {"object"};
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
-               s.contains("maxItems")) {
+               s.contains("maxItems") || s.contains("unevaluatedItems") ||
+               s.contains("contains")) {
       types = {"array"};
     } else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") ||
                s.contains("format")) {
       types = {"string"};
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types = {"number"};
     } else {
       return Grammar::Ref(Value());
     }
@@ -282,10 +387,8 @@ class SchemaCompiler {
       GrammarElement e;
       if (type == "string") {
         ASSIGN_OR_RETURN(e, StringSchema(s, path));
-      } else if (type == "integer") {
-        e = Grammar::Ref(Integer());
-      } else if (type == "number") {
-        e = Grammar::Ref(Number());
+      } else if (type == "integer" || type == "number") {
+        ASSIGN_OR_RETURN(e, NumberSchema(s, path, type == "integer"));
       } else if (type == "boolean") {
         const int32_t b = g_.NewRule("boolean");
         g_.AddAlternative(b, Grammar::Literal("true"));
@@ -320,6 +423,150 @@ class SchemaCompiler {
                    absl::StrCat("above the supported bound of ", kMaxRepetition));
     }
     return static_cast<int64_t>(n);
+  }
+
+  // The JSON kinds of value a schema may accept (nullopt: any), and those this compiler writes
+  // for it (its inferred type where it has none). "integer" counts as "number".
+  static std::optional<std::set<std::string>> Kinds(const Json& b, bool written) {
+    if (b.is_boolean()) {
+      if (b.get<bool>()) return std::nullopt;
+      return std::set<std::string>{};
+    }
+    if (!b.is_object()) return std::nullopt;
+    auto kind = [](const Json& v) -> std::string {
+      return v.is_object()    ? "object"
+             : v.is_array()   ? "array"
+             : v.is_string()  ? "string"
+             : v.is_number()  ? "number"
+             : v.is_boolean() ? "boolean"
+                              : "null";
+    };
+    std::set<std::string> out;
+    if (b.contains("const")) {
+      out.insert(kind(b["const"]));
+      return out;
+    }
+    if (b.contains("enum") && b["enum"].is_array()) {
+      for (const Json& v : b["enum"]) out.insert(kind(v));
+      return out;
+    }
+    if (b.contains("type")) {
+      const Json t = b["type"].is_array() ? b["type"] : Json::array({b["type"]});
+      for (const Json& x : t) {
+        if (!x.is_string()) return std::nullopt;
+        out.insert(x.get<std::string>() == "integer" ? "number" : x.get<std::string>());
+      }
+      return out;
+    }
+    if (!written || b.contains("$ref") || b.contains("anyOf") || b.contains("oneOf") ||
+        b.contains("allOf")) {
+      return std::nullopt;
+    }
+    if (b.contains("properties") || b.contains("required") || b.contains("additionalProperties")) {
+      return std::set<std::string>{"object"};
+    }
+    if (b.contains("items") || b.contains("prefixItems")) return std::set<std::string>{"array"};
+    return std::nullopt;
+  }
+
+  // oneOf holds when exactly one branch does: each branch's outputs must fail every other
+  // branch, which is shown here by the kinds of value (or the enum values) alone.
+  absl::Status CheckDisjoint(const Json& branches, const std::string& at) {
+    for (size_t i = 0; i < branches.size(); ++i) {
+      for (size_t j = 0; j < branches.size(); ++j) {
+        if (i == j) continue;
+        const auto written = Kinds(branches[i], true);
+        const auto accepted = Kinds(branches[j], false);
+        bool disjoint = false;
+        if (written && written->empty()) disjoint = true;
+        if (accepted && accepted->empty()) disjoint = true;
+        if (written && accepted) {
+          disjoint = disjoint || std::none_of(written->begin(), written->end(),
+                                             [&](const std::string& k) { return accepted->count(k); });
+        }
+        const Json& x = branches[i];
+        const Json& y = branches[j];
+        auto values = [](const Json& b) -> std::optional<Json> {
+          if (!b.is_object() || b.size() != 1) return std::nullopt;
+          if (b.contains("const")) return Json::array({b["const"]});
+          if (b.contains("enum") && b["enum"].is_array()) return b["enum"];
+          return std::nullopt;
+        };
+        if (auto vx = values(x), vy = values(y); vx && vy) {
+          bool shared = false;
+          for (const Json& a : *vx) {
+            for (const Json& b : *vy) {
+              shared = shared || nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
+            }
+          }
+          disjoint = disjoint || !shared;
+        }
+        if (!disjoint) {
+          return Error(at, absl::StrCat("branches ", i, " and ", j,
+                                        " may hold for the same value; oneOf is supported only "
+                                        "where its branches differ in kind or enum values"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Bounds as the integers that meet them: [lo, hi].
+  absl::StatusOr<GrammarElement> NumberSchema(const Json& s, const std::string& path,
+                                              bool integer) {
+    std::optional<int64_t> lo, hi;
+    constexpr double kLimit = 1e16;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_number()) return Error(absl::StrCat(path, "/", key), "must be a number");
+      const double v = s[key].get<double>();
+      const std::string k = key;
+      if (k == "minimum" || k == "exclusiveMinimum") {
+        if (v < -kLimit) continue;
+        const int64_t b = std::min<double>(kLimit, k == "minimum" ? std::ceil(v)
+                                                                  : std::floor(v) + 1);
+        lo = lo ? std::max(*lo, b) : b;
+      } else {
+        if (v > kLimit) continue;
+        const int64_t b = std::max<double>(-kLimit, k == "maximum" ? std::floor(v)
+                                                                   : std::ceil(v) - 1);
+        hi = hi ? std::min(*hi, b) : b;
+      }
+    }
+    if (!lo && !hi) return Grammar::Ref(integer ? Integer() : Number());
+    const std::string pattern = integer ? IntegerRangeRegex(lo, hi) : NumberRangeRegex(lo, hi);
+    if (pattern.empty()) return Error(path, "no number in range the bounds allow");
+    absl::StatusOr<int32_t> r = RegexRule(pattern);
+    if (!r.ok()) return Error(path, r.status().message());
+    return Grammar::Ref(*r);
+  }
+
+  absl::StatusOr<const Json*> Lookup(const std::string& target) {
+    if (target.empty() || target[0] != '#') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "only references inside the schema ('#...') are supported, not '", target, "'"));
+    }
+    // The fragment is URI-encoded: %25 is '%'.
+    std::string fragment;
+    for (size_t i = 1; i < target.size(); ++i) {
+      if (target[i] == '%' && i + 2 < target.size() && std::isxdigit(target[i + 1]) &&
+          std::isxdigit(target[i + 2])) {
+        fragment += static_cast<char>(std::stoi(target.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        fragment += target[i];
+      }
+    }
+    Json::json_pointer pointer;
+    try {
+      pointer = Json::json_pointer(fragment);
+    } catch (const std::exception&) {
+      return absl::InvalidArgumentError(absl::StrCat("'", target, "' is not a JSON pointer"));
+    }
+    if (!root_->contains(pointer)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", target, "' points at nothing"));
+    }
+    return &root_->at(pointer);
   }
 
   absl::StatusOr<GrammarElement> StringSchema(const Json& s, const std::string& path) {
@@ -446,12 +693,18 @@ class SchemaCompiler {
         members.push_back({name, v, required.count(name) > 0});
       }
     }
-    // Additional members: absent means none when properties are listed, any otherwise.
+    // Additional members: absent means none when properties are listed, any otherwise. Here
+    // (no applicator beside it) unevaluatedProperties means what additionalProperties does.
     std::optional<GrammarElement> extra;
-    const std::string extra_at = path + "/additionalProperties";
-    if (!s.contains("additionalProperties")) {
+    const char* extra_key =
+        !s.contains("additionalProperties") && s.contains("unevaluatedProperties")
+            ? "unevaluatedProperties"
+            : "additionalProperties";
+    const std::string extra_at = absl::StrCat(path, "/", extra_key);
+    const bool listed = s.contains("properties") || s.contains("required");
+    if (!s.contains(extra_key)) {
       if (!s.contains("properties")) extra = Grammar::Ref(Value());
-    } else if (const Json& a = s["additionalProperties"]; a.is_boolean()) {
+    } else if (const Json& a = s[extra_key]; a.is_boolean()) {
       if (a.get<bool>()) extra = Grammar::Ref(Value());
     } else {
       ASSIGN_OR_RETURN(GrammarElement e, Schema(a, extra_at));
@@ -466,6 +719,28 @@ class SchemaCompiler {
       members.push_back({name, *extra, true});
       names.push_back(name);
     }
+    ASSIGN_OR_RETURN(int64_t min_members, Count(s, "minProperties", path, 0));
+    ASSIGN_OR_RETURN(int64_t max_members, Count(s, "maxProperties", path, -1));
+    if ((s.contains("minProperties") || s.contains("maxProperties")) && listed) {
+      return Error(path, "'minProperties'/'maxProperties' beside listed properties is not supported");
+    }
+    std::optional<GrammarElement> key;  // of additional members
+    if (s.contains("propertyNames")) {
+      if (listed) return Error(path, "'propertyNames' beside listed properties is not supported");
+      const Json& pn = s["propertyNames"];
+      if (pn.is_boolean() && !pn.get<bool>()) {
+        extra.reset();
+      } else {
+        const SchemaResolver resolve = [this](const std::string& ref) { return Lookup(ref); };
+        absl::StatusOr<Json> names_schema =
+            IntersectSchemas(pn, Json{{"type", "string"}}, resolve);
+        if (!names_schema.ok()) return Error(path + "/propertyNames", names_schema.status().message());
+        if (names_schema->is_boolean()) return Error(path + "/propertyNames", "allows no name");
+        ASSIGN_OR_RETURN(GrammarElement k, Schema(*names_schema, path + "/propertyNames"));
+        key = k;
+      }
+    }
+    if (min_members > 0 && !extra) return Error(path, "minProperties cannot be met");
     const GrammarElement ws = Grammar::Ref(Ws());
     auto member_seq = [&](const Member& m) {
       GrammarSequence seq = Grammar::Literal(Json(m.name).dump());
@@ -482,13 +757,17 @@ class SchemaCompiler {
       rest[i] = g_.NewRule("members");
     }
     if (extra) {
-      GrammarSequence one{OtherKey(names), Grammar::Byte(':'), ws, *extra};
+      GrammarSequence one{key ? *key : OtherKey(names), Grammar::Byte(':'), ws, *extra};
       const int32_t extra_member = g_.NewRule("extra-member");
       g_.AddAlternative(extra_member, one);
       GrammarElement more;
-      RETURN_IF_ERROR(g_.Repeat({Grammar::Byte(','), ws, Grammar::Ref(extra_member)}, 0, -1, more));
-      g_.AddAlternative(first[n], {});
-      g_.AddAlternative(first[n], {Grammar::Ref(extra_member), more});
+      // After the first: min - 1 .. max - 1 more (these bounds hold only with no listed members).
+      RETURN_IF_ERROR(g_.Repeat({Grammar::Byte(','), ws, Grammar::Ref(extra_member)},
+                                std::max<int64_t>(0, min_members - 1),
+                                max_members < 0 ? -1 : std::max<int64_t>(0, max_members - 1),
+                                more));
+      if (min_members == 0) g_.AddAlternative(first[n], {});
+      if (max_members != 0) g_.AddAlternative(first[n], {Grammar::Ref(extra_member), more});
       g_.AddAlternative(rest[n], {more});
     } else {
       g_.AddAlternative(first[n], {});
@@ -527,14 +806,31 @@ class SchemaCompiler {
         prefix.push_back(e);
       }
     }
+    // Here (no applicator beside it) unevaluatedItems means what items does.
+    const char* items_key =
+        !s.contains("items") && s.contains("unevaluatedItems") ? "unevaluatedItems" : "items";
     std::optional<GrammarElement> items = Grammar::Ref(Value());
-    if (s.contains("items")) {
-      if (s["items"].is_boolean() && !s["items"].get<bool>()) {
+    if (s.contains(items_key)) {
+      if (s[items_key].is_boolean() && !s[items_key].get<bool>()) {
         items.reset();
       } else {
-        ASSIGN_OR_RETURN(GrammarElement e, Schema(s["items"], path + "/items"));
+        ASSIGN_OR_RETURN(GrammarElement e, Schema(s[items_key], absl::StrCat(path, "/", items_key)));
         items = e;
       }
+    }
+    // contains: the first minContains items (1 by default) are written to match it.
+    ASSIGN_OR_RETURN(int64_t min_contains, Count(s, "minContains", path, 1));
+    if (s.contains("contains") && min_contains > 0) {
+      if (!prefix.empty()) return Error(path, "'contains' beside 'prefixItems' is not supported");
+      const SchemaResolver resolve = [this](const std::string& ref) { return Lookup(ref); };
+      absl::StatusOr<Json> c = IntersectSchemas(
+          s.contains(items_key) ? s[items_key] : Json(true), s["contains"], resolve);
+      if (!c.ok()) return Error(path + "/contains", c.status().message());
+      if (c->is_boolean() && !c->get<bool>()) return Error(path + "/contains", "no item can match");
+      ASSIGN_OR_RETURN(GrammarElement e, Schema(*c, path + "/contains"));
+      if (max >= 0 && max < min_contains) return Error(path, "maxItems is below minContains");
+      for (int64_t i = 0; i < min_contains; ++i) prefix.push_back(e);
+      min = std::max(min, min_contains);
     }
     const int64_t k = static_cast<int64_t>(prefix.size());
     if (!items) max = max < 0 ? k : std::min(max, k);
@@ -582,29 +878,63 @@ class SchemaCompiler {
     return Grammar::Ref(r);
   }
 
+  // `s` without the values `not` accepts, where `not` names types alone.
+  absl::StatusOr<Json> Without(Json s, const Json& negated, const std::string& path) {
+    if (negated.is_boolean()) {
+      if (!negated.get<bool>()) return s;
+      return Error(path, "'not: true' accepts no value");
+    }
+    std::optional<std::set<std::string>> gone;
+    if (negated.is_object()) {
+      bool only_type = negated.contains("type");
+      for (const auto& [k, v] : negated.items()) only_type = only_type && (k == "type" || Annotations().count(k));
+      if (only_type) gone = Kinds(negated, false);
+      if (negated.empty()) return Error(path, "'not: {}' accepts no value");
+    }
+    if (!gone) return Error(path, "'not' is supported only around 'type'");
+    // "integer" was folded into "number" by Kinds: keep what is left of the rest's types.
+    std::vector<std::string> all = {"null", "boolean", "object", "array", "string", "number",
+                                    "integer"};
+    std::vector<std::string> kept;
+    std::vector<std::string> have = all;
+    if (s.contains("type")) {
+      have.clear();
+      const Json t = s["type"].is_array() ? s["type"] : Json::array({s["type"]});
+      for (const Json& x : t) {
+        if (x.is_string()) have.push_back(x.get<std::string>());
+      }
+    }
+    const bool not_integer_only = negated["type"] == "integer" ||
+                                  (negated["type"].is_array() && negated["type"].size() == 1 &&
+                                   negated["type"][0] == "integer");
+    for (const std::string& t : have) {
+      const std::string kind = t == "integer" ? "number" : t;
+      if (!gone->count(kind)) {
+        kept.push_back(t);
+      } else if (t == "number" && not_integer_only) {
+        return Error(path, "'not' an integer among numbers is not supported");
+      }
+    }
+    if (!s.contains("type")) {
+      kept.erase(std::remove(kept.begin(), kept.end(), "integer"), kept.end());
+    }
+    if (kept.empty()) return Error(path, "no type is left beside 'not'");
+    s["type"] = Json(kept);
+    return s;
+  }
+
   absl::StatusOr<GrammarElement> Ref(const Json& ref, const std::string& path) {
     if (!ref.is_string()) return Error(path, "must be a string");
     const std::string target = ref.get<std::string>();
-    if (target.empty() || target[0] != '#') {
-      return Error(path, absl::StrCat("only references inside the schema ('#...') are supported, "
-                                      "not '", target, "'"));
-    }
+    absl::StatusOr<const Json*> found = Lookup(target);
+    if (!found.ok()) return Error(path, found.status().message());
     if (auto it = refs_.find(target); it != refs_.end()) return Grammar::Ref(it->second);
     if (refs_.size() >= kMaxRefs) {
       return Error(path, absl::StrCat("more than ", kMaxRefs, " distinct references"));
     }
-    Json::json_pointer pointer;
-    try {
-      pointer = Json::json_pointer(target.substr(1));
-    } catch (const std::exception&) {
-      return Error(path, absl::StrCat("'", target, "' is not a JSON pointer"));
-    }
-    if (!root_->contains(pointer)) {
-      return Error(path, absl::StrCat("'", target, "' points at nothing"));
-    }
     const int32_t r = g_.NewRule("ref");
     refs_[target] = r;  // before compiling the target, so recursion finds it
-    ASSIGN_OR_RETURN(GrammarElement e, Schema(root_->at(pointer), target.substr(1)));
+    ASSIGN_OR_RETURN(GrammarElement e, Schema(**found, target.substr(1)));
     g_.AddAlternative(r, {e});
     return Grammar::Ref(r);
   }

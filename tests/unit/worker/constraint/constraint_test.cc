@@ -13,6 +13,7 @@
 #include "worker/constraint/ebnf_parser.h"
 #include "worker/constraint/grammar_matcher.h"
 #include "worker/constraint/json_schema_compiler.h"
+#include "worker/constraint/number_range.h"
 #include "worker/constraint/regex_compiler.h"
 #include "worker/constraint/utf8_ranges.h"
 
@@ -275,7 +276,7 @@ TEST(JsonSchema, RecursionAdditionalPropertiesAndPrefixItems) {
 
 TEST(JsonSchema, RefusesUnsupportedKeywordsByPath) {
   for (auto [schema, message] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"type":"integer","minimum":3})", "at /: 'minimum' is not supported"},
+           {R"({"type":"integer","multipleOf":3})", "at /: 'multipleOf' is not supported"},
            {R"({"properties":{"a b/c":{"multipleOf":2}}})",
             "at /properties/a b~1c: 'multipleOf' is not supported"},
            {R"({"type":"string","format":"hostname"})", "format 'hostname' is not supported"},
@@ -285,7 +286,10 @@ TEST(JsonSchema, RefusesUnsupportedKeywordsByPath) {
            {R"({"$ref":"#"})", "left-recursive"},
            {R"({"enum":[]})", "/enum: must be a non-empty array"},
            {R"j({"type":"string","pattern":"(?=a)"})j", "at /pattern: regex"},
-           {R"({"allOf":[{}]})", "'allOf' is not supported"},
+           {R"({"allOf":[{"type":"string"},{"type":"integer"}]})", "accept no value"},
+           {R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", "two different 'pattern'"},
+           {R"({"properties":{"a":{"enum":[1,"x"],"pattern":"x"}}})",
+            "at /properties/a: enum or const values cannot be checked against 'pattern'"},
            {R"({"properties":{"a":false},"required":["a"]})", "schema is false"},
            {R"({"type":"array","maxItems":9999})", "/maxItems: above the supported bound"},
            {R"({"type":"string","minLength":-1})", "/minLength: must be a non-negative integer"},
@@ -295,6 +299,76 @@ TEST(JsonSchema, RefusesUnsupportedKeywordsByPath) {
     EXPECT_NE(g.status().message().find(message), std::string::npos)
         << schema << ": " << g.status();
   }
+}
+
+TEST(NumberRange, IntegersMatchExactlyTheRange) {
+  auto trie = SmallVocabulary(0, 1);
+  using Bound = std::optional<int64_t>;
+  for (auto [lo, hi] : std::vector<std::pair<Bound, Bound>>{
+           {0, 0}, {1, 9}, {-5, 17}, {10, 99}, {7, 1234}, {-1000, -3}, {Bound(), 12},
+           {-12, Bound()}, {100, 100}, {19, 20}, {-1, 1}, {5, 4}}) {
+    const std::string re = IntegerRangeRegex(lo, hi);
+    if (lo && hi && *lo > *hi) {
+      EXPECT_EQ(re, "");
+      continue;
+    }
+    auto g = Compile(RegexGrammar(re), trie);
+    for (int64_t n = -1500; n <= 1500; ++n) {
+      const bool in = (!lo || n >= *lo) && (!hi || n <= *hi);
+      ASSERT_EQ(FullMatch(*g, std::to_string(n)), in) << re << " on " << n;
+    }
+    EXPECT_FALSE(FullMatch(*g, "-0"));
+    EXPECT_FALSE(FullMatch(*g, "01"));
+  }
+}
+
+TEST(NumberRange, DecimalsStayInsideTheBounds) {
+  auto trie = SmallVocabulary(0, 1);
+  using Bound = std::optional<int64_t>;
+  for (auto [lo, hi] : std::vector<std::pair<Bound, Bound>>{
+           {0, 10}, {-10, -2}, {-3, 3}, {Bound(), 0}, {2, Bound()}, {5, 5}}) {
+    auto g = Compile(RegexGrammar(NumberRangeRegex(lo, hi)), trie);
+    int accepted = 0;
+    for (int tenths = -200; tenths <= 200; ++tenths) {
+      for (const std::string& text :
+           {std::to_string(tenths / 10) + "." + std::to_string(std::abs(tenths % 10)),
+            (tenths < 0 && tenths > -10 ? "-0." : "") + std::to_string(std::abs(tenths))}) {
+        if (!FullMatch(*g, text)) continue;
+        ++accepted;
+        const double v = std::stod(text);
+        EXPECT_TRUE((!lo || v >= *lo) && (!hi || v <= *hi)) << text;
+      }
+    }
+    EXPECT_GT(accepted, 0);
+  }
+  auto g = Compile(RegexGrammar(NumberRangeRegex(0, 10)), trie);
+  EXPECT_TRUE(FullMatch(*g, "9.75"));
+  EXPECT_TRUE(FullMatch(*g, "10"));
+  EXPECT_FALSE(FullMatch(*g, "10.5"));
+}
+
+TEST(JsonSchema, AllOfRefAndAnyOfBesideOtherKeywordsIntersect) {
+  auto trie = SmallVocabulary(0, 1);
+  auto g = Compile(JsonSchemaGrammar(R"({
+    "$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer"}},
+                       "required": ["id"]}},
+    "allOf": [{"$ref": "#/$defs/base"},
+              {"properties": {"id": {"maximum": 9}, "kind": {"enum": ["a", "b", 3]}},
+               "required": ["kind"]}],
+    "properties": {"kind": {"type": "string"}}})"),
+                   trie);
+  EXPECT_TRUE(FullMatch(*g, R"({"id":7,"kind":"b"})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"id":10,"kind":"b"})"));  // maximum from the second branch
+  EXPECT_FALSE(FullMatch(*g, R"({"id":7,"kind":3})"));     // type from beside allOf
+  EXPECT_FALSE(FullMatch(*g, R"({"kind":"a"})"));          // required from the $ref
+  auto any = Compile(JsonSchemaGrammar(R"({"type": "integer",
+    "anyOf": [{"minimum": 5}, {"maximum": -5}], "exclusiveMaximum": 100})"),
+                     trie);
+  EXPECT_TRUE(FullMatch(*any, "5"));
+  EXPECT_TRUE(FullMatch(*any, "-7"));
+  EXPECT_FALSE(FullMatch(*any, "0"));
+  EXPECT_FALSE(FullMatch(*any, "100"));
+  EXPECT_FALSE(FullMatch(*any, "7.5"));
 }
 
 TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
