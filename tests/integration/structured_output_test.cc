@@ -69,8 +69,8 @@ TEST(StructuredOutput, RefusalsNameTheFieldAndWhatIsWrong) {
     EXPECT_NE(s.status.error_message().find(message), std::string::npos)
         << s.status.error_message();
   };
-  expect_refused(Constrained(R"({"type":"object","properties":{"a":{"minimum":1}}})", 1, 8),
-                 "json_schema: at /properties/a: 'minimum' is not supported");
+  expect_refused(Constrained(R"({"type":"object","properties":{"a":{"multipleOf":3}}})", 1, 8),
+                 "json_schema: at /properties/a: 'multipleOf' is not supported");
   expect_refused(Constrained(R"({"type":)", 1, 8), "json_schema: not valid JSON");
   v1::GenerateRequest r = Constrained("{}", 1, 8);
   r.set_regex("a(?=b)");
