@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/constraint/json_schema_compiler.h"
 #include "worker/constraint/pattern_cursor.h"
 
 namespace walsh {
@@ -136,6 +137,22 @@ class EbnfParser {
       out.push_back(Grammar::Ref(group));
       return absl::OkStatus();
     }
+    if (c == '%') {
+      // %json { schema }: the JSON Schema's language, as a term.
+      std::string word;
+      while (!in_.done() && IsNameChar(in_.peek())) word.push_back(static_cast<char>(in_.next()));
+      if (word != "json") return in_.Error(absl::StrCat("unknown directive %", word));
+      SkipSpace();
+      const size_t at = in_.pos();
+      ASSIGN_OR_RETURN(std::string schema, JsonObjectText());
+      absl::StatusOr<GrammarElement> e = AddJsonSchema(g_, schema);
+      if (!e.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("grammar: %json at offset ", at, ": ", e.status().message()));
+      }
+      out.push_back(*e);
+      return absl::OkStatus();
+    }
     if (IsNameChar(c)) {
       std::string name(1, static_cast<char>(c));
       name += Name();
@@ -173,6 +190,50 @@ class EbnfParser {
       absl::Status s = g_.Repeat(term, min, max, e);
       if (!s.ok()) return in_.Error(s.message());
       term = {e};
+    }
+  }
+
+  // A balanced {...} (strings and escapes respected), as UTF-8.
+  absl::StatusOr<std::string> JsonObjectText() {
+    if (in_.peek() != '{') return in_.Error("%json needs a JSON object");
+    std::string out;
+    int depth = 0;
+    bool in_string = false;
+    while (!in_.done()) {
+      const uint32_t c = in_.next();
+      AppendUtf8(c, out);
+      if (in_string) {
+        if (c == '\\' && !in_.done()) {
+          AppendUtf8(in_.next(), out);
+        } else if (c == '"') {
+          in_string = false;
+        }
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (--depth == 0) return out;
+      }
+    }
+    return in_.Error("an unterminated %json object");
+  }
+
+  static void AppendUtf8(uint32_t c, std::string& out) {
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
     }
   }
 

@@ -7,7 +7,8 @@
 //
 // Rules are `name ::= body`; a body runs to the next `name ::=`. Terms: "strings" and
 // [classes] with the regex escapes, `.` (any character), rule names, ( groups ), and the
-// postfix * + ? {m} {m,} {m,n}. The start rule is `root`.
+// postfix * + ? {m} {m,} {m,n}, and `%json { ... }`: the texts a JSON Schema accepts (as
+// llguidance's grammars embed schemas). The start rule is `root`.
 #ifndef WALSH_WORKER_CONSTRAINT_EBNF_PARSER_H_
 #define WALSH_WORKER_CONSTRAINT_EBNF_PARSER_H_
 

@@ -103,21 +103,12 @@ constexpr size_t kMaxRefs = 256;
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const Json* root) : root_(root) {}
+  // `root` null: any JSON object.
+  SchemaCompiler(Grammar& g, const Json* root) : root_(root), g_(g) {}
 
-  absl::StatusOr<Grammar> Compile() {
-    const int32_t root = g_.Rule("root");
-    g_.Define(root);
-    g_.SetRoot(root);
-    if (root_ == nullptr) {
-      g_.AddAlternative(root, {Grammar::Ref(AnyObject())});
-    } else {
-      ASSIGN_OR_RETURN(GrammarElement e, Schema(*root_, ""));
-      g_.AddAlternative(root, {e});
-    }
-    absl::Status s = g_.Check();
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("json_schema: ", s.message()));
-    return std::move(g_);
+  absl::StatusOr<GrammarElement> Compile() {
+    if (root_ == nullptr) return Grammar::Ref(AnyObject());
+    return Schema(*root_, "");
   }
 
  private:
@@ -940,24 +931,42 @@ class SchemaCompiler {
   }
 
   const Json* root_;
-  Grammar g_;
+  Grammar& g_;
   int32_t ws_ = -1, string_char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1,
           object_ = -1;
   std::map<std::string, int32_t> refs_;
 };
 
+absl::StatusOr<Grammar> RootedGrammar(const std::function<absl::StatusOr<GrammarElement>(Grammar&)>& body) {
+  Grammar g;
+  const int32_t root = g.Rule("root");
+  g.Define(root);
+  g.SetRoot(root);
+  ASSIGN_OR_RETURN(GrammarElement e, body(g));
+  g.AddAlternative(root, {e});
+  absl::Status s = g.Check();
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("json_schema: ", s.message()));
+  return g;
+}
+
 }  // namespace
 
-absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json) {
+absl::StatusOr<GrammarElement> AddJsonSchema(Grammar& grammar, absl::string_view schema_json) {
   if (NestingDepth(schema_json) > kMaxSchemaDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("json_schema: nested deeper than ", kMaxSchemaDepth, " levels"));
   }
   Json schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr, false);
   if (schema.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
-  return SchemaCompiler(&schema).Compile();
+  return SchemaCompiler(grammar, &schema).Compile();
 }
 
-absl::StatusOr<Grammar> JsonObjectGrammar() { return SchemaCompiler(nullptr).Compile(); }
+absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json) {
+  return RootedGrammar([&](Grammar& g) { return AddJsonSchema(g, schema_json); });
+}
+
+absl::StatusOr<Grammar> JsonObjectGrammar() {
+  return RootedGrammar([](Grammar& g) { return SchemaCompiler(g, nullptr).Compile(); });
+}
 
 }  // namespace walsh

@@ -18,6 +18,8 @@ namespace walsh {
 inline constexpr int kMaxSchemaDepth = 64;  // nesting of the schema's own JSON text
 
 absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json);
+// The schema's rules added to `grammar` (as EBNF's %json does), as one element.
+absl::StatusOr<GrammarElement> AddJsonSchema(Grammar& grammar, absl::string_view schema_json);
 absl::StatusOr<Grammar> JsonObjectGrammar();  // any JSON object
 
 }  // namespace walsh

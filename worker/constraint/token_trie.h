@@ -1,7 +1,7 @@
 // The vocabulary as a trie over token bytes, built once per model and shared by every
 // constraint: a mask is computed by walking it, so tokens that share a prefix share the work
-// and a dead prefix rules out its whole subtree at once. Control and user-defined tokens are
-// not in it (a constraint never allows them; EOS is decided apart).
+// and a dead prefix rules out its whole subtree at once. Tokens given as "" are not in it
+// (control tokens: a constraint never allows them; EOS is decided apart).
 #ifndef WALSH_WORKER_CONSTRAINT_TOKEN_TRIE_H_
 #define WALSH_WORKER_CONSTRAINT_TOKEN_TRIE_H_
 

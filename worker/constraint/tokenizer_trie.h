@@ -1,5 +1,6 @@
-// The token trie of a model's tokenizer: every token's bytes, control and user-defined tokens
-// left out (a constraint never produces them).
+// The token trie of a model's tokenizer: every token's bytes, control tokens (EOS, the chat
+// markers) left out: a constraint never produces them. User-defined tokens such as <tool_call>
+// stay, spelled as their text, so a forced tool call can use the model's own token.
 #ifndef WALSH_WORKER_CONSTRAINT_TOKENIZER_TRIE_H_
 #define WALSH_WORKER_CONSTRAINT_TOKENIZER_TRIE_H_
 

@@ -209,6 +209,22 @@ TEST(Ebnf, RefusesBadGrammarsNamingTheRule) {
   }
 }
 
+TEST(Ebnf, EmbedsJsonSchemas) {
+  auto g = Compile(ParseEbnf(R"(root ::= call ("\n" call)*
+    call ::= "<call>" ( %json {"type": "object", "properties": {"x": {"type": "integer"}},
+                               "required": ["x"]} | "none" ) "</call>")"),
+                   SmallVocabulary(0, 1));
+  EXPECT_TRUE(FullMatch(*g, "<call>{\"x\":5}</call>\n<call>none</call>"));
+  EXPECT_FALSE(FullMatch(*g, "<call>{}</call>"));
+  auto bad = ParseEbnf(R"(root ::= "a" %json {"type": "integer", "minimum": "x"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("grammar: %json at offset 19: json_schema: at /minimum"),
+            std::string::npos)
+      << bad.status();
+  EXPECT_FALSE(ParseEbnf("root ::= %yaml {}").ok());
+  EXPECT_FALSE(ParseEbnf("root ::= %json {\"type\": ").ok());
+}
+
 TEST(JsonSchema, AcceptsWhatTheSchemaAllowsInTheDocumentedForm) {
   auto trie = SmallVocabulary(0, 1);
   const char* schema = R"({
