@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gateway/http/json_shape.h"
+#include "gateway/http/structured_output.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {
@@ -110,11 +111,8 @@ void ParseCommon(const Json& j, OpenAiRequest& r) {
     Refuse("n", absl::StrCat(*n, " choices: walsh returns one choice per request (n = 1); send ",
                              *n, " requests"));
   }
-  if (auto rf = Get(j, "response_format")) {
-    const Json* type = rf->is_object() ? Get(*rf, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || *type != "text") {
-      Refuse("response_format", "structured output (json_object, json_schema) is not supported");
-    }
+  if (const Json* rf = Get(j, "response_format")) {
+    if (auto refused = ApplyResponseFormat(*rf, r.generate)) Refuse(refused->field, refused->why);
   }
   v1::SamplingParams& s = *r.generate.mutable_sampling();
   v1::StoppingCriteria& st = *r.generate.mutable_stopping();
@@ -176,6 +174,10 @@ void ParseCommon(const Json& j, OpenAiRequest& r) {
                    {"stopping.max_tokens", max_name},
                    {"stopping.stop_token_ids", "stop_token_ids"},
                    {"stopping.stop", "stop"},
+                   {"stopping.ignore_eos", "ignore_eos"},
+                   {"json_schema", "response_format.json_schema.schema"},
+                   {"json_object", "response_format"},
+                   {"grammar", "tools"},
                    {"request_id", "x-request-id"}};
 }
 
@@ -260,6 +262,7 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
            "the deprecated functions API is not supported; use tools and tool_choice");
   }
   std::vector<std::string> names;
+  std::vector<ToolSpec> specs;
   if (const Json* tools = Get(j, "tools")) {
     if (!tools->is_array()) Refuse("tools", "expected an array");
     for (size_t i = 0; i < tools->size(); ++i) {
@@ -275,6 +278,13 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
         Refuse(f + ".function.name", "expected a non-empty string");
       }
       names.push_back(name->get<std::string>());
+      ToolSpec spec{name->get<std::string>(), nullptr, false};
+      if (const Json* params = Get(*fn, "parameters")) spec.parameters = *params;
+      if (const Json* strict = Get(*fn, "strict")) {
+        if (!strict->is_boolean()) Refuse(f + ".function.strict", "expected a boolean");
+        spec.strict = strict->get<bool>();
+      }
+      specs.push_back(std::move(spec));
       prompt.tools_json.push_back(TemplateJson(t));
     }
   }
@@ -282,11 +292,9 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
   if (const Json* tc = Get(j, "tool_choice")) {
     if (tc->is_string()) {
       choice = tc->get<std::string>();
-      if (choice == "required") {
-        Refuse("tool_choice", "\"required\" is not supported; use \"auto\" or name a function");
-      }
-      if (choice != "auto" && choice != "none") {
-        Refuse("tool_choice", "expected \"auto\", \"none\" or {\"type\": \"function\", ...}");
+      if (choice != "auto" && choice != "none" && choice != "required") {
+        Refuse("tool_choice",
+               "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}");
       }
     } else if (tc->is_object()) {
       const Json* fn = Get(*tc, "function");
@@ -312,6 +320,15 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
   }
   prompt.forced_tool = r.forced_tool;
   if (auto parallel = Bool(j, "parallel_tool_calls")) r.parallel_tool_calls = *parallel;
+  const ToolChoice kind = choice == "none"       ? ToolChoice::kNone
+                          : choice == "auto"     ? ToolChoice::kAuto
+                          : choice == "required" ? ToolChoice::kRequired
+                                                 : ToolChoice::kNamed;
+  if (auto refused =
+          ConstrainToolCalls(specs, kind, r.forced_tool, r.parallel_tool_calls, r.generate)) {
+    Refuse(refused->field, refused->why);
+  }
+  r.tool_call_required = kind == ToolChoice::kRequired;
 }
 
 template <typename F>
@@ -349,6 +366,12 @@ absl::variant<OpenAiRequest, ApiError> ParseChatCompletionRequest(const std::str
         prompt.enable_thinking = value.get<bool>();
       }
     }
+    // A constraint from the first token (a response_format, a forced call) leaves no room for
+    // reasoning: thinking is off for the request. Strict tools under "auto" allow any text
+    // before the calls, reasoning included.
+    const bool constrained_from_start =
+        r.tool_call_required || r.generate.has_json_schema() || r.generate.json_object();
+    if (constrained_from_start) prompt.enable_thinking = false;
     r.thinking = prompt.enable_thinking && r.forced_tool.empty();
     r.logprobs = Bool(j, "logprobs").value_or(false);
     if (auto top = Integer(j, "top_logprobs", 0, 20)) {

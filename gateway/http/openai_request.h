@@ -1,6 +1,6 @@
 // OpenAI-API request bodies (POST /v1/chat/completions and /v1/completions) checked and turned
 // into a walsh.v1 GenerateRequest. Every refusal names the field, in the API's own names. A
-// field walsh knows but cannot honour (n > 1, response_format, ...) is refused, never ignored;
+// field walsh knows but cannot honour (n > 1, echo, ...) is refused, never ignored;
 // fields it does not know are ignored, as vLLM does. The field table is docs/openai.md §Fields.
 #ifndef WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_
 #define WALSH_GATEWAY_HTTP_OPENAI_REQUEST_H_
@@ -26,6 +26,7 @@ struct OpenAiRequest {
   bool thinking = false;
   bool parse_tool_calls = false;    // tools given and tool_choice is not "none"
   std::string forced_tool;          // a named tool_choice
+  bool tool_call_required = false;  // tool_choice "required"
   bool parallel_tool_calls = true;  // false: only the first tool call is returned
   v1::GenerateRequest generate;
   // walsh.v1 field names in INVALID_ARGUMENT messages -> this request's field names.

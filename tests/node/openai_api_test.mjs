@@ -14,6 +14,7 @@ import readline from "node:readline";
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
 import OpenAI from "openai";
+import Ajv2020 from "ajv/dist/2020.js";
 
 const { WALSH_WORKER_BIN, WALSH_GATEWAY_BIN, WALSH_MKMODEL_BIN, WALSH_SOURCE_DIR } = process.env;
 const KEY = "sk-walsh-test";
@@ -202,7 +203,12 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
       [{ temperature: 5 }, "temperature"],
       [{ max_tokens: 1000000 }, "max_tokens"],
       [{ n: 2 }, "n"],
-      [{ response_format: { type: "json_object" } }, "response_format"],
+      [{ response_format: { type: "json_schema", json_schema: { name: "n",
+         schema: { type: "integer", multipleOf: 3 } } } }, "response_format.json_schema.schema"],
+      [{ response_format: { type: "xml" } }, "response_format.type"],
+      [{ tools: [{ type: "function", function: { name: "f", strict: true,
+         parameters: { type: "object", patternProperties: { "^x": {} } } } }] },
+       "tools[0].function.parameters"],
       [{ messages: [{ role: "wizard", content: "x" }] }, "messages[0].role"],
       [{ top_logprobs: 3 }, "top_logprobs"],
       [{ logit_bias: { "99999": 5 } }, "logit_bias"],
@@ -214,6 +220,83 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
     }
     await assert.rejects(client.chat.completions.create({ model: "gpt-4o", messages }),
                          (e) => e.status === 404 && e.code === "model_not_found");
+  });
+
+  // The tiny model's logits are noise: only the constraint makes these outputs JSON.
+  const ajv = new Ajv2020({ strict: false, ownProperties: true });
+  const person = {
+    type: "object",
+    properties: {
+      name: { type: "string", maxLength: 16 },
+      age: { type: "integer", minimum: 0, maximum: 130 },
+      role: { enum: ["admin", "user", "guest"] },
+      tags: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 3 },
+      address: { type: "object", properties: { city: { type: "string", maxLength: 12 } },
+                 required: ["city"], additionalProperties: false },
+    },
+    required: ["name", "age", "role", "address"],
+    additionalProperties: false,
+  };
+
+  test("response_format json_schema and json_object: every answer that ends validates", async () => {
+    let ended = 0;
+    for (let seed = 1; seed <= 6; seed++) {
+      const res = await client.chat.completions.create({ model, messages, max_tokens: 300, seed,
+        temperature: 1, response_format: { type: "json_schema",
+                                           json_schema: { name: "person", strict: true, schema: person } } });
+      const c = res.choices[0];
+      if (c.finish_reason !== "stop") { assert.equal(c.finish_reason, "length"); continue; }
+      ended++;
+      const doc = JSON.parse(c.message.content);
+      assert.ok(ajv.validate(person, doc), `${c.message.content}: ${JSON.stringify(ajv.errors)}`);
+    }
+    assert.ok(ended >= 4, `${ended} of 6 ended`);
+    const streamed = await collectChat(await client.chat.completions.create({ model, messages,
+      max_tokens: 300, seed: 3, temperature: 1, stream: true, response_format: { type: "json_object" } }));
+    if (streamed.finish === "stop") {
+      const doc = JSON.parse(streamed.content);
+      assert.equal(typeof doc, "object");
+      assert.ok(doc !== null && !Array.isArray(doc));
+    }
+  });
+
+  const tools = [
+    { type: "function", function: { name: "get_weather", strict: true, parameters: {
+      type: "object", properties: { city: { type: "string", maxLength: 12 },
+                                    unit: { enum: ["c", "f"] } },
+      required: ["city", "unit"], additionalProperties: false } } },
+    { type: "function", function: { name: "add", strict: true, parameters: {
+      type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } },
+      required: ["a", "b"], additionalProperties: false } } },
+  ];
+  const checkCalls = (message, names) => {
+    assert.ok(message.tool_calls?.length > 0, JSON.stringify(message));
+    for (const call of message.tool_calls) {
+      assert.ok(names.includes(call.function.name), call.function.name);
+      const schema = tools.find((t) => t.function.name === call.function.name).function.parameters;
+      const args = JSON.parse(call.function.arguments);
+      assert.ok(ajv.validate(schema, args), `${call.function.arguments}: ${JSON.stringify(ajv.errors)}`);
+    }
+  };
+
+  test("strict tools: tool_choice required and a named function give calls that validate", async () => {
+    let ended = 0;
+    for (let seed = 1; seed <= 4; seed++) {
+      const req = { model, messages, tools, max_tokens: 300, seed, temperature: 1 };
+      const required = await client.chat.completions.create({ ...req, tool_choice: "required" });
+      if (required.choices[0].finish_reason === "tool_calls") {
+        ended++;
+        checkCalls(required.choices[0].message, ["get_weather", "add"]);
+      }
+      const named = await client.chat.completions.create({ ...req, parallel_tool_calls: false,
+        tool_choice: { type: "function", function: { name: "add" } } });
+      if (named.choices[0].finish_reason === "tool_calls") {
+        ended++;
+        checkCalls(named.choices[0].message, ["add"]);
+        assert.equal(named.choices[0].message.tool_calls.length, 1);
+      }
+    }
+    assert.ok(ended >= 6, `${ended} of 8 ended`);
   });
 
   test("x-request-id is the answer's id", async () => {

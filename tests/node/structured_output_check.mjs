@@ -37,7 +37,7 @@ async function runAll(jobs, width) {
   return results;
 }
 
-const base = (seed) => ({ text: "Answer:", sampling: { temperature: 1, seed }, stopping: { max_tokens: 512 } });
+const base = (seed) => ({ text: "Answer:", sampling: { temperature: 1, seed }, stopping: { max_tokens: 1024 } });
 
 // JSON schemas: every test group with at least one valid instance.
 const groups = [];

@@ -222,6 +222,13 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(RefusedParam("{" + m + R"(, "logit_bias": {"x": 1}})"), "logit_bias");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "logit_bias": {"5": 101}})"), "logit_bias.5");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "response_format": {"type": "json_schema"}})"),
+            "response_format.json_schema");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "response_format": {"type": "json_schema",
+              "json_schema": {"name": "x", "schema": {"type": "string", "format": "ipv4"}}}})"),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(RefusedParam("{" + m + R"(, "response_format": {"type": "json_object"},
+              "tools": [{"type": "function", "function": {"name": "f"}}],
+              "tool_choice": "required"})"),
             "response_format");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "stream_options": {"include_usage": true}})"),
             "stream_options");
@@ -276,6 +283,57 @@ TEST(OpenAiRequest, ToolsAndPastCallsAreWrittenAsTheTemplatesTojson) {
       "tools": [{"type": "function", "function": {"name": "w"}}], "parallel_tool_calls": false})");
   ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(p));
   EXPECT_FALSE(absl::get<OpenAiRequest>(p).parallel_tool_calls);
+}
+
+// Structured output becomes the walsh.v1 constraint: response_format a json_schema or
+// json_object, a forced or required call (or strict tools under "auto") an EBNF grammar in
+// Qwen's tool-call format; thinking is off wherever the constraint starts at the first token.
+TEST(OpenAiRequest, StructuredOutputBecomesTheConstraint) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  auto parse = [&](const std::string& fields) {
+    auto r = ParseChatCompletionRequest("{" + m + ", " + fields + "}");
+    EXPECT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
+    return absl::get<OpenAiRequest>(r);
+  };
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "f", "strict": true,
+       "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+      {"type": "function", "function": {"name": "g",
+       "parameters": {"type": "object", "patternProperties": {"^x": {}}}}}])";
+  OpenAiRequest schema = parse(R"("response_format": {"type": "json_schema",
+      "json_schema": {"name": "n", "strict": true, "schema": {"type": "integer"}}},
+      "chat_template_kwargs": {"enable_thinking": true})");
+  EXPECT_EQ(schema.generate.json_schema(), R"({"type":"integer"})");
+  EXPECT_FALSE(schema.thinking);
+  EXPECT_NE(schema.generate.text().find("<think>\n\n</think>"), std::string::npos);
+  EXPECT_TRUE(parse(R"("response_format": {"type": "json_object"})").generate.json_object());
+  EXPECT_EQ(parse(R"("response_format": {"type": "text"})").generate.constraint_case(),
+            v1::GenerateRequest::CONSTRAINT_NOT_SET);
+
+  OpenAiRequest required = parse(tools + R"(, "tool_choice": "required")");
+  EXPECT_TRUE(required.tool_call_required);
+  EXPECT_TRUE(required.parse_tool_calls);
+  const std::string& g = required.generate.grammar();
+  EXPECT_NE(g.find(R"(root ::= calls)"), std::string::npos) << g;
+  EXPECT_NE(g.find(R"(%json {"type":"object","properties":{"a":{"type":"integer"}}})"),
+            std::string::npos)
+      << g;
+  // g's parameters are beyond walsh's schemas and g is not strict: any object.
+  EXPECT_NE(g.find(R"("\"g\", \"arguments\": " %json {"type": "object"})"), std::string::npos)
+      << g;
+  OpenAiRequest named = parse(tools + R"(, "tool_choice": {"type": "function",
+                                                           "function": {"name": "f"}})");
+  EXPECT_EQ(named.generate.grammar().rfind("root ::= %json {", 0), 0u) << named.generate.grammar();
+  EXPECT_NE(named.generate.text().find(R"(<tool_call>
+{"name": "f", "arguments": )"),
+            std::string::npos);
+  // Under "auto", strict tools constrain the calls and leave the text before them free.
+  OpenAiRequest automatic = parse(tools + R"(, "chat_template_kwargs": {"enable_thinking": true})");
+  EXPECT_NE(automatic.generate.grammar().find("root ::= free0 calls?"), std::string::npos);
+  EXPECT_TRUE(automatic.thinking);
+  EXPECT_EQ(parse(R"("tools": [{"type": "function", "function": {"name": "f"}}])")
+                .generate.constraint_case(),
+            v1::GenerateRequest::CONSTRAINT_NOT_SET);
 }
 
 TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
