@@ -5,6 +5,7 @@
 // bandwidth). Any device, any tensor-parallel size; a table on stdout and, with --json, a file.
 //
 //   walsh-bench decode --model M.gguf [--threads N] [--batch 1,4,16] [--prompt 512] [--gen 32]
+// walsh-bench constraint: structured output's cost (constraint_bench.h).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/constraint_bench.h"
 #include "tools/bench/oracle_speculation.h"
 #include "worker/engine/engine.h"
 #ifndef WALSH_ENGINE_ONLY
@@ -309,13 +311,15 @@ int Decode(int argc, char** argv) {
 int Run(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   if (command == "decode") return Decode(argc - 1, argv + 1);
+  if (command == "constraint") return ConstraintBenchMain(argc - 1, argv + 1);
 #ifdef WALSH_ENGINE_ONLY
   if (command == "serve") return Fail(2, "walsh-bench serve is not in the engine-only build");
 #else
   if (command == "serve") return ServeBenchMain(argc - 1, argv + 1);
 #endif
   return Fail(2,
-              "usage: walsh-bench decode --model FILE ... | walsh-bench serve --target ADDR ...");
+              "usage: walsh-bench decode --model FILE ... | walsh-bench constraint --model FILE "
+              "... | walsh-bench serve --target ADDR ...");
 }
 
 }  // namespace

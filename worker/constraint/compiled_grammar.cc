@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace walsh {
 namespace {
 
@@ -22,6 +24,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const T
     for (const GrammarSequence& alt : grammar.rules()[r].alternatives) {
       alternatives_[r].push_back(static_cast<int32_t>(elements_.size()));
       for (const GrammarElement& e : alt) {
+        rule_of_.push_back(static_cast<int32_t>(r));
         Element flat{Kind::kRule, e.rule, {0, 0, 0, 0}};
         if (e.kind == GrammarElement::Kind::kBytes) {
           flat.kind = Kind::kBytes;
@@ -32,6 +35,58 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const T
         elements_.push_back(flat);
       }
       elements_.push_back({Kind::kEnd, -1, {0, 0, 0, 0}});
+      rule_of_.push_back(static_cast<int32_t>(r));
+    }
+  }
+  ComputeFollowSets();
+}
+
+void CompiledGrammar::ComputeFollowSets() {
+  const size_t rules = alternatives_.size();
+  std::vector<bool> nullable(rules, false);
+  std::vector<ByteSet> first(rules, ByteSet{0, 0, 0, 0});
+  follow_.assign(rules, ByteSet{0, 0, 0, 0});
+  auto merge = [](ByteSet& into, const ByteSet& from) {
+    bool changed = false;
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t v = into[w] | from[w];
+      changed = changed || v != into[w];
+      into[w] = v;
+    }
+    return changed;
+  };
+  // The first bytes of the sequence from `pos`, and whether it can be empty.
+  auto sequence_first = [&](int32_t pos, ByteSet& out) {
+    for (;; ++pos) {
+      const Element& e = elements_[pos];
+      if (e.kind == Kind::kEnd) return true;
+      if (e.kind == Kind::kBytes) {
+        merge(out, e.bytes);
+        return false;
+      }
+      merge(out, first[e.rule]);
+      if (!nullable[e.rule]) return false;
+    }
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < rules; ++r) {
+      for (int32_t start : alternatives_[r]) {
+        ByteSet f{0, 0, 0, 0};
+        const bool empty = sequence_first(start, f);
+        changed = merge(first[r], f) || changed;
+        if (empty && !nullable[r]) nullable[r] = changed = true;
+      }
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t pos = 0; pos < elements_.size(); ++pos) {
+      if (elements_[pos].kind != Kind::kRule) continue;
+      ByteSet after{0, 0, 0, 0};
+      const bool rest_empty = sequence_first(static_cast<int32_t>(pos) + 1, after);
+      if (rest_empty) merge(after, follow_[rule_of_[pos]]);
+      changed = merge(follow_[elements_[pos].rule], after) || changed;
     }
   }
 }
@@ -108,6 +163,79 @@ bool CompiledGrammar::AcceptsBytes(const GrammarStack& stack, const std::string&
   return true;
 }
 
+// Stack sets interned, and each (set, byte) step computed once: a walk over many tokens meets
+// few distinct sets (inside a string, every character leads back to the same one).
+class CompiledGrammar::SetSteps {
+ public:
+  explicit SetSteps(const CompiledGrammar& g) : g_(g) {}
+  int32_t Intern(std::vector<GrammarStack>&& set) {
+    auto [it, fresh] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
+    if (fresh) sets_.push_back(std::move(set));
+    return it->second;
+  }
+  // The set after `b`, and whether some stack left its bottom (kBottom) on the way.
+  std::pair<int32_t, bool> Step(int32_t set, uint8_t b) {
+    auto [it, fresh] = steps_.try_emplace((static_cast<int64_t>(set) << 8) | b);
+    if (fresh) {
+      bool left = false;
+      std::vector<GrammarStack> next;
+      g_.Advance(sets_[set], b, next, &left);
+      it->second = {Intern(std::move(next)), left};
+    }
+    return it->second;
+  }
+  bool Dead(int32_t set) const { return sets_[set].empty(); }
+
+ private:
+  const CompiledGrammar& g_;
+  std::vector<std::vector<GrammarStack>> sets_;
+  absl::flat_hash_map<std::vector<GrammarStack>, int32_t> ids_;
+  absl::flat_hash_map<int64_t, std::pair<int32_t, bool>> steps_;
+};
+
+void CompiledGrammar::AddUncertain(const GrammarStack& stack, const PositionMask& mask,
+                                   std::vector<uint64_t>& bits) const {
+  if (mask.uncertain.empty()) return;
+  const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
+  const std::vector<int32_t>& sorted = trie_->sorted();
+  SetSteps steps(*this);
+  const int32_t start = steps.Intern({stack});
+  auto allow = [&](int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; ++i) bits[sorted[i] >> 6] |= 1ull << (sorted[i] & 63);
+  };
+  std::vector<std::pair<int32_t, int32_t>> frames;  // (node, set after its byte)
+  // The subtrees come in trie order: each path shares a prefix with the one before, whose sets
+  // by depth are kept (path_sets[d]: the set after d bytes).
+  std::string previous;
+  std::vector<int32_t> path_sets{start};
+  for (const auto& [root, depth] : mask.uncertain) {
+    const std::string& path = trie_->bytes(sorted[nodes[root].first]);
+    size_t same = 0;
+    const size_t known = std::min<size_t>(previous.size(), path_sets.size() - 1);
+    while (same < known && same < static_cast<size_t>(depth) && previous[same] == path[same]) {
+      ++same;
+    }
+    path_sets.resize(same + 1);
+    int32_t set = path_sets.back();
+    for (int32_t d = static_cast<int32_t>(same); d < depth && !steps.Dead(set); ++d) {
+      set = steps.Step(set, static_cast<uint8_t>(path[d])).first;
+      path_sets.push_back(set);
+    }
+    previous.assign(path, 0, path_sets.size() - 1);
+    if (steps.Dead(set) || static_cast<int32_t>(path_sets.size()) - 1 < depth) continue;
+    frames.assign(1, {root, set});
+    while (!frames.empty()) {
+      const auto [node, at] = frames.back();
+      frames.pop_back();
+      allow(nodes[node].first, nodes[node].own_end);
+      for (int32_t c = node + 1; c < nodes[node].end; c = nodes[c].end) {
+        const int32_t next = steps.Step(at, nodes[c].byte).first;
+        if (!steps.Dead(next)) frames.emplace_back(c, next);
+      }
+    }
+  }
+}
+
 std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
     int32_t position) const {
   auto mask = std::make_unique<PositionMask>();
@@ -118,11 +246,14 @@ std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
   struct Frame {
     int32_t node;   // whose children are being visited
     int32_t child;  // the next child to visit
-    bool escaped;   // some parse left the position's rule on the way here
+    bool escaped;   // some parse left the position's rule, with a byte that may follow it
+    bool pending;   // some parse left it on this node's own byte: the next must follow it
   };
-  std::vector<std::vector<GrammarStack>> sets(1);
-  sets[0].push_back({kBottom, position});
-  std::vector<Frame> frames{{0, 1, false}};
+  const ByteSet& follow = follow_[rule_of_[position]];
+  auto follows = [&](uint8_t b) { return (follow[b >> 6] >> (b & 63)) & 1; };
+  SetSteps memo(*this);
+  std::vector<int32_t> sets{memo.Intern({{kBottom, position}})};
+  std::vector<Frame> frames{{0, 1, false, false}};
   while (!frames.empty()) {
     Frame& f = frames.back();
     if (f.child >= nodes[f.node].end) {
@@ -132,19 +263,21 @@ std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
     }
     const int32_t child = f.child;
     f.child = nodes[child].end;
-    bool escaped = f.escaped;
-    std::vector<GrammarStack> next;
-    Advance(sets.back(), nodes[child].byte, next, &escaped);
     const TokenTrie::Node& n = nodes[child];
-    if (next.empty()) {
-      if (escaped) mask->uncertain.insert(mask->uncertain.end(), sorted.begin() + n.first,
-                                          sorted.begin() + n.last);
+    const bool escaped = f.escaped || (f.pending && follows(n.byte));
+    const auto [next_set, left_here] = memo.Step(sets.back(), n.byte);
+    const bool dead = memo.Dead(next_set);
+    if (dead && escaped) {
+      mask->uncertain.emplace_back(child, static_cast<int32_t>(frames.size()));
       continue;
     }
+    if (dead && !left_here) continue;
+    // Alive here, or the rule ended exactly here: a token ending here is allowed whatever the
+    // stack below holds.
     accepted.insert(accepted.end(), sorted.begin() + n.first, sorted.begin() + n.own_end);
     if (n.own_end == n.last) continue;
-    sets.push_back(std::move(next));
-    frames.push_back({child, child + 1, escaped});
+    sets.push_back(next_set);
+    frames.push_back({child, child + 1, escaped, left_here});
   }
   const int64_t vocab = trie_->vocab_size();
   if (static_cast<int64_t>(accepted.size()) * 32 > vocab) {
@@ -154,7 +287,6 @@ std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
     std::sort(accepted.begin(), accepted.end());
     mask->accepted_ids = std::move(accepted);
   }
-  std::sort(mask->uncertain.begin(), mask->uncertain.end());
   mask->accepted_bits.shrink_to_fit();
   mask->uncertain.shrink_to_fit();
   return mask;
@@ -172,7 +304,7 @@ const CompiledGrammar::PositionMask& CompiledGrammar::MaskAt(int32_t position) c
   if (fresh) {
     const PositionMask& m = *it->second;
     mask_bytes_ += static_cast<int64_t>(m.accepted_bits.size() * 8 + m.accepted_ids.size() * 4 +
-                                        m.uncertain.size() * 4);
+                                        m.uncertain.size() * 8);
   }
   return *it->second;
 }

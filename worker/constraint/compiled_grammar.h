@@ -38,7 +38,8 @@ class CompiledGrammar {
   struct PositionMask {
     std::vector<uint64_t> accepted_bits;  // when dense; else accepted_ids
     std::vector<int32_t> accepted_ids;
-    std::vector<int32_t> uncertain;  // depend on the stack below the position
+    // Trie subtrees whose tokens depend on the stack below the position: (node, depth).
+    std::vector<std::pair<int32_t, int32_t>> uncertain;
   };
 
   // The start state: every stack that can begin the root.
@@ -48,6 +49,10 @@ class CompiledGrammar {
   void Advance(const std::vector<GrammarStack>& from, uint8_t byte, std::vector<GrammarStack>& to,
                bool* escaped = nullptr) const;
   bool AcceptsBytes(const GrammarStack& stack, const std::string& bytes) const;
+  // Sets in `bits` the tokens of `mask`'s uncertain subtrees that `stack` (whose top is the
+  // mask's position) accepts: each subtree's path walked once, then its tokens depth first.
+  void AddUncertain(const GrammarStack& stack, const PositionMask& mask,
+                    std::vector<uint64_t>& bits) const;
   // Computed on first use, then shared by every matcher of this grammar.
   const PositionMask& MaskAt(int32_t position) const;
 
@@ -70,9 +75,17 @@ class CompiledGrammar {
   // Expands `stack` until every top is a byte class, adding the results to `out`.
   void Expand(GrammarStack stack, std::vector<GrammarStack>& out, bool* escaped) const;
   std::unique_ptr<PositionMask> ComputeMask(int32_t position) const;
+  class SetSteps;
+
+  using ByteSet = std::array<uint64_t, 4>;
+  // Per rule: the bytes that can come right after it in any context (its follow set), so a
+  // token that leaves a position's rule with a byte outside it is rejected whatever the stack.
+  void ComputeFollowSets();
 
   std::vector<Element> elements_;
+  std::vector<int32_t> rule_of_;                     // per position
   std::vector<std::vector<int32_t>> alternatives_;  // per rule: the positions that start them
+  std::vector<ByteSet> follow_;
   int32_t root_ = 0;
   std::shared_ptr<const TokenTrie> trie_;
   mutable absl::Mutex mu_;

@@ -36,10 +36,7 @@ void GrammarMatcher::FillMask(std::vector<uint64_t>& bits) const {
         for (int32_t id : m.accepted_ids) bits[id >> 6] |= 1ull << (id & 63);
       }
     }
-    for (int32_t id : m.uncertain) {
-      if ((bits[id >> 6] >> (id & 63)) & 1) continue;
-      if (grammar_->AcceptsBytes(s, trie.bytes(id))) bits[id >> 6] |= 1ull << (id & 63);
-    }
+    grammar_->AddUncertain(s, m, bits);
   }
 }
 

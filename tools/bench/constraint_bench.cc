@@ -1,0 +1,254 @@
+#include "tools/bench/constraint_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cli_flags.h"
+#include "nlohmann/json.hpp"
+#include "worker/constraint/constraint_cache.h"
+#include "worker/constraint/grammar_matcher.h"
+#include "worker/constraint/tokenizer_trie.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/generation.h"
+#include "worker/model/model_file.h"
+
+namespace walsh {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double Since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "walsh-bench constraint: %s\n", message.c_str());
+  return code;
+}
+
+struct Workload {
+  std::string name;
+  ConstraintSpec spec;
+  std::string document;  // a text the constraint accepts, walked token by token
+};
+
+std::vector<Workload> Workloads() {
+  const std::string schema = R"({
+    "type": "object",
+    "properties": {
+      "id": {"type": "string", "format": "uuid"},
+      "name": {"type": "string", "maxLength": 64},
+      "status": {"enum": ["active", "suspended", "deleted"]},
+      "age": {"type": "integer", "minimum": 0, "maximum": 150},
+      "address": {"type": "object", "properties": {
+        "street": {"type": "string"}, "city": {"type": "string"},
+        "country": {"enum": ["DE", "FR", "JP", "US", "BR"]}},
+        "required": ["street", "city", "country"], "additionalProperties": false},
+      "orders": {"type": "array", "maxItems": 20, "items": {"type": "object", "properties": {
+        "sku": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+        "quantity": {"type": "integer", "minimum": 1},
+        "price": {"type": "number"},
+        "tags": {"type": "array", "items": {"enum": ["gift", "express", "fragile"]}}},
+        "required": ["sku", "quantity", "price"], "additionalProperties": false}}
+    },
+    "required": ["id", "name", "status", "address", "orders"],
+    "additionalProperties": false})";
+  const std::string doc =
+      R"({"id": "3f2b8c1e-9a4d-4e5f-8b6a-1c2d3e4f5a6b", "name": "Ada Lovelace", "status": )"
+      R"("active", "age": 36, "address": {"street": "12 St James's Square", "city": "London", )"
+      R"("country": "US"}, "orders": [{"sku": "ABC-1234", "quantity": 2, "price": 19.99, )"
+      R"("tags": ["gift", "express"]}, {"sku": "XYZ-0007", "quantity": 1, "price": 250}]})";
+  const std::string any =
+      R"({"model": "walsh", "choices": [{"index": 0, "text": "Hello, world! The answer is 42.", )"
+      R"("logprobs": null, "finish_reason": "stop"}], "usage": {"prompt_tokens": 12, )"
+      R"("completion_tokens": 9, "total_tokens": 21}, "nested": {"a": [1, 2.5, -3e2, true, )"
+      R"(false, null, {"b": "c"}]}})";
+  std::vector<Workload> out;
+  out.push_back({"json_schema", {ConstraintSpec::Kind::kJsonSchema, schema}, doc});
+  out.push_back({"json_object", {ConstraintSpec::Kind::kJsonObject, ""}, any});
+  out.push_back({"regex",
+                 {ConstraintSpec::Kind::kRegex,
+                  R"((Mr|Ms|Dr)\. [A-Z][a-z]{1,15} [A-Z][a-z]{1,20}, born \d{4}-\d{2}-\d{2}, )"
+                  R"(tel\. \+\d{1,3} \d{3} \d{4})"},
+                 "Dr. Grace Hopper, born 1906-12-09, tel. +1 212 5550"});
+  return out;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+// Masks along `ids`: each step's FillMask timed, then the document's own token taken.
+absl::StatusOr<std::vector<double>> Walk(std::shared_ptr<const CompiledGrammar> g,
+                                         const std::vector<int32_t>& ids) {
+  GrammarMatcher m(std::move(g));
+  std::vector<uint64_t> mask;
+  std::vector<double> times;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto t = SteadyClock::now();
+    m.FillMask(mask);
+    times.push_back(Since(t));
+    if (!((mask[ids[i] >> 6] >> (ids[i] & 63)) & 1) || !m.AcceptToken(ids[i])) {
+      return absl::InternalError("the document's token " + std::to_string(i) +
+                                 " is not in the mask: the workload is wrong");
+    }
+  }
+  if (!m.CanEnd()) return absl::InternalError("the document is incomplete for its constraint");
+  return times;
+}
+
+}  // namespace
+
+int ConstraintBenchMain(int argc, char** argv) {
+  std::string model_path, json_path;
+  int64_t batch = 0, steps = 24, repeats = 20;
+  FlagSet flags("walsh-bench constraint --model FILE [--batch N] [--steps N] [--json FILE]");
+  flags.String("model", &model_path, "GGUF model file (required): its vocabulary, and its "
+                                     "weights with --batch");
+  flags.Int("batch", &batch, "also time decode steps at this batch with and without "
+                             "constraints (0: masks only)");
+  flags.Int("steps", &steps, "decode steps per timed block with --batch");
+  flags.Int("repeats", &repeats, "warm walks of each document");
+  flags.String("json", &json_path, "also write the results as JSON to this file");
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
+    return Fail(2, std::string(s.message()) + "\n" + flags.Help());
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (model_path.empty() || batch < 0 || steps < 1 || repeats < 1) {
+    return Fail(2, "bad arguments\n" + flags.Help());
+  }
+  auto file = LoadModelFile(model_path);
+  if (!file.ok()) return Fail(1, "refused: " + std::string(file.status().message()));
+  auto tokenizer = Tokenizer::FromGguf(*file->gguf);
+  if (!tokenizer.ok()) return Fail(1, std::string(tokenizer.status().message()));
+  auto t0 = SteadyClock::now();
+  std::shared_ptr<const TokenTrie> trie = TokenizerTrie(**tokenizer);
+  const double trie_s = Since(t0);
+  std::printf("vocabulary %lld tokens; trie built in %.0f ms (%zu nodes), one core\n",
+              static_cast<long long>((*tokenizer)->vocab_size()), 1e3 * trie_s,
+              trie->nodes().size());
+  nlohmann::json doc = {{"model", model_path},
+                        {"vocab", (*tokenizer)->vocab_size()},
+                        {"trie_ms", 1e3 * trie_s}};
+  std::printf("| constraint  | compile ms | tokens | cold p50 us | cold p99 us | cold max ms | "
+              "warm p50 us | warm p99 us | positions | cache MB |\n");
+  std::printf("|-------------|------------|--------|-------------|-------------|-------------|"
+              "-------------|-------------|-----------|----------|\n");
+  std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> compiled;
+  for (const Workload& w : Workloads()) {
+    t0 = SteadyClock::now();
+    auto grammar = ConstraintGrammar(w.spec);
+    if (!grammar.ok()) return Fail(3, w.name + ": " + std::string(grammar.status().message()));
+    auto g = std::make_shared<const CompiledGrammar>(*grammar, trie);
+    const double compile_s = Since(t0);
+    const std::vector<int32_t> ids = (*tokenizer)->Encode(w.document, false);
+    auto cold = Walk(g, ids);
+    if (!cold.ok()) return Fail(3, w.name + ": " + std::string(cold.status().message()));
+    std::vector<double> warm;
+    for (int64_t r = 0; r < repeats; ++r) {
+      auto again = Walk(g, ids);
+      if (!again.ok()) return Fail(3, std::string(again.status().message()));
+      warm.insert(warm.end(), again->begin(), again->end());
+    }
+    const double cold_max = *std::max_element(cold->begin(), cold->end());
+    std::printf("| %-11s | %10.2f | %6zu | %11.1f | %11.1f | %11.2f | %11.1f | %11.1f | %9lld | "
+                "%8.2f |\n",
+                w.name.c_str(), 1e3 * compile_s, ids.size(), 1e6 * Percentile(*cold, 0.5),
+                1e6 * Percentile(*cold, 0.99), 1e3 * cold_max, 1e6 * Percentile(warm, 0.5),
+                1e6 * Percentile(warm, 0.99), static_cast<long long>(g->cached_positions()),
+                g->cached_bytes() / 1e6);
+    doc["constraints"].push_back({{"name", w.name},
+                                  {"compile_ms", 1e3 * compile_s},
+                                  {"tokens", ids.size()},
+                                  {"cold_p50_us", 1e6 * Percentile(*cold, 0.5)},
+                                  {"cold_p99_us", 1e6 * Percentile(*cold, 0.99)},
+                                  {"cold_max_ms", 1e3 * cold_max},
+                                  {"warm_p50_us", 1e6 * Percentile(warm, 0.5)},
+                                  {"warm_p99_us", 1e6 * Percentile(warm, 0.99)},
+                                  {"cached_positions", g->cached_positions()},
+                                  {"cache_bytes", g->cached_bytes()}});
+    compiled.emplace_back(w.name, g);
+  }
+
+  if (batch > 0) {
+    // Decode steps at `batch`: the forward pass, then each sequence's Generation::Advance
+    // (sampling, and for the constrained rows the mask), as the worker's scheduler runs them.
+    auto bound = Model::Bind(std::move(*file));
+    if (!bound.ok()) return Fail(1, std::string(bound.status().message()));
+    EngineOptions opts;
+    opts.state_slots = batch;
+    opts.kv_pages = batch * (steps * 6 + 64) / opts.page_size + 2 * batch + 2;
+    auto engine = Engine::Create(std::move(*bound), opts);
+    if (!engine.ok()) return Fail(1, std::string(engine.status().message()));
+    Engine& e = **engine;
+    std::printf("\ndecode steps at batch %lld (%lld steps per block, blocks alternate):\n",
+                static_cast<long long>(batch), static_cast<long long>(steps));
+    std::printf("| constraint  | ms/step | unconstrained ms/step | overhead |\n");
+    std::printf("|-------------|---------|-----------------------|----------|\n");
+    std::mt19937 rng(7);
+    const std::vector<int32_t> prompt = (*tokenizer)->Encode("Reply in JSON:", false);
+    // One block: fresh sequences and generations, a warm-up step, then `steps` timed steps.
+    auto block = [&](std::shared_ptr<const CompiledGrammar> g) -> absl::StatusOr<double> {
+      std::vector<SequenceInput> in;
+      std::vector<std::unique_ptr<Generation>> gens;
+      for (int64_t i = 0; i < batch; ++i) {
+        auto seq = e.AddSequence();
+        if (!seq.ok()) return seq.status();
+        in.push_back({*seq, prompt});
+        GenerationRequest r;
+        r.prompt = prompt;
+        r.sampling.temperature = 1.0f;
+        r.sampling.seed = rng();
+        r.stop.max_tokens = steps + 2;
+        r.constraint = g;
+        gens.push_back(std::make_unique<Generation>(tokenizer->get(), std::move(r)));
+      }
+      double timed = 0;
+      for (int64_t k = 0; k < steps + 1; ++k) {
+        const auto t = SteadyClock::now();
+        auto out = e.Forward(in);
+        if (!out.ok()) return out.status();
+        for (int64_t i = 0; i < batch; ++i) {
+          in[i].tokens = {gens[i]->Advance(out->RowLogits(i), out->vocab).id};
+        }
+        if (k > 0) timed += Since(t);
+      }
+      for (const SequenceInput& s : in) (void)e.RemoveSequence(s.id);
+      return timed / steps;
+    };
+    for (const auto& [name, g] : compiled) {
+      double with = 0, without = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        auto a = block(nullptr);
+        auto b = block(g);
+        if (!a.ok() || !b.ok()) return Fail(3, std::string((a.ok() ? b : a).status().message()));
+        without += *a / 3;
+        with += *b / 3;
+      }
+      std::printf("| %-11s | %7.2f | %21.2f | %7.1f%% |\n", name.c_str(), 1e3 * with,
+                  1e3 * without, 100 * (with / without - 1));
+      doc["steps"].push_back({{"name", name},
+                              {"batch", batch},
+                              {"ms_per_step", 1e3 * with},
+                              {"unconstrained_ms_per_step", 1e3 * without}});
+    }
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << doc.dump(2) << "\n";
+    if (!out) return Fail(3, "cannot write " + json_path);
+  }
+  return 0;
+}
+
+}  // namespace walsh
