@@ -21,9 +21,10 @@ inline std::shared_ptr<const TokenTrie> FuzzVocabulary() {
   static const auto* trie = [] {
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"{\"", "\":", "\",", "\"}", "true", "false", "null", "[]", "{}", "ab",
-                          "a\"", "\\n", "\\u00", "12", "-1", ".5", "e+", "\xc3\xa9", "\xe2\x82",
-                          "\xac", " \"", "\":\"", "}]", "],", "xyz", "0", "<tool_call>", ""}) {
+    for (const char* t : {"{\"",   "\":", "\",", "\"}",      "true",     "false",       "null",
+                          "[]",    "{}",  "ab",  "a\"",      "\\n",      "\\u00",       "12",
+                          "-1",    ".5",  "e+",  "\xc3\xa9", "\xe2\x82", "\xac",        " \"",
+                          "\":\"", "}]",  "],",  "xyz",      "0",        "<tool_call>", ""}) {
       tokens.push_back(t);
     }
     return new std::shared_ptr<const TokenTrie>(std::make_shared<const TokenTrie>(tokens));
@@ -57,7 +58,8 @@ inline void WalkAgainstBruteForce(std::shared_ptr<const CompiledGrammar> compile
     for (int32_t id = 0; id < vocab; ++id) {
       GrammarMatcher probe = m;
       const bool brute = probe.AcceptToken(id);
-      if (brute != (((mask[id >> 6] >> (id & 63)) & 1) != 0)) Violated("mask differs from brute force");
+      if (brute != (((mask[id >> 6] >> (id & 63)) & 1) != 0))
+        Violated("mask differs from brute force");
       if (brute) allowed.push_back(id);
     }
     if (allowed.empty()) return;

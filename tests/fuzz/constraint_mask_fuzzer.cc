@@ -12,8 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace walsh;
   if (size < 1) return 0;
   constexpr ConstraintSpec::Kind kKinds[] = {ConstraintSpec::Kind::kRegex,
-                                              ConstraintSpec::Kind::kGrammar,
-                                              ConstraintSpec::Kind::kJsonSchema};
+                                             ConstraintSpec::Kind::kGrammar,
+                                             ConstraintSpec::Kind::kJsonSchema};
   const ConstraintSpec spec{kKinds[data[0] % 3],
                             std::string(reinterpret_cast<const char*>(data + 1), size - 1)};
   if (auto compiled = fuzz::Compile(spec)) fuzz::WalkAgainstBruteForce(compiled, data, size);

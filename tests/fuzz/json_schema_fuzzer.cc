@@ -9,7 +9,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace walsh;
-  (void)fuzz::Compile({ConstraintSpec::Kind::kJsonSchema,
-                       std::string(reinterpret_cast<const char*>(data), size)});
+  (void)fuzz::Compile(
+      {ConstraintSpec::Kind::kJsonSchema, std::string(reinterpret_cast<const char*>(data), size)});
   return 0;
 }

@@ -110,10 +110,12 @@ int ConstraintBenchMain(int argc, char** argv) {
   std::string model_path, json_path;
   int64_t batch = 0, steps = 24, repeats = 20;
   FlagSet flags("walsh-bench constraint --model FILE [--batch N] [--steps N] [--json FILE]");
-  flags.String("model", &model_path, "GGUF model file (required): its vocabulary, and its "
-                                     "weights with --batch");
-  flags.Int("batch", &batch, "also time decode steps at this batch with and without "
-                             "constraints (0: masks only)");
+  flags.String("model", &model_path,
+               "GGUF model file (required): its vocabulary, and its "
+               "weights with --batch");
+  flags.Int("batch", &batch,
+            "also time decode steps at this batch with and without "
+            "constraints (0: masks only)");
   flags.Int("steps", &steps, "decode steps per timed block with --batch");
   flags.Int("repeats", &repeats, "warm walks of each document");
   flags.String("json", &json_path, "also write the results as JSON to this file");
@@ -137,13 +139,14 @@ int ConstraintBenchMain(int argc, char** argv) {
   std::printf("vocabulary %lld tokens; trie built in %.0f ms (%zu nodes), one core\n",
               static_cast<long long>((*tokenizer)->vocab_size()), 1e3 * trie_s,
               trie->nodes().size());
-  nlohmann::json doc = {{"model", model_path},
-                        {"vocab", (*tokenizer)->vocab_size()},
-                        {"trie_ms", 1e3 * trie_s}};
-  std::printf("| constraint  | compile ms | tokens | cold p50 us | cold p99 us | cold max ms | "
-              "warm p50 us | warm p99 us | positions | cache MB |\n");
-  std::printf("|-------------|------------|--------|-------------|-------------|-------------|"
-              "-------------|-------------|-----------|----------|\n");
+  nlohmann::json doc = {
+      {"model", model_path}, {"vocab", (*tokenizer)->vocab_size()}, {"trie_ms", 1e3 * trie_s}};
+  std::printf(
+      "| constraint  | compile ms | tokens | cold p50 us | cold p99 us | cold max ms | "
+      "warm p50 us | warm p99 us | positions | cache MB |\n");
+  std::printf(
+      "|-------------|------------|--------|-------------|-------------|-------------|"
+      "-------------|-------------|-----------|----------|\n");
   std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> compiled;
   for (const Workload& w : Workloads()) {
     t0 = SteadyClock::now();
@@ -161,12 +164,13 @@ int ConstraintBenchMain(int argc, char** argv) {
       warm.insert(warm.end(), again->begin(), again->end());
     }
     const double cold_max = *std::max_element(cold->begin(), cold->end());
-    std::printf("| %-11s | %10.2f | %6zu | %11.1f | %11.1f | %11.2f | %11.1f | %11.1f | %9lld | "
-                "%8.2f |\n",
-                w.name.c_str(), 1e3 * compile_s, ids.size(), 1e6 * Percentile(*cold, 0.5),
-                1e6 * Percentile(*cold, 0.99), 1e3 * cold_max, 1e6 * Percentile(warm, 0.5),
-                1e6 * Percentile(warm, 0.99), static_cast<long long>(g->cached_positions()),
-                g->cached_bytes() / 1e6);
+    std::printf(
+        "| %-11s | %10.2f | %6zu | %11.1f | %11.1f | %11.2f | %11.1f | %11.1f | %9lld | "
+        "%8.2f |\n",
+        w.name.c_str(), 1e3 * compile_s, ids.size(), 1e6 * Percentile(*cold, 0.5),
+        1e6 * Percentile(*cold, 0.99), 1e3 * cold_max, 1e6 * Percentile(warm, 0.5),
+        1e6 * Percentile(warm, 0.99), static_cast<long long>(g->cached_positions()),
+        g->cached_bytes() / 1e6);
     doc["constraints"].push_back({{"name", w.name},
                                   {"compile_ms", 1e3 * compile_s},
                                   {"tokens", ids.size()},
@@ -235,8 +239,8 @@ int ConstraintBenchMain(int argc, char** argv) {
         without += *a / 3;
         with += *b / 3;
       }
-      std::printf("| %-11s | %7.2f | %21.2f | %7.1f%% |\n", name.c_str(), 1e3 * with,
-                  1e3 * without, 100 * (with / without - 1));
+      std::printf("| %-11s | %7.2f | %21.2f | %7.1f%% |\n", name.c_str(), 1e3 * with, 1e3 * without,
+                  100 * (with / without - 1));
       doc["steps"].push_back({{"name", name},
                               {"batch", batch},
                               {"ms_per_step", 1e3 * with},

@@ -83,7 +83,7 @@ class CompiledGrammar {
   void ComputeFollowSets();
 
   std::vector<Element> elements_;
-  std::vector<int32_t> rule_of_;                     // per position
+  std::vector<int32_t> rule_of_;                    // per position
   std::vector<std::vector<int32_t>> alternatives_;  // per rule: the positions that start them
   std::vector<ByteSet> follow_;
   int32_t root_ = 0;

@@ -162,13 +162,14 @@ int64_t Grammar::element_count() const {
 absl::Status Grammar::Check() const {
   if (rules_.empty()) return absl::InvalidArgumentError("the grammar has no rules");
   for (const GrammarRule& r : rules_) {
-    if (!r.defined) return absl::InvalidArgumentError(absl::StrCat("rule '", r.name,
-                                                                   "' is used but not defined"));
+    if (!r.defined)
+      return absl::InvalidArgumentError(
+          absl::StrCat("rule '", r.name, "' is used but not defined"));
   }
   if (element_count() > kMaxGrammarElements) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the grammar compiles to %d elements, above the limit of %d", element_count(),
-        kMaxGrammarElements));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the grammar compiles to %d elements, above the limit of %d",
+                        element_count(), kMaxGrammarElements));
   }
   const size_t n = rules_.size();
   std::vector<bool> nullable(n, false);
@@ -235,8 +236,8 @@ absl::Status Grammar::Check() const {
       for (const GrammarSequence& alt : rules_[i].alternatives) {
         bool all = true;
         for (const GrammarElement& e : alt) {
-          all = all && (e.kind == GrammarElement::Kind::kBytes ? !e.ranges.empty()
-                                                               : productive[e.rule]);
+          all = all &&
+                (e.kind == GrammarElement::Kind::kBytes ? !e.ranges.empty() : productive[e.rule]);
         }
         if (all) {
           productive[i] = changed = true;

@@ -21,8 +21,8 @@ class GrammarMatcher {
   // Bit i of `bits` (vocab_size bits) is set when token i may come next. End-of-sequence
   // tokens are the caller's: allowed exactly when CanEnd().
   void FillMask(std::vector<uint64_t>& bits) const;
-  bool CanEnd() const;    // the output so far is a complete match
-  bool MustEnd() const;   // ... and nothing more can follow
+  bool CanEnd() const;   // the output so far is a complete match
+  bool MustEnd() const;  // ... and nothing more can follow
   bool Dead() const { return stacks_.empty(); }
 
   const CompiledGrammar& grammar() const { return *grammar_; }

@@ -13,31 +13,52 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "worker/constraint/pattern_cursor.h"
 #include "worker/constraint/number_range.h"
+#include "worker/constraint/pattern_cursor.h"
 #include "worker/constraint/regex_compiler.h"
 #include "worker/constraint/schema_algebra.h"
+#include "worker/constraint/schema_kinds.h"
 
 namespace walsh {
 namespace {
 
 using Json = SchemaJson;
 
-const std::set<std::string>& Annotations() {
-  static const auto* s = new std::set<std::string>{
-      "title",    "description", "default",   "examples", "$schema", "$id",
-      "$comment", "deprecated",  "readOnly",  "writeOnly", "$defs",  "definitions"};
-  return *s;
-}
 const std::set<std::string>& Supported() {
-  static const auto* s = new std::set<std::string>{
-      "type",     "properties", "required",  "additionalProperties", "items",     "prefixItems",
-      "enum",     "const",      "anyOf",     "oneOf",                "$ref",      "pattern",
-      "minLength", "maxLength", "minItems",  "maxItems",             "format",    "allOf",
-      "minimum",  "maximum",    "exclusiveMinimum",  "exclusiveMaximum",     "contains",  "minContains",
-      "unevaluatedProperties",  "unevaluatedItems",  "propertyNames",        "minProperties",
-      "maxProperties",          "if",                "then",                 "else",
-      "not",                    "uniqueItems"};
+  static const auto* s = new std::set<std::string>{"type",
+                                                   "properties",
+                                                   "required",
+                                                   "additionalProperties",
+                                                   "items",
+                                                   "prefixItems",
+                                                   "enum",
+                                                   "const",
+                                                   "anyOf",
+                                                   "oneOf",
+                                                   "$ref",
+                                                   "pattern",
+                                                   "minLength",
+                                                   "maxLength",
+                                                   "minItems",
+                                                   "maxItems",
+                                                   "format",
+                                                   "allOf",
+                                                   "minimum",
+                                                   "maximum",
+                                                   "exclusiveMinimum",
+                                                   "exclusiveMaximum",
+                                                   "contains",
+                                                   "minContains",
+                                                   "unevaluatedProperties",
+                                                   "unevaluatedItems",
+                                                   "propertyNames",
+                                                   "minProperties",
+                                                   "maxProperties",
+                                                   "if",
+                                                   "then",
+                                                   "else",
+                                                   "not",
+                                                   "uniqueItems"};
   return *s;
 }
 
@@ -130,13 +151,19 @@ class SchemaCompiler {
     if (string_char_ >= 0) return string_char_;
     string_char_ = g_.NewRule("string-char");
     g_.AddAlternative(string_char_, {g_.Chars(Unescaped())});
-    GrammarElement simple = Grammar::Bytes({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
-                                            {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}});
+    GrammarElement simple = Grammar::Bytes({{'"', '"'},
+                                            {'\\', '\\'},
+                                            {'/', '/'},
+                                            {'b', 'b'},
+                                            {'f', 'f'},
+                                            {'n', 'n'},
+                                            {'r', 'r'},
+                                            {'t', 't'}});
     g_.AddAlternative(string_char_, {Grammar::Byte('\\'), simple});
     // \uXXXX outside the surrogates: a character counts once however it is written.
     const GrammarElement hex = Grammar::Bytes({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
-    const GrammarElement not_d = Grammar::Bytes({{'0', '9'}, {'a', 'c'}, {'A', 'C'},
-                                                 {'e', 'f'}, {'E', 'F'}});
+    const GrammarElement not_d =
+        Grammar::Bytes({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}});
     g_.AddAlternative(string_char_,
                       {Grammar::Byte('\\'), Grammar::Byte('u'), not_d, hex, hex, hex});
     g_.AddAlternative(string_char_, {Grammar::Byte('\\'), Grammar::Byte('u'),
@@ -210,7 +237,7 @@ class SchemaCompiler {
     if (!s.is_object()) return Error(path, "a schema must be an object or a boolean");
     std::vector<std::string> keywords;
     for (const auto& [key, v] : s.items()) {
-      if (Annotations().count(key)) continue;
+      if (IsSchemaAnnotation(key)) continue;
       if (!Supported().count(key)) return Error(path, absl::StrCat("'", key, "' is not supported"));
       keywords.push_back(key);
     }
@@ -236,7 +263,7 @@ class SchemaCompiler {
     if (s.contains("not")) {
       Json rest = s;
       rest.erase("not");
-      ASSIGN_OR_RETURN(rest, Without(rest, s["not"], path + "/not"));
+      ASSIGN_OR_RETURN(rest, WithoutTypes(rest, s["not"], path + "/not"));
       return Schema(rest, path);
     }
     if (s.contains("uniqueItems")) {
@@ -332,7 +359,7 @@ class SchemaCompiler {
       const Json& branches = s[any];
       const std::string at = absl::StrCat(path, "/", any);
       if (!branches.is_array() || branches.empty()) return Error(at, "must be a non-empty array");
-      if (std::string(any) == "oneOf") RETURN_IF_ERROR(CheckDisjoint(branches, at));
+      if (std::string(any) == "oneOf") RETURN_IF_ERROR(CheckOneOfDisjoint(branches, at));
       const int32_t r = g_.NewRule(any);
       for (size_t i = 0; i < branches.size(); ++i) {
         if (branches[i].is_boolean() && !branches[i].get<bool>()) continue;
@@ -361,8 +388,7 @@ class SchemaCompiler {
                s.contains("maxProperties")) {
       types = {"object"};
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
-               s.contains("maxItems") || s.contains("unevaluatedItems") ||
-               s.contains("contains")) {
+               s.contains("maxItems") || s.contains("unevaluatedItems") || s.contains("contains")) {
       types = {"array"};
     } else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") ||
                s.contains("format")) {
@@ -416,92 +442,6 @@ class SchemaCompiler {
     return static_cast<int64_t>(n);
   }
 
-  // The JSON kinds of value a schema may accept (nullopt: any), and those this compiler writes
-  // for it (its inferred type where it has none). "integer" counts as "number".
-  static std::optional<std::set<std::string>> Kinds(const Json& b, bool written) {
-    if (b.is_boolean()) {
-      if (b.get<bool>()) return std::nullopt;
-      return std::set<std::string>{};
-    }
-    if (!b.is_object()) return std::nullopt;
-    auto kind = [](const Json& v) -> std::string {
-      return v.is_object()    ? "object"
-             : v.is_array()   ? "array"
-             : v.is_string()  ? "string"
-             : v.is_number()  ? "number"
-             : v.is_boolean() ? "boolean"
-                              : "null";
-    };
-    std::set<std::string> out;
-    if (b.contains("const")) {
-      out.insert(kind(b["const"]));
-      return out;
-    }
-    if (b.contains("enum") && b["enum"].is_array()) {
-      for (const Json& v : b["enum"]) out.insert(kind(v));
-      return out;
-    }
-    if (b.contains("type")) {
-      const Json t = b["type"].is_array() ? b["type"] : Json::array({b["type"]});
-      for (const Json& x : t) {
-        if (!x.is_string()) return std::nullopt;
-        out.insert(x.get<std::string>() == "integer" ? "number" : x.get<std::string>());
-      }
-      return out;
-    }
-    if (!written || b.contains("$ref") || b.contains("anyOf") || b.contains("oneOf") ||
-        b.contains("allOf")) {
-      return std::nullopt;
-    }
-    if (b.contains("properties") || b.contains("required") || b.contains("additionalProperties")) {
-      return std::set<std::string>{"object"};
-    }
-    if (b.contains("items") || b.contains("prefixItems")) return std::set<std::string>{"array"};
-    return std::nullopt;
-  }
-
-  // oneOf holds when exactly one branch does: each branch's outputs must fail every other
-  // branch, which is shown here by the kinds of value (or the enum values) alone.
-  absl::Status CheckDisjoint(const Json& branches, const std::string& at) {
-    for (size_t i = 0; i < branches.size(); ++i) {
-      for (size_t j = 0; j < branches.size(); ++j) {
-        if (i == j) continue;
-        const auto written = Kinds(branches[i], true);
-        const auto accepted = Kinds(branches[j], false);
-        bool disjoint = false;
-        if (written && written->empty()) disjoint = true;
-        if (accepted && accepted->empty()) disjoint = true;
-        if (written && accepted) {
-          disjoint = disjoint || std::none_of(written->begin(), written->end(),
-                                             [&](const std::string& k) { return accepted->count(k); });
-        }
-        const Json& x = branches[i];
-        const Json& y = branches[j];
-        auto values = [](const Json& b) -> std::optional<Json> {
-          if (!b.is_object() || b.size() != 1) return std::nullopt;
-          if (b.contains("const")) return Json::array({b["const"]});
-          if (b.contains("enum") && b["enum"].is_array()) return b["enum"];
-          return std::nullopt;
-        };
-        if (auto vx = values(x), vy = values(y); vx && vy) {
-          bool shared = false;
-          for (const Json& a : *vx) {
-            for (const Json& b : *vy) {
-              shared = shared || nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
-            }
-          }
-          disjoint = disjoint || !shared;
-        }
-        if (!disjoint) {
-          return Error(at, absl::StrCat("branches ", i, " and ", j,
-                                        " may hold for the same value; oneOf is supported only "
-                                        "where its branches differ in kind or enum values"));
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
   // Bounds as the integers that meet them: [lo, hi].
   absl::StatusOr<GrammarElement> NumberSchema(const Json& s, const std::string& path,
                                               bool integer) {
@@ -514,13 +454,13 @@ class SchemaCompiler {
       const std::string k = key;
       if (k == "minimum" || k == "exclusiveMinimum") {
         if (v < -kLimit) continue;
-        const int64_t b = std::min<double>(kLimit, k == "minimum" ? std::ceil(v)
-                                                                  : std::floor(v) + 1);
+        const int64_t b =
+            std::min<double>(kLimit, k == "minimum" ? std::ceil(v) : std::floor(v) + 1);
         lo = lo ? std::max(*lo, b) : b;
       } else {
         if (v > kLimit) continue;
-        const int64_t b = std::max<double>(-kLimit, k == "maximum" ? std::floor(v)
-                                                                   : std::ceil(v) - 1);
+        const int64_t b =
+            std::max<double>(-kLimit, k == "maximum" ? std::floor(v) : std::ceil(v) - 1);
         hi = hi ? std::min(*hi, b) : b;
       }
     }
@@ -572,8 +512,8 @@ class SchemaCompiler {
       if (!s["format"].is_string()) return Error(where, "must be a string");
       auto it = Formats().find(s["format"].get<std::string>());
       if (it == Formats().end()) {
-        return Error(where, absl::StrCat("format '", s["format"].get<std::string>(),
-                                         "' is not supported"));
+        return Error(
+            where, absl::StrCat("format '", s["format"].get<std::string>(), "' is not supported"));
       }
       pattern = it->second;
     }
@@ -713,7 +653,8 @@ class SchemaCompiler {
     ASSIGN_OR_RETURN(int64_t min_members, Count(s, "minProperties", path, 0));
     ASSIGN_OR_RETURN(int64_t max_members, Count(s, "maxProperties", path, -1));
     if ((s.contains("minProperties") || s.contains("maxProperties")) && listed) {
-      return Error(path, "'minProperties'/'maxProperties' beside listed properties is not supported");
+      return Error(path,
+                   "'minProperties'/'maxProperties' beside listed properties is not supported");
     }
     std::optional<GrammarElement> key;  // of additional members
     if (s.contains("propertyNames")) {
@@ -723,9 +664,9 @@ class SchemaCompiler {
         extra.reset();
       } else {
         const SchemaResolver resolve = [this](const std::string& ref) { return Lookup(ref); };
-        absl::StatusOr<Json> names_schema =
-            IntersectSchemas(pn, Json{{"type", "string"}}, resolve);
-        if (!names_schema.ok()) return Error(path + "/propertyNames", names_schema.status().message());
+        absl::StatusOr<Json> names_schema = IntersectSchemas(pn, Json{{"type", "string"}}, resolve);
+        if (!names_schema.ok())
+          return Error(path + "/propertyNames", names_schema.status().message());
         if (names_schema->is_boolean()) return Error(path + "/propertyNames", "allows no name");
         ASSIGN_OR_RETURN(GrammarElement k, Schema(*names_schema, path + "/propertyNames"));
         key = k;
@@ -792,8 +733,7 @@ class SchemaCompiler {
       const Json& p = s["prefixItems"];
       if (!p.is_array()) return Error(path + "/prefixItems", "must be an array of schemas");
       for (size_t i = 0; i < p.size(); ++i) {
-        ASSIGN_OR_RETURN(GrammarElement e,
-                         Schema(p[i], absl::StrCat(path, "/prefixItems/", i)));
+        ASSIGN_OR_RETURN(GrammarElement e, Schema(p[i], absl::StrCat(path, "/prefixItems/", i)));
         prefix.push_back(e);
       }
     }
@@ -805,7 +745,8 @@ class SchemaCompiler {
       if (s[items_key].is_boolean() && !s[items_key].get<bool>()) {
         items.reset();
       } else {
-        ASSIGN_OR_RETURN(GrammarElement e, Schema(s[items_key], absl::StrCat(path, "/", items_key)));
+        ASSIGN_OR_RETURN(GrammarElement e,
+                         Schema(s[items_key], absl::StrCat(path, "/", items_key)));
         items = e;
       }
     }
@@ -814,8 +755,8 @@ class SchemaCompiler {
     if (s.contains("contains") && min_contains > 0) {
       if (!prefix.empty()) return Error(path, "'contains' beside 'prefixItems' is not supported");
       const SchemaResolver resolve = [this](const std::string& ref) { return Lookup(ref); };
-      absl::StatusOr<Json> c = IntersectSchemas(
-          s.contains(items_key) ? s[items_key] : Json(true), s["contains"], resolve);
+      absl::StatusOr<Json> c = IntersectSchemas(s.contains(items_key) ? s[items_key] : Json(true),
+                                                s["contains"], resolve);
       if (!c.ok()) return Error(path + "/contains", c.status().message());
       if (c->is_boolean() && !c->get<bool>()) return Error(path + "/contains", "no item can match");
       ASSIGN_OR_RETURN(GrammarElement e, Schema(*c, path + "/contains"));
@@ -869,51 +810,6 @@ class SchemaCompiler {
     return Grammar::Ref(r);
   }
 
-  // `s` without the values `not` accepts, where `not` names types alone.
-  absl::StatusOr<Json> Without(Json s, const Json& negated, const std::string& path) {
-    if (negated.is_boolean()) {
-      if (!negated.get<bool>()) return s;
-      return Error(path, "'not: true' accepts no value");
-    }
-    std::optional<std::set<std::string>> gone;
-    if (negated.is_object()) {
-      bool only_type = negated.contains("type");
-      for (const auto& [k, v] : negated.items()) only_type = only_type && (k == "type" || Annotations().count(k));
-      if (only_type) gone = Kinds(negated, false);
-      if (negated.empty()) return Error(path, "'not: {}' accepts no value");
-    }
-    if (!gone) return Error(path, "'not' is supported only around 'type'");
-    // "integer" was folded into "number" by Kinds: keep what is left of the rest's types.
-    std::vector<std::string> all = {"null", "boolean", "object", "array", "string", "number",
-                                    "integer"};
-    std::vector<std::string> kept;
-    std::vector<std::string> have = all;
-    if (s.contains("type")) {
-      have.clear();
-      const Json t = s["type"].is_array() ? s["type"] : Json::array({s["type"]});
-      for (const Json& x : t) {
-        if (x.is_string()) have.push_back(x.get<std::string>());
-      }
-    }
-    const bool not_integer_only = negated["type"] == "integer" ||
-                                  (negated["type"].is_array() && negated["type"].size() == 1 &&
-                                   negated["type"][0] == "integer");
-    for (const std::string& t : have) {
-      const std::string kind = t == "integer" ? "number" : t;
-      if (!gone->count(kind)) {
-        kept.push_back(t);
-      } else if (t == "number" && not_integer_only) {
-        return Error(path, "'not' an integer among numbers is not supported");
-      }
-    }
-    if (!s.contains("type")) {
-      kept.erase(std::remove(kept.begin(), kept.end(), "integer"), kept.end());
-    }
-    if (kept.empty()) return Error(path, "no type is left beside 'not'");
-    s["type"] = Json(kept);
-    return s;
-  }
-
   absl::StatusOr<GrammarElement> Ref(const Json& ref, const std::string& path) {
     if (!ref.is_string()) return Error(path, "must be a string");
     const std::string target = ref.get<std::string>();
@@ -937,7 +833,8 @@ class SchemaCompiler {
   std::map<std::string, int32_t> refs_;
 };
 
-absl::StatusOr<Grammar> RootedGrammar(const std::function<absl::StatusOr<GrammarElement>(Grammar&)>& body) {
+absl::StatusOr<Grammar> RootedGrammar(
+    const std::function<absl::StatusOr<GrammarElement>(Grammar&)>& body) {
   Grammar g;
   const int32_t root = g.Rule("root");
   g.Define(root);

@@ -78,7 +78,8 @@ std::string NumberRangeRegex(std::optional<int64_t> lo, std::optional<int64_t> h
   }
   // -m.ddd for m >= 1 lies in (-m - 1, -m): needs -m - 1 >= l and -m <= h.
   if (l <= -2 && std::max<int64_t>(1, -h) <= -l - 1) {
-    alts.push_back(absl::StrCat("-", IntegerRangeRegex(std::max<int64_t>(1, -h), -l - 1), fraction));
+    alts.push_back(
+        absl::StrCat("-", IntegerRangeRegex(std::max<int64_t>(1, -h), -l - 1), fraction));
   }
   return absl::StrCat("(", absl::StrJoin(alts, "|"), ")");
 }

@@ -19,7 +19,7 @@ const std::vector<CodepointRange>& Word() {
 // ECMAScript's WhiteSpace and LineTerminator.
 const std::vector<CodepointRange>& Space() {
   static const auto* s = new std::vector<CodepointRange>{
-      {0x09, 0x0D}, {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+      {0x09, 0x0D},     {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
       {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
   return *s;
 }
@@ -52,15 +52,13 @@ absl::StatusOr<PatternCursor> PatternCursor::FromUtf8(absl::string_view text, st
     const uint8_t b = static_cast<uint8_t>(text[i]);
     int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
     if (n == 0 || i + n > text.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(c.what_, ": ill-formed UTF-8 at byte ", i));
+      return absl::InvalidArgumentError(absl::StrCat(c.what_, ": ill-formed UTF-8 at byte ", i));
     }
     uint32_t cp = n == 1 ? b : b & (0xFF >> (n + 1));
     for (int k = 1; k < n; ++k) {
       const uint8_t t = static_cast<uint8_t>(text[i + k]);
       if ((t >> 6) != 2) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(c.what_, ": ill-formed UTF-8 at byte ", i));
+        return absl::InvalidArgumentError(absl::StrCat(c.what_, ": ill-formed UTF-8 at byte ", i));
       }
       cp = (cp << 6) | (t & 0x3F);
     }
@@ -95,26 +93,48 @@ absl::Status PatternCursor::Escape(bool in_class, std::vector<CodepointRange>& s
     return absl::OkStatus();
   };
   switch (c) {
-    case 'd': set.insert(set.end(), Digits().begin(), Digits().end()); return absl::OkStatus();
-    case 'w': set.insert(set.end(), Word().begin(), Word().end()); return absl::OkStatus();
-    case 's': set.insert(set.end(), Space().begin(), Space().end()); return absl::OkStatus();
-    case 'D': for (auto r : Complement(Digits())) set.push_back(r); return absl::OkStatus();
-    case 'W': for (auto r : Complement(Word())) set.push_back(r); return absl::OkStatus();
-    case 'S': for (auto r : Complement(Space())) set.push_back(r); return absl::OkStatus();
-    case 't': return one('\t');
-    case 'n': return one('\n');
-    case 'r': return one('\r');
-    case 'f': return one('\f');
-    case 'v': return one('\v');
-    case '0': return one(0);
+    case 'd':
+      set.insert(set.end(), Digits().begin(), Digits().end());
+      return absl::OkStatus();
+    case 'w':
+      set.insert(set.end(), Word().begin(), Word().end());
+      return absl::OkStatus();
+    case 's':
+      set.insert(set.end(), Space().begin(), Space().end());
+      return absl::OkStatus();
+    case 'D':
+      for (auto r : Complement(Digits())) set.push_back(r);
+      return absl::OkStatus();
+    case 'W':
+      for (auto r : Complement(Word())) set.push_back(r);
+      return absl::OkStatus();
+    case 'S':
+      for (auto r : Complement(Space())) set.push_back(r);
+      return absl::OkStatus();
+    case 't':
+      return one('\t');
+    case 'n':
+      return one('\n');
+    case 'r':
+      return one('\r');
+    case 'f':
+      return one('\f');
+    case 'v':
+      return one('\v');
+    case '0':
+      return one(0);
     case 'b':
       if (in_class) return one('\b');
       return Error("word boundaries (\\b) are not supported");
-    case 'B': return Error("word boundaries (\\B) are not supported");
+    case 'B':
+      return Error("word boundaries (\\B) are not supported");
     case 'p':
-    case 'P': return Error("Unicode property escapes (\\p, \\P) are not supported");
-    case 'k': return Error("named backreferences (\\k) are not supported");
-    case 'c': return Error("control escapes (\\c) are not supported");
+    case 'P':
+      return Error("Unicode property escapes (\\p, \\P) are not supported");
+    case 'k':
+      return Error("named backreferences (\\k) are not supported");
+    case 'c':
+      return Error("control escapes (\\c) are not supported");
     case 'x': {
       const int h = HexValue(peek()), l = HexValue(peek(1));
       if (h < 0 || l < 0) return Error("\\x needs two hex digits");

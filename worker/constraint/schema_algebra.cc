@@ -15,21 +15,14 @@ using Json = SchemaJson;
 constexpr int kMaxDepth = 32;
 constexpr size_t kMaxBranches = 64;
 
-bool IsAnnotation(const std::string& k) {
-  static const auto* s = new std::set<std::string>{
-      "title",    "description", "default",  "examples",  "$schema", "$id",
-      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
-  return s->count(k) > 0;
-}
-
 // Values compared as JSON values: member order does not matter.
 bool SameValue(const Json& a, const Json& b) {
   return nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
 }
 
 absl::Status CannotCombine(const std::string& key) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("two different '", key, "' cannot be combined (allOf, or beside $ref or anyOf)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "two different '", key, "' cannot be combined (allOf, or beside $ref or anyOf)"));
 }
 
 absl::StatusOr<Json> Intersect(const Json& a, const Json& b, const SchemaResolver& resolve,
@@ -79,8 +72,8 @@ std::vector<std::string> Types(const Json& s) {
 // them they mean what additionalProperties and items do; merged, they would wrongly see the
 // other schema's members as evaluated.
 absl::Status Localize(Json& s) {
-  const bool applicators = s.contains("anyOf") || s.contains("oneOf") || s.contains("if") ||
-                           s.contains("contains");
+  const bool applicators =
+      s.contains("anyOf") || s.contains("oneOf") || s.contains("if") || s.contains("contains");
   for (auto [uneval, local] : {std::pair{"unevaluatedProperties", "additionalProperties"},
                                std::pair{"unevaluatedItems", "items"}}) {
     if (!s.contains(uneval)) continue;
@@ -122,7 +115,7 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
       continue;
     }
     const Json va = out[key];
-    if (IsAnnotation(key) || SameValue(va, vb)) continue;
+    if (IsSchemaAnnotation(key) || SameValue(va, vb)) continue;
     if (key == "type") {
       std::vector<std::string> both;
       for (const std::string& x : Types(a)) {
@@ -226,8 +219,8 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
     }
     Json prefix = Json::array();
     for (size_t i = 0; i < std::max(xa.size(), xb.size()); ++i) {
-      ASSIGN_OR_RETURN(Json both, Intersect(i < xa.size() ? xa[i] : ia,
-                                            i < xb.size() ? xb[i] : ib, resolve, depth + 1));
+      ASSIGN_OR_RETURN(Json both, Intersect(i < xa.size() ? xa[i] : ia, i < xb.size() ? xb[i] : ib,
+                                            resolve, depth + 1));
       prefix.push_back(both);
     }
     if (!prefix.empty()) out["prefixItems"] = prefix;
@@ -252,7 +245,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
   if (s.is_boolean()) return s.get<bool>();
   if (!s.is_object()) return absl::InvalidArgumentError("a schema must be an object or a boolean");
   for (const auto& [key, k] : s.items()) {
-    if (IsAnnotation(key)) continue;
+    if (IsSchemaAnnotation(key)) continue;
     bool ok = true;
     if (key == "type") {
       ok = false;
@@ -260,8 +253,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
         ok = ok || (t == "string" && v.is_string()) || (t == "boolean" && v.is_boolean()) ||
              (t == "null" && v.is_null()) || (t == "object" && v.is_object()) ||
              (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
-             (t == "integer" && v.is_number() &&
-              std::floor(v.get<double>()) == v.get<double>());
+             (t == "integer" && v.is_number() && std::floor(v.get<double>()) == v.get<double>());
       }
     } else if (key == "enum" || key == "const") {
       ok = false;
@@ -289,7 +281,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
       const Json none = Json::object();
       const Json& props = s.contains("properties") ? s["properties"] : none;
       for (const auto& [name, member] : v.items()) {
-        const Json* sub = props.contains(name) ? &props[name]
+        const Json* sub = props.contains(name)                 ? &props[name]
                           : s.contains("additionalProperties") ? &s["additionalProperties"]
                                                                : nullptr;
         if (sub == nullptr) continue;
@@ -300,7 +292,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
       if (!v.is_array() || (key == "items" && s.contains("prefixItems"))) continue;
       const size_t listed = s.contains("prefixItems") ? s["prefixItems"].size() : 0;
       for (size_t i = 0; i < v.size(); ++i) {
-        const Json* sub = i < listed ? &s["prefixItems"][i]
+        const Json* sub = i < listed            ? &s["prefixItems"][i]
                           : s.contains("items") ? &s["items"]
                                                 : nullptr;
         if (sub == nullptr) continue;
@@ -327,6 +319,13 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
 }
 
 }  // namespace
+
+bool IsSchemaAnnotation(const std::string& k) {
+  static const auto* s = new std::set<std::string>{
+      "title",    "description", "default",  "examples",  "$schema", "$id",
+      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+  return s->count(k) > 0;
+}
 
 absl::StatusOr<SchemaJson> IntersectSchemas(const SchemaJson& a, const SchemaJson& b,
                                             const SchemaResolver& resolve) {

@@ -23,6 +23,9 @@ using SchemaResolver = std::function<absl::StatusOr<const SchemaJson*>(const std
 absl::StatusOr<SchemaJson> IntersectSchemas(const SchemaJson& a, const SchemaJson& b,
                                             const SchemaResolver& resolve);
 
+// Keywords that only annotate (title, description, $defs, ...): no constraint on a value.
+bool IsSchemaAnnotation(const std::string& keyword);
+
 // Inlines a top-level `$ref` and folds a top-level `allOf` into the schema beside it.
 absl::StatusOr<SchemaJson> FlattenSchema(const SchemaJson& s, const SchemaResolver& resolve);
 

@@ -15,9 +15,9 @@ class TokenTrie {
  public:
   struct Node {
     uint8_t byte = 0;
-    int32_t end = 0;         // one past the last node of this subtree (nodes are in DFS order)
-    int32_t first = 0;       // this subtree's tokens: sorted()[first, last)
-    int32_t own_end = 0;     // sorted()[first, own_end) end exactly here
+    int32_t end = 0;      // one past the last node of this subtree (nodes are in DFS order)
+    int32_t first = 0;    // this subtree's tokens: sorted()[first, last)
+    int32_t own_end = 0;  // sorted()[first, own_end) end exactly here
     int32_t last = 0;
   };
 
@@ -25,7 +25,7 @@ class TokenTrie {
   explicit TokenTrie(const std::vector<std::string>& tokens);
 
   int64_t vocab_size() const { return vocab_size_; }
-  const std::vector<Node>& nodes() const { return nodes_; }  // nodes()[0] is the root
+  const std::vector<Node>& nodes() const { return nodes_; }       // nodes()[0] is the root
   const std::vector<int32_t>& sorted() const { return sorted_; }  // ids by their bytes
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   bool contains(int32_t id) const { return !bytes_[id].empty(); }

@@ -57,9 +57,8 @@ absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
 GeneratedToken Generation::Advance(const float* logits, int64_t vocab) {
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());
-  const SampledToken s =
-      Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index,
-             ConstraintMask(vocab));
+  const SampledToken s = Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index,
+                                ConstraintMask(vocab));
   t.id = s.id;
   t.logprob = s.logprob;
   t.top_logprobs = s.top;

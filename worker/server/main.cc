@@ -35,7 +35,8 @@ constexpr char kVersion[] = "0.1.0";
 struct Flags {
   std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
-  int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, max_context = 0, max_tokens = 4096;
+  int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, max_context = 0,
+          max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
   bool no_prefix_caching = false;
   int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
@@ -144,9 +145,9 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
-      f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 || f.constraint_cache_mb < 1 || f.state_mb < 1 ||
-      f.max_tokens < 1 || f.prefix_cache_bytes < 0 || f.prefix_cache_min_tokens < 1 ||
-      f.prefix_cache_snapshot_interval < 0) {
+      f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 ||
+      f.constraint_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1 || f.prefix_cache_bytes < 0 ||
+      f.prefix_cache_min_tokens < 1 || f.prefix_cache_snapshot_interval < 0) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
     return 2;
@@ -319,8 +320,8 @@ int Run(int argc, char** argv) {
   ctx.tokenizer = tokenizer.get();
   std::unique_ptr<ConstraintCache> constraints;
   if (tokenizer) {
-    constraints = std::make_unique<ConstraintCache>(TokenizerTrie(*tokenizer),
-                                                    f.constraint_cache_mb << 20);
+    constraints =
+        std::make_unique<ConstraintCache>(TokenizerTrie(*tokenizer), f.constraint_cache_mb << 20);
   }
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get(), constraints.get()};
   ctx.model_info = info;

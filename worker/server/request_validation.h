@@ -15,9 +15,9 @@ namespace walsh {
 
 struct ValidationLimits {
   int64_t vocab = 0;
-  int64_t max_context = 0;               // prompt + max_tokens
-  int64_t max_output_tokens = 0;         // max_tokens
-  const Tokenizer* tokenizer = nullptr;  // null: token-id input only
+  int64_t max_context = 0;                 // prompt + max_tokens
+  int64_t max_output_tokens = 0;           // max_tokens
+  const Tokenizer* tokenizer = nullptr;    // null: token-id input only
   ConstraintCache* constraints = nullptr;  // null: constraints are refused
 };
 

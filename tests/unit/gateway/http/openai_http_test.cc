@@ -319,8 +319,7 @@ TEST(OpenAiRequest, StructuredOutputBecomesTheConstraint) {
             std::string::npos)
       << g;
   // g's parameters are beyond walsh's schemas and g is not strict: any object.
-  EXPECT_NE(g.find(R"("\"g\", \"arguments\": " %json {"type": "object"})"), std::string::npos)
-      << g;
+  EXPECT_NE(g.find(R"("\"g\", \"arguments\": " %json {"type": "object"})"), std::string::npos) << g;
   OpenAiRequest named = parse(tools + R"(, "tool_choice": {"type": "function",
                                                            "function": {"name": "f"}})");
   EXPECT_EQ(named.generate.grammar().rfind("root ::= %json {", 0), 0u) << named.generate.grammar();

@@ -83,9 +83,12 @@ void CheckMasksAlongRandomWalks(std::shared_ptr<const CompiledGrammar> g, int wa
 }
 
 TEST(Utf8Ranges, EncodeExactlyTheRange) {
-  for (auto [lo, hi] : std::vector<std::pair<uint32_t, uint32_t>>{
-           {0, 0x10FFFF}, {0x7F, 0x800}, {0x20, 0x21}, {0xD700, 0xE100}, {0x10000, 0x10FFFF},
-           {0x3A0, 0x1F600}}) {
+  for (auto [lo, hi] : std::vector<std::pair<uint32_t, uint32_t>>{{0, 0x10FFFF},
+                                                                  {0x7F, 0x800},
+                                                                  {0x20, 0x21},
+                                                                  {0xD700, 0xE100},
+                                                                  {0x10000, 0x10FFFF},
+                                                                  {0x3A0, 0x1F600}}) {
     const auto seqs = Utf8Sequences(lo, hi);
     for (uint32_t cp = 0; cp <= 0x10FFFF; cp += (cp < 0x20000 ? 1 : 97)) {
       if (cp >= 0xD800 && cp <= 0xDFFF) continue;
@@ -99,7 +102,8 @@ TEST(Utf8Ranges, EncodeExactlyTheRange) {
                 static_cast<char>(0x80 | (cp & 0x3F))};
       } else {
         utf8 = {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-                static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+                static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                static_cast<char>(0x80 | (cp & 0x3F))};
       }
       int matches = 0;
       for (const auto& seq : seqs) {
@@ -119,13 +123,14 @@ TEST(Utf8Ranges, EncodeExactlyTheRange) {
 TEST(Regex, AgreesWithStdRegexOnAscii) {
   auto trie = SmallVocabulary(0, 1);
   const std::vector<std::string> patterns = {
-      "abc",          "a|b|cd",     "(ab)*c",         "[a-c]+x?",      "a{2,3}",
-      "a{2,}b",       "a{0}b",      "(a|b){1,2}c*",   "[^abc]z",       "\\d+\\.\\d*",
-      "\\w\\s\\W",    ".{3}",       "^x(?:y|z)+$",    "[\\]\\-a]+",    "(a*)*b",
-      "(?<n>ab)+",    "a+?b",       "[-a]",           "\\x41\\u0042",  "(|a)b"};
-  std::vector<std::string> texts = {"", "a", "b", "c", "ab", "abc", "cd", "abababc", "acx", "bbx",
-                                    "aa", "aaa", "aaaa", "aaab", "b", "abbc", "zz", "dz", "12.",
-                                    "1.5", "a b", "a\nb", "x y", "xyz", "xzy", "]-a", "AB", "-a"};
+      "abc",       "a|b|cd", "(ab)*c",       "[a-c]+x?",     "a{2,3}",
+      "a{2,}b",    "a{0}b",  "(a|b){1,2}c*", "[^abc]z",      "\\d+\\.\\d*",
+      "\\w\\s\\W", ".{3}",   "^x(?:y|z)+$",  "[\\]\\-a]+",   "(a*)*b",
+      "(?<n>ab)+", "a+?b",   "[-a]",         "\\x41\\u0042", "(|a)b"};
+  std::vector<std::string> texts = {"",        "a",    "b",   "c",   "ab",  "abc",  "cd",
+                                    "abababc", "acx",  "bbx", "aa",  "aaa", "aaaa", "aaab",
+                                    "b",       "abbc", "zz",  "dz",  "12.", "1.5",  "a b",
+                                    "a\nb",    "x y",  "xyz", "xzy", "]-a", "AB",   "-a"};
   std::mt19937 rng(7);
   for (int i = 0; i < 300; ++i) {
     std::string t;
@@ -136,9 +141,9 @@ TEST(Regex, AgreesWithStdRegexOnAscii) {
   for (const std::string& p : patterns) {
     auto g = Compile(RegexGrammar(p), trie);
     if (p.find("?<") != std::string::npos) continue;  // std::regex lacks named groups
-    const std::regex re(p.substr(p[0] == '^' ? 1 : 0, p.size() - (p[0] == '^') -
-                                                         (p.back() == '$' ? 1 : 0)),
-                        std::regex::ECMAScript);
+    const std::regex re(
+        p.substr(p[0] == '^' ? 1 : 0, p.size() - (p[0] == '^') - (p.back() == '$' ? 1 : 0)),
+        std::regex::ECMAScript);
     for (const std::string& t : texts) {
       EXPECT_EQ(FullMatch(*g, t), std::regex_match(t, re)) << "/" << p << "/ on '" << t << "'";
     }
@@ -245,15 +250,16 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsInTheDocumentedForm) {
   EXPECT_TRUE(FullMatch(*g, R"({"name": "", "age": -12, "tags": [1, "b"]})"));
   EXPECT_TRUE(FullMatch(*g, R"({"name":"\u00e9\n","tags":["a"],"kind":{"x":[true,null]}})"));
   EXPECT_TRUE(FullMatch(*g, R"({"name":"x","tags":["a"],"code":"AB1","ratio":1.5e-3})"));
-  EXPECT_TRUE(FullMatch(*g, R"({"name":"x","tags":["a"],"id":"123e4567-e89b-12d3-a456-426614174000"})"));
-  EXPECT_FALSE(FullMatch(*g, R"({"name":"abcd","tags":["a"]})"));      // maxLength
-  EXPECT_FALSE(FullMatch(*g, R"({"tags":["a"]})"));                     // required
-  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":[]})"));             // minItems
-  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a","a","a"]})"));  // maxItems
-  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["c"]})"));          // enum
+  EXPECT_TRUE(
+      FullMatch(*g, R"({"name":"x","tags":["a"],"id":"123e4567-e89b-12d3-a456-426614174000"})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"abcd","tags":["a"]})"));         // maxLength
+  EXPECT_FALSE(FullMatch(*g, R"({"tags":["a"]})"));                       // required
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":[]})"));               // minItems
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a","a","a"]})"));    // maxItems
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["c"]})"));            // enum
   EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a"],"extra":1})"));  // no others
-  EXPECT_FALSE(FullMatch(*g, R"({"tags":["a"],"name":"a"})"));          // the listed order
-  EXPECT_FALSE(FullMatch(*g, R"({"name":"\ud800","tags":["a"]})"));     // no surrogate escapes
+  EXPECT_FALSE(FullMatch(*g, R"({"tags":["a"],"name":"a"})"));            // the listed order
+  EXPECT_FALSE(FullMatch(*g, R"({"name":"\ud800","tags":["a"]})"));       // no surrogate escapes
   EXPECT_FALSE(FullMatch(*g, R"({"name":"a","tags":["a"],"code":"AB12"})"));
   EXPECT_FALSE(FullMatch(*g, R"({"name":"a",  "tags":["a"]})"));  // one space at most
 }
@@ -320,9 +326,18 @@ TEST(JsonSchema, RefusesUnsupportedKeywordsByPath) {
 TEST(NumberRange, IntegersMatchExactlyTheRange) {
   auto trie = SmallVocabulary(0, 1);
   using Bound = std::optional<int64_t>;
-  for (auto [lo, hi] : std::vector<std::pair<Bound, Bound>>{
-           {0, 0}, {1, 9}, {-5, 17}, {10, 99}, {7, 1234}, {-1000, -3}, {Bound(), 12},
-           {-12, Bound()}, {100, 100}, {19, 20}, {-1, 1}, {5, 4}}) {
+  for (auto [lo, hi] : std::vector<std::pair<Bound, Bound>>{{0, 0},
+                                                            {1, 9},
+                                                            {-5, 17},
+                                                            {10, 99},
+                                                            {7, 1234},
+                                                            {-1000, -3},
+                                                            {Bound(), 12},
+                                                            {-12, Bound()},
+                                                            {100, 100},
+                                                            {19, 20},
+                                                            {-1, 1},
+                                                            {5, 4}}) {
     const std::string re = IntegerRangeRegex(lo, hi);
     if (lo && hi && *lo > *hi) {
       EXPECT_EQ(re, "");
@@ -390,12 +405,11 @@ TEST(JsonSchema, AllOfRefAndAnyOfBesideOtherKeywordsIntersect) {
 TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
   auto trie = SmallVocabulary(600, 3);
   CheckMasksAlongRandomWalks(Compile(JsonObjectGrammar(), trie), 6, 40, 1);
-  CheckMasksAlongRandomWalks(
-      Compile(JsonSchemaGrammar(R"({"type":"object","properties":{
+  CheckMasksAlongRandomWalks(Compile(JsonSchemaGrammar(R"({"type":"object","properties":{
         "name":{"type":"string","maxLength":4},"n":{"type":"number"},
         "t":{"type":"array","items":{"enum":["true","x"]}}},"required":["t"]})"),
-              trie),
-      6, 40, 2);
+                                     trie),
+                             6, 40, 2);
   CheckMasksAlongRandomWalks(Compile(RegexGrammar("(ab|a\"c)+[0-9]{2,4}x?"), trie), 6, 20, 3);
   CheckMasksAlongRandomWalks(
       Compile(ParseEbnf("root ::= item (\",\" \" \"? item)*\nitem ::= \"true\" | [a-z]+ | "
@@ -432,7 +446,8 @@ TEST(ConstraintCache, SharesOneCompiledGrammarPerContentAndStaysInBudget) {
   auto bad = cache.Get({ConstraintSpec::Kind::kGrammar, "root ::= nope"});
   EXPECT_FALSE(bad.ok());
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(cache.Get({ConstraintSpec::Kind::kRegex, "x{" + std::to_string(100 + i) + "}"}).ok());
+    ASSERT_TRUE(
+        cache.Get({ConstraintSpec::Kind::kRegex, "x{" + std::to_string(100 + i) + "}"}).ok());
   }
   EXPECT_LE(cache.bytes(), 64 << 10);
 }
