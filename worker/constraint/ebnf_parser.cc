@@ -165,27 +165,8 @@ class EbnfParser {
   absl::Status Postfix(GrammarSequence& term) {
     while (true) {
       int64_t min, max;
-      if (in_.Consume('*')) {
-        min = 0, max = -1;
-      } else if (in_.Consume('+')) {
-        min = 1, max = -1;
-      } else if (in_.Consume('?')) {
-        min = 0, max = 1;
-      } else if (in_.peek() == '{') {
-        in_.next();
-        SkipSpace();
-        if (!in_.Number(min)) return in_.Error("expected a number after '{'");
-        max = min;
-        SkipSpace();
-        if (in_.Consume(',')) {
-          SkipSpace();
-          if (!in_.Number(max)) max = -1;
-          SkipSpace();
-        }
-        if (!in_.Consume('}')) return in_.Error("an unterminated {m,n}");
-      } else {
-        return absl::OkStatus();
-      }
+      ASSIGN_OR_RETURN(bool quantified, in_.Quantifier(/*spaced=*/true, min, max));
+      if (!quantified) return absl::OkStatus();
       GrammarElement e;
       absl::Status s = g_.Repeat(term, min, max, e);
       if (!s.ok()) return in_.Error(s.message());

@@ -85,6 +85,34 @@ bool PatternCursor::Number(int64_t& value) {
   return true;
 }
 
+absl::StatusOr<bool> PatternCursor::Quantifier(bool spaced, int64_t& min, int64_t& max) {
+  auto blanks = [&] {
+    while (spaced && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r')) next();
+  };
+  if (Consume('*')) {
+    min = 0, max = -1;
+  } else if (Consume('+')) {
+    min = 1, max = -1;
+  } else if (Consume('?')) {
+    min = 0, max = 1;
+  } else if (peek() == '{' && (spaced || (peek(1) >= '0' && peek(1) <= '9'))) {
+    next();
+    blanks();
+    if (!Number(min)) return Error("expected a number after '{'");
+    max = min;
+    blanks();
+    if (Consume(',')) {
+      blanks();
+      if (!Number(max)) max = -1;
+      blanks();
+    }
+    if (!Consume('}')) return Error("an unterminated {m,n} quantifier");
+  } else {
+    return false;
+  }
+  return true;
+}
+
 absl::Status PatternCursor::Escape(bool in_class, std::vector<CodepointRange>& set) {
   if (done()) return Error("a pattern ends in a backslash");
   const uint32_t c = next();

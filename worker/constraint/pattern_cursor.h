@@ -39,6 +39,10 @@ class PatternCursor {
   absl::Status Class(std::vector<CodepointRange>& set);
   // Decimal digits; false when there are none.
   bool Number(int64_t& value);
+  // A postfix quantifier: * + ? {m} {m,} {m,n} as [min, max] (max -1: unbounded); false when
+  // none is here. `spaced`: blanks may stand inside braces, and '{' always starts one (EBNF);
+  // else '{' starts one only before a digit (a regex's literal '{').
+  absl::StatusOr<bool> Quantifier(bool spaced, int64_t& min, int64_t& max);
 
  private:
   std::vector<uint32_t> cps_;

@@ -101,23 +101,8 @@ class RegexParser {
 
   absl::Status Quantify(GrammarElement& atom) {
     int64_t min = 1, max = 1;
-    if (in_.Consume('*')) {
-      min = 0, max = -1;
-    } else if (in_.Consume('+')) {
-      min = 1, max = -1;
-    } else if (in_.Consume('?')) {
-      min = 0, max = 1;
-    } else if (in_.peek() == '{' && in_.peek(1) >= '0' && in_.peek(1) <= '9') {
-      in_.next();
-      in_.Number(min);
-      max = min;
-      if (in_.Consume(',')) {
-        if (!in_.Number(max)) max = -1;
-      }
-      if (!in_.Consume('}')) return in_.Error("an unterminated {m,n} quantifier");
-    } else {
-      return absl::OkStatus();
-    }
+    ASSIGN_OR_RETURN(bool quantified, in_.Quantifier(/*spaced=*/false, min, max));
+    if (!quantified) return absl::OkStatus();
     in_.Consume('?');  // lazy: the same language
     if (in_.peek() == '*' || in_.peek() == '+' || in_.peek() == '?' ||
         (in_.peek() == '{' && in_.peek(1) >= '0' && in_.peek(1) <= '9')) {
