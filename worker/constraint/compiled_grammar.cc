@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 namespace walsh {
 namespace {
@@ -20,8 +21,15 @@ void AddUnique(std::vector<GrammarStack>& set, GrammarStack&& stack) {
 CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const TokenTrie> trie)
     : root_(grammar.root()), trie_(std::move(trie)) {
   alternatives_.resize(grammar.rules().size());
+  const std::vector<bool> productive = grammar.ProductiveRules();
   for (size_t r = 0; r < grammar.rules().size(); ++r) {
     for (const GrammarSequence& alt : grammar.rules()[r].alternatives) {
+      if (!std::all_of(alt.begin(), alt.end(), [&](const GrammarElement& e) {
+            return e.kind == GrammarElement::Kind::kBytes ? !e.ranges.empty()
+                                                          : static_cast<bool>(productive[e.rule]);
+          })) {
+        continue;  // never completes: a token that would end in it is not allowed
+      }
       alternatives_[r].push_back(static_cast<int32_t>(elements_.size()));
       for (const GrammarElement& e : alt) {
         rule_of_.push_back(static_cast<int32_t>(r));
@@ -79,23 +87,38 @@ void CompiledGrammar::ComputeFollowSets() {
       }
     }
   }
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t pos = 0; pos < elements_.size(); ++pos) {
-      if (elements_[pos].kind != Kind::kRule) continue;
-      ByteSet after{0, 0, 0, 0};
-      const bool rest_empty = sequence_first(static_cast<int32_t>(pos) + 1, after);
-      if (rest_empty) merge(after, follow_[rule_of_[pos]]);
-      changed = merge(follow_[elements_[pos].rule], after) || changed;
+  // FOLLOW(R) holds what comes after each reference to R, and FOLLOW(S) of the rule S that
+  // refers to it where nothing need come after: propagated along those edges by a work list
+  // (a chain of 2,000 optional items would take as many passes).
+  std::vector<std::vector<int32_t>> tails(rules);  // S -> the rules that may end S
+  for (size_t pos = 0; pos < elements_.size(); ++pos) {
+    if (elements_[pos].kind != Kind::kRule) continue;
+    ByteSet after{0, 0, 0, 0};
+    const bool rest_empty = sequence_first(static_cast<int32_t>(pos) + 1, after);
+    merge(follow_[elements_[pos].rule], after);
+    if (rest_empty) tails[rule_of_[pos]].push_back(elements_[pos].rule);
+  }
+  std::vector<int32_t> work(rules);
+  for (size_t r = 0; r < rules; ++r) work[r] = static_cast<int32_t>(r);
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    for (int32_t r : tails[s]) {
+      if (merge(follow_[r], follow_[s])) work.push_back(r);
     }
   }
 }
 
 void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
                              bool* escaped) const {
-  std::vector<GrammarStack> work, entered;
+  std::vector<GrammarStack> work;
+  absl::flat_hash_set<GrammarStack> entered;
   work.push_back(std::move(stack));
-  while (!work.empty()) {
+  // A bound on the expansion's work: nullable repetitions nested in each other can reach
+  // millions of stacks without reading a byte. Stacks past it are dropped, as past
+  // kMaxGrammarStacks.
+  int64_t budget = kMaxExpansionSteps;
+  while (!work.empty() && --budget >= 0) {
     GrammarStack s = std::move(work.back());
     work.pop_back();
     while (true) {
@@ -115,8 +138,7 @@ void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
       }
       if (e.kind == Kind::kRule) {
         // A nullable x* comes back to the stack it started from: expand it once.
-        if (std::find(entered.begin(), entered.end(), s) != entered.end()) break;
-        entered.push_back(s);
+        if (!entered.insert(s).second) break;
       }
       s.pop_back();
       if (e.kind == Kind::kEnd) continue;

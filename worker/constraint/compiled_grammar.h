@@ -29,6 +29,7 @@ using GrammarStack = std::vector<int32_t>;  // positions; the top is back()
 // dropped (their tokens are masked out).
 inline constexpr size_t kMaxGrammarStacks = 512;
 inline constexpr size_t kMaxGrammarStackDepth = 4096;
+inline constexpr int64_t kMaxExpansionSteps = 20'000;
 
 class CompiledGrammar {
  public:

@@ -11,16 +11,30 @@ namespace walsh {
 
 int32_t Grammar::Rule(const std::string& name) {
   auto [it, fresh] = by_name_.try_emplace(name, static_cast<int32_t>(rules_.size()));
-  if (fresh) rules_.push_back({name, {}, false, false});
+  if (fresh) {
+    (void)Room(1);
+    rules_.push_back({name, {}, false, false});
+  }
   return it->second;
 }
 
 int32_t Grammar::NewRule(const std::string& hint) {
+  (void)Room(1);
   rules_.push_back({absl::StrCat(hint, "#", rules_.size()), {}, true, false});
   return static_cast<int32_t>(rules_.size() - 1);
 }
 
+bool Grammar::Room(size_t elements) {
+  if (overflowed_ || elements_ + static_cast<int64_t>(elements) > kMaxGrammarElements) {
+    overflowed_ = true;
+    return false;
+  }
+  elements_ += static_cast<int64_t>(elements);
+  return true;
+}
+
 void Grammar::AddAlternative(int32_t rule, GrammarSequence sequence) {
+  if (!Room(sequence.size() + 1)) return;
   rules_[rule].alternatives.push_back(std::move(sequence));
 }
 
@@ -109,6 +123,10 @@ GrammarElement Grammar::Chars(std::vector<CodepointRange> set) {
 
 absl::Status Grammar::Repeat(const GrammarSequence& body, int64_t min, int64_t max,
                              GrammarElement& out) {
+  if (!Room(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the grammar compiles to more than %d elements", kMaxGrammarElements));
+  }
   if (min < 0 || min > kMaxRepetition || max > kMaxRepetition) {
     return absl::InvalidArgumentError(
         absl::StrFormat("a repetition bound above %d", kMaxRepetition));
@@ -166,10 +184,9 @@ absl::Status Grammar::Check() const {
       return absl::InvalidArgumentError(
           absl::StrCat("rule '", r.name, "' is used but not defined"));
   }
-  if (element_count() > kMaxGrammarElements) {
+  if (overflowed_ || element_count() > kMaxGrammarElements) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("the grammar compiles to %d elements, above the limit of %d",
-                        element_count(), kMaxGrammarElements));
+        absl::StrFormat("the grammar compiles to more than %d elements", kMaxGrammarElements));
   }
   const size_t n = rules_.size();
   std::vector<bool> nullable(n, false);
@@ -228,6 +245,13 @@ absl::Status Grammar::Check() const {
       }
     }
   }
+  const std::vector<bool> productive = ProductiveRules();
+  if (!productive[root_]) return absl::InvalidArgumentError("the constraint matches no text");
+  return absl::OkStatus();
+}
+
+std::vector<bool> Grammar::ProductiveRules() const {
+  const size_t n = rules_.size();
   std::vector<bool> productive(n, false);
   for (bool changed = true; changed;) {
     changed = false;
@@ -246,8 +270,7 @@ absl::Status Grammar::Check() const {
       }
     }
   }
-  if (!productive[root_]) return absl::InvalidArgumentError("the constraint matches no text");
-  return absl::OkStatus();
+  return productive;
 }
 
 std::string Grammar::ToString() const {

@@ -72,6 +72,9 @@ class Grammar {
   // Refuses an undefined rule, a left-recursive rule (the matcher's stacks would grow without
   // consuming a byte) and a grammar over the size bound, naming the rule.
   absl::Status Check() const;
+  // Per rule: whether it derives some text. An alternative with an unproductive element can
+  // never complete, and the matcher leaves it out.
+  std::vector<bool> ProductiveRules() const;
 
   const std::vector<GrammarRule>& rules() const { return rules_; }
   int32_t root() const { return root_; }
@@ -79,8 +82,12 @@ class Grammar {
   std::string ToString() const;  // EBNF-like, for errors and tests
 
  private:
+  bool Room(size_t elements);  // false (and overflowed_) past kMaxGrammarElements
+
   std::vector<GrammarRule> rules_;
   absl::flat_hash_map<std::string, int32_t> by_name_;
+  int64_t elements_ = 0;  // counted as they are added, so a huge grammar stops early
+  bool overflowed_ = false;
   int32_t root_ = 0;
 };
 

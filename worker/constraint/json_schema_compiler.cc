@@ -121,6 +121,7 @@ int NestingDepth(absl::string_view text) {
 }
 
 constexpr size_t kMaxRefs = 256;
+constexpr int kMaxSchemaNesting = 128;
 
 class SchemaCompiler {
  public:
@@ -230,6 +231,17 @@ class SchemaCompiler {
   }
 
   absl::StatusOr<GrammarElement> Schema(const Json& s, const std::string& path) {
+    if (depth_ >= kMaxSchemaNesting) {
+      return Error(path, absl::StrCat("subschemas nested (or inlined) more than ",
+                                      kMaxSchemaNesting, " deep"));
+    }
+    ++depth_;
+    absl::StatusOr<GrammarElement> e = SchemaAtDepth(s, path);
+    --depth_;
+    return e;
+  }
+
+  absl::StatusOr<GrammarElement> SchemaAtDepth(const Json& s, const std::string& path) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) return Error(path, "a false schema: no value is valid here");
       return Grammar::Ref(Value());
@@ -307,22 +319,24 @@ class SchemaCompiler {
       Json rest = s;
       rest.erase("enum");
       rest.erase("const");
-      Json values = Json::array();
-      if (s.contains("enum")) {
-        if (!s["enum"].is_array()) return Error(path + "/enum", "must be a non-empty array");
-        values = s["enum"];
+      if (s.contains("enum") && !s["enum"].is_array()) {
+        return Error(path + "/enum", "must be a non-empty array");
       }
-      if (s.contains("const")) values.push_back(s["const"]);
+      // With both, the one value is the const, if the enum holds it.
+      Json values = s.contains("enum") ? s["enum"] : Json::array();
+      if (s.contains("const")) {
+        bool listed = !s.contains("enum");
+        for (const Json& v : values) {
+          listed =
+              listed || nlohmann::json::parse(v.dump()) == nlohmann::json::parse(s["const"].dump());
+        }
+        values = listed ? Json::array({s["const"]}) : Json::array();
+      }
       Json kept = Json::array();
       for (const Json& v : values) {
         absl::StatusOr<bool> ok = SchemaAdmits(rest, v, resolve);
         if (!ok.ok()) return Error(path, ok.status().message());
-        bool in_all = *ok;
-        if (s.contains("enum") && s.contains("const")) {
-          in_all = in_all && s["enum"].is_array() &&
-                   std::find(s["enum"].begin(), s["enum"].end(), s["const"]) != s["enum"].end();
-        }
-        if (in_all) kept.push_back(v);
+        if (*ok) kept.push_back(v);
       }
       if (kept.empty()) return Error(path, "no enum or const value satisfies the other keywords");
       Json only = Json::object();
@@ -452,15 +466,20 @@ class SchemaCompiler {
       if (!s[key].is_number()) return Error(absl::StrCat(path, "/", key), "must be a number");
       const double v = s[key].get<double>();
       const std::string k = key;
+      // Integers exactly (a double cannot hold every one past 2^53); others rounded inward.
+      const bool exact = s[key].is_number_integer() && std::abs(v) <= kLimit;
+      const int64_t whole = exact ? s[key].get<int64_t>() : 0;
       if (k == "minimum" || k == "exclusiveMinimum") {
         if (v < -kLimit) continue;
-        const int64_t b =
-            std::min<double>(kLimit, k == "minimum" ? std::ceil(v) : std::floor(v) + 1);
+        const int64_t b = exact ? (k == "minimum" ? whole : whole + 1)
+                                : static_cast<int64_t>(std::min<double>(
+                                      kLimit, k == "minimum" ? std::ceil(v) : std::floor(v) + 1));
         lo = lo ? std::max(*lo, b) : b;
       } else {
         if (v > kLimit) continue;
-        const int64_t b =
-            std::max<double>(-kLimit, k == "maximum" ? std::floor(v) : std::ceil(v) - 1);
+        const int64_t b = exact ? (k == "maximum" ? whole : whole - 1)
+                                : static_cast<int64_t>(std::max<double>(
+                                      -kLimit, k == "maximum" ? std::floor(v) : std::ceil(v) - 1));
         hi = hi ? std::min(*hi, b) : b;
       }
     }
@@ -494,10 +513,11 @@ class SchemaCompiler {
     } catch (const std::exception&) {
       return absl::InvalidArgumentError(absl::StrCat("'", target, "' is not a JSON pointer"));
     }
-    if (!root_->contains(pointer)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", target, "' points at nothing"));
+    try {
+      if (root_->contains(pointer)) return &root_->at(pointer);
+    } catch (const std::exception&) {  // an array index out of range or not a number
     }
-    return &root_->at(pointer);
+    return absl::InvalidArgumentError(absl::StrCat("'", target, "' points at nothing"));
   }
 
   absl::StatusOr<GrammarElement> StringSchema(const Json& s, const std::string& path) {
@@ -558,38 +578,35 @@ class SchemaCompiler {
     GrammarElement tail;
     (void)g_.Repeat({g_.Chars(Unescaped())}, 0, -1, tail);
     g_.AddAlternative(rest, {tail, Grammar::Byte('"')});
-    // One rule per prefix of the names, built from the prefix with the fewest characters.
-    std::map<std::vector<uint32_t>, int32_t> node;
-    std::function<int32_t(const std::vector<uint32_t>&)> build =
-        [&](const std::vector<uint32_t>& prefix) -> int32_t {
-      const int32_t r = g_.NewRule("key");
-      node[prefix] = r;
+    // A trie of the names' characters, then one rule per node: '"' ends a key unless the node
+    // is a whole name; a child's character goes on in that child; any other goes on freely.
+    struct Node {
+      std::map<uint32_t, int32_t> children;
       bool complete = false;
-      std::set<uint32_t> next;
-      for (const auto& n : cps) {
-        if (n.size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), n.begin())) {
-          continue;
-        }
-        if (n.size() == prefix.size()) {
-          complete = true;
-        } else {
-          next.insert(n[prefix.size()]);
-        }
+      int32_t rule = -1;
+    };
+    std::vector<Node> trie(1);
+    for (const auto& n : cps) {
+      int32_t at = 0;
+      for (uint32_t c : n) {
+        auto [it, fresh] = trie[at].children.try_emplace(c, static_cast<int32_t>(trie.size()));
+        if (fresh) trie.emplace_back();
+        at = it->second;
       }
-      if (!complete) g_.AddAlternative(r, {Grammar::Byte('"')});
+      trie[at].complete = true;
+    }
+    for (Node& node : trie) node.rule = g_.NewRule("key");
+    for (Node& node : trie) {
+      if (!node.complete) g_.AddAlternative(node.rule, {Grammar::Byte('"')});
       std::vector<CodepointRange> others = Unescaped();
-      for (uint32_t c : next) {
-        std::vector<uint32_t> longer = prefix;
-        longer.push_back(c);
-        const int32_t child = build(longer);
-        g_.AddAlternative(r, {g_.Chars({{c, c}}), Grammar::Ref(child)});
+      for (const auto& [c, child] : node.children) {
+        g_.AddAlternative(node.rule, {g_.Chars({{c, c}}), Grammar::Ref(trie[child].rule)});
         others = Intersect(others, Complement({{c, c}}));
       }
-      g_.AddAlternative(r, {g_.Chars(others), Grammar::Ref(rest)});
-      return r;
-    };
+      g_.AddAlternative(node.rule, {g_.Chars(others), Grammar::Ref(rest)});
+    }
     const int32_t start = g_.NewRule("other-key");
-    g_.AddAlternative(start, {Grammar::Byte('"'), Grammar::Ref(build({}))});
+    g_.AddAlternative(start, {Grammar::Byte('"'), Grammar::Ref(trie[0].rule)});
     return Grammar::Ref(start);
   }
 
@@ -651,6 +668,10 @@ class SchemaCompiler {
       names.push_back(name);
     }
     ASSIGN_OR_RETURN(int64_t min_members, Count(s, "minProperties", path, 0));
+    if (min_members > 1) {
+      // Free names could repeat, and a repeated name is one member.
+      return Error(path, "'minProperties' above 1 is not supported");
+    }
     ASSIGN_OR_RETURN(int64_t max_members, Count(s, "maxProperties", path, -1));
     if ((s.contains("minProperties") || s.contains("maxProperties")) && listed) {
       return Error(path,
@@ -828,6 +849,7 @@ class SchemaCompiler {
 
   const Json* root_;
   Grammar& g_;
+  int depth_ = 0;
   int32_t ws_ = -1, string_char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1,
           object_ = -1;
   std::map<std::string, int32_t> refs_;

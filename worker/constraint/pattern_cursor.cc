@@ -150,6 +150,9 @@ absl::Status PatternCursor::Escape(bool in_class, std::vector<CodepointRange>& s
     case 'v':
       return one('\v');
     case '0':
+      if (peek() >= '0' && peek() <= '9') {
+        return Error("octal escapes (\\0 and a digit) are not supported");
+      }
       return one(0);
     case 'b':
       if (in_class) return one('\b');

@@ -14,6 +14,14 @@ namespace {
 using Json = SchemaJson;
 constexpr int kMaxDepth = 32;
 constexpr size_t kMaxBranches = 64;
+// Steps (intersections, flattenings, checks) one call may take: anyOf against anyOf through
+// references multiplies, and this bounds it.
+constexpr int64_t kMaxSteps = 2048;
+
+absl::Status OverBudget() {
+  return absl::InvalidArgumentError(
+      absl::StrCat("combining these schemas takes more than ", kMaxSteps, " steps"));
+}
 
 // Values compared as JSON values: member order does not matter.
 bool SameValue(const Json& a, const Json& b) {
@@ -26,9 +34,11 @@ absl::Status CannotCombine(const std::string& key) {
 }
 
 absl::StatusOr<Json> Intersect(const Json& a, const Json& b, const SchemaResolver& resolve,
-                               int depth);
+                               int depth, int64_t& budget);
 
-absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int depth) {
+absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int depth,
+                             int64_t& budget) {
+  if (--budget < 0) return OverBudget();
   if (depth > kMaxDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("references or allOf nested more than ", kMaxDepth, " deep to combine"));
@@ -39,8 +49,8 @@ absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int d
     if (!out["$ref"].is_string()) return absl::InvalidArgumentError("'$ref' must be a string");
     ASSIGN_OR_RETURN(const Json* target, resolve(out["$ref"].get<std::string>()));
     out.erase("$ref");
-    ASSIGN_OR_RETURN(Json flat, Flatten(*target, resolve, depth + 1));
-    ASSIGN_OR_RETURN(out, Intersect(flat, out, resolve, depth + 1));
+    ASSIGN_OR_RETURN(Json flat, Flatten(*target, resolve, depth + 1, budget));
+    ASSIGN_OR_RETURN(out, Intersect(flat, out, resolve, depth + 1, budget));
   }
   if (out.is_object() && out.contains("allOf")) {
     const Json all = out["allOf"];
@@ -51,9 +61,9 @@ absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int d
     // The branches first, what sits beside them last: members keep the branches' order.
     Json folded = true;
     for (const Json& branch : all) {
-      ASSIGN_OR_RETURN(folded, Intersect(folded, branch, resolve, depth + 1));
+      ASSIGN_OR_RETURN(folded, Intersect(folded, branch, resolve, depth + 1, budget));
     }
-    ASSIGN_OR_RETURN(out, Intersect(folded, out, resolve, depth + 1));
+    ASSIGN_OR_RETURN(out, Intersect(folded, out, resolve, depth + 1, budget));
   }
   return out;
 }
@@ -88,7 +98,8 @@ absl::Status Localize(Json& s) {
 }
 
 absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaResolver& resolve,
-                               int depth) {
+                               int depth, int64_t& budget) {
+  if (--budget < 0) return OverBudget();
   if (depth > kMaxDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("schemas nested more than ", kMaxDepth, " deep to combine"));
@@ -99,9 +110,9 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
   if (!a_in.is_object() || !b_in.is_object()) {
     return absl::InvalidArgumentError("a schema must be an object or a boolean");
   }
-  ASSIGN_OR_RETURN(Json a, Flatten(a_in, resolve, depth + 1));
-  ASSIGN_OR_RETURN(Json b, Flatten(b_in, resolve, depth + 1));
-  if (a.is_boolean() || b.is_boolean()) return Intersect(a, b, resolve, depth + 1);
+  ASSIGN_OR_RETURN(Json a, Flatten(a_in, resolve, depth + 1, budget));
+  ASSIGN_OR_RETURN(Json b, Flatten(b_in, resolve, depth + 1, budget));
+  if (a.is_boolean() || b.is_boolean()) return Intersect(a, b, resolve, depth + 1, budget);
   RETURN_IF_ERROR(Localize(a));
   RETURN_IF_ERROR(Localize(b));
   Json out = a;
@@ -156,7 +167,7 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
       Json branches = Json::array();
       for (const Json& x : va) {
         for (const Json& y : vb) {
-          ASSIGN_OR_RETURN(Json both, Intersect(x, y, resolve, depth + 1));
+          ASSIGN_OR_RETURN(Json both, Intersect(x, y, resolve, depth + 1, budget));
           if (!(both.is_boolean() && !both.get<bool>())) branches.push_back(both);
           if (branches.size() > kMaxBranches) {
             return absl::InvalidArgumentError(
@@ -198,12 +209,13 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
         if (props.contains(name)) continue;
         const Json sa = pa.contains(name) ? pa[name] : adda;
         const Json sb = pb.contains(name) ? pb[name] : addb;
-        ASSIGN_OR_RETURN(props[name], Intersect(sa, sb, resolve, depth + 1));
+        ASSIGN_OR_RETURN(props[name], Intersect(sa, sb, resolve, depth + 1, budget));
       }
     }
     if (!props.empty()) out["properties"] = props;
     if (a.contains("additionalProperties") || b.contains("additionalProperties")) {
-      ASSIGN_OR_RETURN(out["additionalProperties"], Intersect(adda, addb, resolve, depth + 1));
+      ASSIGN_OR_RETURN(out["additionalProperties"],
+                       Intersect(adda, addb, resolve, depth + 1, budget));
     }
   }
   // Items: position by position, then what follows the longer prefix.
@@ -220,12 +232,12 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
     Json prefix = Json::array();
     for (size_t i = 0; i < std::max(xa.size(), xb.size()); ++i) {
       ASSIGN_OR_RETURN(Json both, Intersect(i < xa.size() ? xa[i] : ia, i < xb.size() ? xb[i] : ib,
-                                            resolve, depth + 1));
+                                            resolve, depth + 1, budget));
       prefix.push_back(both);
     }
     if (!prefix.empty()) out["prefixItems"] = prefix;
     if (a.contains("items") || b.contains("items")) {
-      ASSIGN_OR_RETURN(out["items"], Intersect(ia, ib, resolve, depth + 1));
+      ASSIGN_OR_RETURN(out["items"], Intersect(ia, ib, resolve, depth + 1, budget));
     }
   }
   return out;
@@ -237,8 +249,9 @@ int64_t Codepoints(const std::string& s) {
   return n;
 }
 
-absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& resolve,
-                            int depth) {
+absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& resolve, int depth,
+                            int64_t& budget) {
+  if (--budget < 0) return OverBudget();
   if (depth > kMaxDepth) {
     return absl::InvalidArgumentError("schemas nested too deep to check enum values against");
   }
@@ -285,7 +298,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
                           : s.contains("additionalProperties") ? &s["additionalProperties"]
                                                                : nullptr;
         if (sub == nullptr) continue;
-        ASSIGN_OR_RETURN(bool m, Admits(*sub, member, resolve, depth + 1));
+        ASSIGN_OR_RETURN(bool m, Admits(*sub, member, resolve, depth + 1, budget));
         ok = ok && m;
       }
     } else if (key == "items" || key == "prefixItems") {
@@ -296,19 +309,19 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
                           : s.contains("items") ? &s["items"]
                                                 : nullptr;
         if (sub == nullptr) continue;
-        ASSIGN_OR_RETURN(bool m, Admits(*sub, v[i], resolve, depth + 1));
+        ASSIGN_OR_RETURN(bool m, Admits(*sub, v[i], resolve, depth + 1, budget));
         ok = ok && m;
       }
     } else if (key == "anyOf" || key == "oneOf" || key == "allOf") {
       int matched = 0;
       for (const Json& branch : k) {
-        ASSIGN_OR_RETURN(bool m, Admits(branch, v, resolve, depth + 1));
+        ASSIGN_OR_RETURN(bool m, Admits(branch, v, resolve, depth + 1, budget));
         matched += m;
       }
       ok = key == "anyOf" ? matched > 0 : key == "oneOf" ? matched == 1 : matched == k.size();
     } else if (key == "$ref") {
       ASSIGN_OR_RETURN(const Json* target, resolve(k.get<std::string>()));
-      ASSIGN_OR_RETURN(ok, Admits(*target, v, resolve, depth + 1));
+      ASSIGN_OR_RETURN(ok, Admits(*target, v, resolve, depth + 1, budget));
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("enum or const values cannot be checked against '", key, "'"));
@@ -330,7 +343,8 @@ bool IsSchemaAnnotation(const std::string& k) {
 absl::StatusOr<SchemaJson> IntersectSchemas(const SchemaJson& a, const SchemaJson& b,
                                             const SchemaResolver& resolve) {
   try {
-    return Intersect(a, b, resolve, 0);
+    int64_t budget = kMaxSteps;
+    return Intersect(a, b, resolve, 0, budget);
   } catch (const std::exception& e) {  // a keyword of the wrong JSON type
     return absl::InvalidArgumentError(absl::StrCat("a keyword of the wrong type: ", e.what()));
   }
@@ -338,7 +352,8 @@ absl::StatusOr<SchemaJson> IntersectSchemas(const SchemaJson& a, const SchemaJso
 
 absl::StatusOr<SchemaJson> FlattenSchema(const SchemaJson& s, const SchemaResolver& resolve) {
   try {
-    return Flatten(s, resolve, 0);
+    int64_t budget = kMaxSteps;
+    return Flatten(s, resolve, 0, budget);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("a keyword of the wrong type: ", e.what()));
   }
@@ -347,7 +362,8 @@ absl::StatusOr<SchemaJson> FlattenSchema(const SchemaJson& s, const SchemaResolv
 absl::StatusOr<bool> SchemaAdmits(const SchemaJson& schema, const SchemaJson& value,
                                   const SchemaResolver& resolve) {
   try {
-    return Admits(schema, value, resolve, 0);
+    int64_t budget = kMaxSteps;
+    return Admits(schema, value, resolve, 0, budget);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("a keyword of the wrong type: ", e.what()));
   }

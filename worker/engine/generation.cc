@@ -16,19 +16,22 @@ const std::vector<uint64_t>* Generation::ConstraintMask(int64_t vocab) {
   if (!matcher_) return nullptr;
   matcher_->FillMask(allowed_);
   allowed_.resize((vocab + 63) / 64, 0);
-  const bool can_end = matcher_->CanEnd();
-  bool any = false;
-  for (uint64_t w : allowed_) any = any || w != 0;
-  // A state no token can continue (a byte no token spells, a bound hit) ends the output too:
-  // the text so far is the longest the constraint allowed.
-  if (can_end || !any) {
-    for (const std::vector<int32_t>* ids : {&request_.stop.eos_ids, &request_.stop.stop_ids}) {
-      for (int32_t id : *ids) {
-        if (id >= 0 && id < vocab) allowed_[id >> 6] |= 1ull << (id & 63);
-      }
-    }
+  if (matcher_->CanEnd()) AllowEnd(vocab);
+  if (std::all_of(allowed_.begin(), allowed_.end(), [](uint64_t w) { return w == 0; })) {
+    // No token continues the state (a byte no token spells, or a bound of the automaton hit):
+    // the output ends here, the longest the constraint allowed.
+    AllowEnd(vocab);
+    exhausted_ = true;
   }
   return &allowed_;
+}
+
+void Generation::AllowEnd(int64_t vocab) {
+  for (const std::vector<int32_t>* ids : {&request_.stop.eos_ids, &request_.stop.stop_ids}) {
+    for (int32_t id : *ids) {
+      if (id >= 0 && id < vocab) allowed_[id >> 6] |= 1ull << (id & 63);
+    }
+  }
 }
 
 bool Generation::Constrain(int32_t id) {
@@ -57,13 +60,23 @@ absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
 GeneratedToken Generation::Advance(const float* logits, int64_t vocab) {
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());
-  const SampledToken s = Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index,
-                                ConstraintMask(vocab));
+  const std::vector<uint64_t>* mask = ConstraintMask(vocab);
+  SampledToken s;
+  while (true) {
+    s = Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index, mask);
+    if (mask == nullptr || Constrain(s.id) || exhausted_) break;
+    // The mask allowed a token the automaton then refused (a stack past its bounds): take it
+    // out and draw again, so the constraint's state always holds every output.
+    allowed_[s.id >> 6] &= ~(1ull << (s.id & 63));
+    if (std::all_of(allowed_.begin(), allowed_.end(), [](uint64_t w) { return w == 0; })) {
+      AllowEnd(vocab);
+      exhausted_ = true;
+    }
+  }
   t.id = s.id;
   t.logprob = s.logprob;
   t.top_logprobs = s.top;
   output_.push_back(s.id);
-  Constrain(s.id);
   std::string text = detokenizer_ ? detokenizer_->Add(s.id) : std::string();
   StopChecker::Step step = stop_.Add(s.id, text);
   t.text = std::move(step.text);

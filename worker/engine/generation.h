@@ -59,13 +59,15 @@ class Generation {
   // The tokens the constraint allows next (null without one), EOS and stop ids included where
   // the text may end.
   const std::vector<uint64_t>* ConstraintMask(int64_t vocab);
-  bool Constrain(int32_t id);  // advances the constraint past an output token, if it may
+  bool Constrain(int32_t id);    // advances the constraint past an output token, if it may
+  void AllowEnd(int64_t vocab);  // EOS and the stop ids into the mask
 
   GenerationRequest request_;
   std::optional<StreamingDetokenizer> detokenizer_;
   StopChecker stop_;
   std::optional<GrammarMatcher> matcher_;
   std::vector<uint64_t> allowed_;  // the constraint's mask for the next token
+  bool exhausted_ = false;         // no token could continue it: the output ends
   std::vector<int32_t> output_;
   bool finished_ = false;
 };

@@ -62,6 +62,9 @@ absl::Status ValidateConstraint(const v1::GenerateRequest& req, const Validation
     return Bad(field, absl::StrCat(spec.text.size(), " bytes; at most ", kMaxConstraintBytes));
   }
   if (lim.constraints == nullptr) return Bad(field, "this model has no tokenizer to constrain");
+  if (lim.tokenizer->eos_ids().empty()) {
+    return Bad(field, "this model has no EOS token to end a constrained output");
+  }
   if (g.stop.ignore_eos) {
     return Bad("stopping.ignore_eos", "cannot be set with a constraint, which decides the end");
   }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/constraint/compiled_grammar.h"
@@ -400,6 +401,63 @@ TEST(JsonSchema, AllOfRefAndAnyOfBesideOtherKeywordsIntersect) {
   EXPECT_FALSE(FullMatch(*any, "0"));
   EXPECT_FALSE(FullMatch(*any, "100"));
   EXPECT_FALSE(FullMatch(*any, "7.5"));
+}
+
+// Hostile inputs (a review's findings): each is refused or compiled quickly, never a crash,
+// a hang or an output the constraint does not hold.
+TEST(Constraints, HostileInputsAreRefusedOrBoundedNeverACrash) {
+  auto trie = SmallVocabulary(0, 1);
+  auto refused = [](const absl::StatusOr<Grammar>& g, const std::string& message) {
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status();
+  };
+  // A recursive $ref beside another keyword inlines itself forever: refused by depth.
+  refused(JsonSchemaGrammar(R"({"$defs":{"n":{"type":"object","properties":{"k":{"type":"array",
+            "items":{"$ref":"#/$defs/n","required":["v"]}}}}},"$ref":"#/$defs/n"})"),
+          "nested (or inlined) more than 128 deep");
+  refused(JsonSchemaGrammar(R"({"$defs":{"a":[0]},"$ref":"#/$defs/a/99999999999999999999"})"),
+          "points at nothing");
+  // anyOf against anyOf through two chains of references: 4^20 intersections, bounded.
+  std::string defs;
+  for (int k = 0; k < 20; ++k) {
+    for (char c : {'a', 'b'}) {
+      const std::string next = std::string("#/$defs/") + c + std::to_string(k + 1);
+      defs += absl::StrCat("\"", std::string(1, c), k, "\":{\"anyOf\":[{\"$ref\":\"", next,
+                           "\"},{\"$ref\":\"", next, "\",\"title\":\"x\"}]},");
+    }
+  }
+  defs += R"("a20":{"type":"integer"},"b20":{"type":"integer"})";
+  refused(
+      JsonSchemaGrammar(absl::StrCat(
+          R"({"$defs":{)", defs, R"(},"allOf":[{"$ref":"#/$defs/a0"},{"$ref":"#/$defs/b0"}]})")),
+      "more than 2048 steps");
+  // A 65,000-character required name: no recursion per character; the size bound refuses it.
+  refused(JsonSchemaGrammar(absl::StrCat(R"({"required":[")", std::string(65000, 'a'), R"("]})")),
+          "more than 200000 elements");
+  std::string many;
+  for (int i = 0; i < 7000; ++i) many += ".{0,2000}";
+  refused(RegexGrammar(many), "more than 200000 elements");
+  refused(RegexGrammar("\\01"), "octal escapes");
+  refused(JsonSchemaGrammar(R"({"propertyNames":{"const":"a"},"minProperties":2})"),
+          "'minProperties' above 1 is not supported");
+  // Nested nullable repetitions: the expansion is bounded, the matcher starts at once.
+  auto nested = Compile(RegexGrammar("((a?){2000}){2000}b"), trie);
+  GrammarMatcher m(nested);
+  EXPECT_FALSE(m.Dead());
+  // An alternative that can never complete is left out: `a` is not allowed, `b` is.
+  auto dead_branch = Compile(RegexGrammar("(a)[]|b"), trie);
+  GrammarMatcher d(dead_branch);
+  std::vector<uint64_t> mask;
+  d.FillMask(mask);
+  EXPECT_FALSE(Bit(mask, 'a'));
+  EXPECT_TRUE(Bit(mask, 'b'));
+  // enum beside const: the const alone; integer bounds past 2^53 exactly.
+  auto both = Compile(JsonSchemaGrammar(R"({"enum":[1,2],"const":1})"), trie);
+  EXPECT_TRUE(FullMatch(*both, "1"));
+  EXPECT_FALSE(FullMatch(*both, "2"));
+  auto big = Compile(JsonSchemaGrammar(R"({"type":"integer","minimum":9007199254740993})"), trie);
+  EXPECT_FALSE(FullMatch(*big, "9007199254740992"));
+  EXPECT_TRUE(FullMatch(*big, "9007199254740993"));
 }
 
 TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
