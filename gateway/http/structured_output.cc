@@ -1,8 +1,7 @@
 #include "gateway/http/structured_output.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/constraint/ebnf_parser.h"
-#include "worker/constraint/json_schema_compiler.h"
+#include "worker/constraint/constraint_cache.h"
 
 namespace walsh {
 namespace {
@@ -38,7 +37,9 @@ std::string Literal(const std::string& text) {
 std::string ArgumentsSchema(const ToolSpec& t) {
   if (t.parameters.is_null()) return R"({"type": "object"})";
   const std::string text = t.parameters.dump();
-  if (t.strict || JsonSchemaGrammar(text).ok()) return text;
+  if (t.strict || ConstraintGrammarOnOwnStack({ConstraintSpec::Kind::kJsonSchema, text}).ok()) {
+    return text;
+  }
   return R"({"type": "object"})";
 }
 
@@ -77,7 +78,9 @@ std::optional<FieldRefusal> ApplyResponseFormat(const Json& rf, v1::GenerateRequ
     return FieldRefusal{"response_format.json_schema.schema", "is required"};
   }
   const std::string text = schema->dump();
-  if (absl::StatusOr<Grammar> grammar = JsonSchemaGrammar(text); !grammar.ok()) {
+  if (absl::StatusOr<Grammar> grammar =
+          ConstraintGrammarOnOwnStack({ConstraintSpec::Kind::kJsonSchema, text});
+      !grammar.ok()) {
     return FieldRefusal{"response_format.json_schema.schema",
                         WithoutPrefix(std::string(grammar.status().message()), "json_schema: ")};
   }
@@ -133,14 +136,18 @@ std::optional<FieldRefusal> ConstrainToolCalls(const std::vector<ToolSpec>& tool
     if (!tools[i].strict) continue;
     any_strict = true;
     if (tools[i].parameters.is_null()) continue;
-    if (absl::StatusOr<Grammar> gr = JsonSchemaGrammar(tools[i].parameters.dump()); !gr.ok()) {
+    if (absl::StatusOr<Grammar> gr = ConstraintGrammarOnOwnStack(
+            {ConstraintSpec::Kind::kJsonSchema, tools[i].parameters.dump()});
+        !gr.ok()) {
       return FieldRefusal{absl::StrCat("tools[", i, "].function.parameters"),
                           WithoutPrefix(std::string(gr.status().message()), "json_schema: ")};
     }
   }
   if (choice == ToolChoice::kAuto && !any_strict) return std::nullopt;
   const std::string grammar = ToolCallGrammar(tools, choice, forced, parallel);
-  if (absl::StatusOr<Grammar> gr = ParseEbnf(grammar); !gr.ok()) {
+  if (absl::StatusOr<Grammar> gr =
+          ConstraintGrammarOnOwnStack({ConstraintSpec::Kind::kGrammar, grammar});
+      !gr.ok()) {
     return FieldRefusal{"tools", std::string(gr.status().message())};
   }
   if (g.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET) {

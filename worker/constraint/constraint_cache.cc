@@ -1,5 +1,7 @@
 #include "worker/constraint/constraint_cache.h"
 
+#include <pthread.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/constraint/ebnf_parser.h"
@@ -22,6 +24,31 @@ absl::StatusOr<Grammar> ConstraintGrammar(const ConstraintSpec& spec) {
   return absl::InvalidArgumentError("an unknown constraint kind");
 }
 
+absl::StatusOr<Grammar> ConstraintGrammarOnOwnStack(const ConstraintSpec& spec) {
+  struct Job {
+    const ConstraintSpec* spec;
+    absl::StatusOr<Grammar> result = absl::InternalError("not run");
+  } job{&spec};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 16 << 20);
+  pthread_t thread;
+  const int err = pthread_create(
+      &thread, &attr,
+      [](void* p) -> void* {
+        auto* j = static_cast<Job*>(p);
+        j->result = ConstraintGrammar(*j->spec);
+        return nullptr;
+      },
+      &job);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    return absl::ResourceExhaustedError("no thread to compile the constraint on");
+  }
+  pthread_join(thread, nullptr);
+  return std::move(job.result);
+}
+
 ConstraintCache::ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes)
     : trie_(std::move(trie)), max_bytes_(max_bytes) {}
 
@@ -37,7 +64,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
     }
     ++misses_;
   }
-  ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammar(spec));
+  ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammarOnOwnStack(spec));
   auto compiled = std::make_shared<const CompiledGrammar>(grammar, trie_);
   absl::MutexLock lock(&mu_);
   if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
