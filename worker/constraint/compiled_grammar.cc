@@ -175,16 +175,6 @@ void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byt
   }
 }
 
-bool CompiledGrammar::AcceptsBytes(const GrammarStack& stack, const std::string& bytes) const {
-  std::vector<GrammarStack> cur{stack}, next;
-  for (char c : bytes) {
-    Advance(cur, static_cast<uint8_t>(c), next);
-    if (next.empty()) return false;
-    cur.swap(next);
-  }
-  return true;
-}
-
 // Stack sets interned, and each (set, byte) step computed once: a walk over many tokens meets
 // few distinct sets (inside a string, every character leads back to the same one).
 class CompiledGrammar::SetSteps {

@@ -49,7 +49,6 @@ class CompiledGrammar {
   // marker (kBottom), which only the mask cache puts there.
   void Advance(const std::vector<GrammarStack>& from, uint8_t byte, std::vector<GrammarStack>& to,
                bool* escaped = nullptr) const;
-  bool AcceptsBytes(const GrammarStack& stack, const std::string& bytes) const;
   // Sets in `bits` the tokens of `mask`'s uncertain subtrees that `stack` (whose top is the
   // mask's position) accepts: each subtree's path walked once, then its tokens depth first.
   void AddUncertain(const GrammarStack& stack, const PositionMask& mask,
