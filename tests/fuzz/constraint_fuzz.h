@@ -45,19 +45,21 @@ inline std::shared_ptr<const CompiledGrammar> Compile(const ConstraintSpec& spec
   return compiled;
 }
 
-// Walks up to six tokens chosen by the input's last bytes, every mask against brute force.
+// Walks up to six tokens chosen by the input's last bytes, every mask against brute force and
+// against itself computed again.
 inline void WalkAgainstBruteForce(std::shared_ptr<const CompiledGrammar> compiled,
                                   const uint8_t* data, size_t size) {
   GrammarMatcher m(compiled);
   // The walk's choices come from the input's bytes, read from the back.
   const int64_t vocab = compiled->trie().vocab_size();
   for (size_t step = 0; step < 6 && !m.MustEnd(); ++step) {
-    std::vector<uint64_t> mask;
+    std::vector<uint64_t> mask, again;
     m.FillMask(mask);
+    m.FillMask(again);  // from the grammar's per-stack memo this time
+    if (again != mask) Violated("a memoized mask differs from the walked one");
     std::vector<int32_t> allowed;
     for (int32_t id = 0; id < vocab; ++id) {
-      GrammarMatcher probe = m;
-      const bool brute = probe.AcceptToken(id);
+      const bool brute = m.Accepts(id);
       if (brute != (((mask[id >> 6] >> (id & 63)) & 1) != 0))
         Violated("mask differs from brute force");
       if (brute) allowed.push_back(id);

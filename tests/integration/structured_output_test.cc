@@ -1,8 +1,9 @@
 // Structured output through a real worker: outputs checked by validators walsh shares no code
 // with (ajv over the JSON Schema Test Suite, ECMAScript RegExp, a separate grammar parser),
-// refusals that name the field, Resume that rebuilds the constraint's state, and speculative
-// decoding that changes no constrained output.
+// refusals that name the field, Resume that rebuilds the constraint's state, and neither
+// speculative decoding nor masks computed during the forward pass change a constrained output.
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -165,6 +166,37 @@ TEST(StructuredOutput, SpeculationChangesNoConstrainedOutput) {
   const size_t at = metrics.find(name);
   ASSERT_NE(at, std::string::npos);
   EXPECT_GT(std::stod(metrics.substr(at + name.size())), 0) << metrics.substr(at, 60);
+}
+
+// Masks computed on other threads while the forward pass runs, for a batch of concurrent
+// constrained streams sharing grammars, give the outputs of masks computed after it.
+TEST(StructuredOutput, MaskThreadsChangeNoOutput) {
+  WorkerProcess after({"--constraint-threads", "0"}), during({"--constraint-threads", "3"});
+  ASSERT_TRUE(after.ok() && during.ok());
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array",)"
+      R"("items":{"enum":["a","b"]}}},"required":["name","tags"]})";
+  std::vector<v1::GenerateRequest> requests;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    requests.push_back(Constrained(seed % 2 == 0 ? schema : "{}", seed, 60));
+    if (seed % 3 == 0) requests.back().set_json_object(true);
+  }
+  auto run_all = [&](WorkerProcess& w) {
+    std::vector<StreamResult> results(requests.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      clients.emplace_back([&, i] { results[i] = RunGenerate(*w.Generator(), requests[i]); });
+    }
+    for (std::thread& t : clients) t.join();
+    return results;
+  };
+  const std::vector<StreamResult> a = run_all(after), b = run_all(during);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(a[i].status.ok() && b[i].status.ok())
+        << a[i].status.error_message() << b[i].status.error_message();
+    EXPECT_FALSE(a[i].ids.empty());
+    EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
+  }
 }
 
 }  // namespace

@@ -182,38 +182,97 @@ class CompiledGrammar::SetSteps {
   explicit SetSteps(const CompiledGrammar& g) : g_(g) {}
   int32_t Intern(std::vector<GrammarStack>&& set) {
     auto [it, fresh] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
-    if (fresh) sets_.push_back(std::move(set));
+    if (fresh) {
+      sets_.push_back(std::move(set));
+      if (dense_.size() < kDenseSets) dense_.emplace_back().fill(kUnknown);
+    }
     return it->second;
   }
   // The set after `b`, and whether some stack left its bottom (kBottom) on the way.
   std::pair<int32_t, bool> Step(int32_t set, uint8_t b) {
-    auto [it, fresh] = steps_.try_emplace((static_cast<int64_t>(set) << 8) | b);
-    if (fresh) {
-      bool left = false;
-      std::vector<GrammarStack> next;
-      g_.Advance(sets_[set], b, next, &left);
-      it->second = {Intern(std::move(next)), left};
+    if (static_cast<size_t>(set) < dense_.size()) {
+      if (dense_[set][b] == kUnknown) {
+        const auto [next, left] = Compute(set, b);
+        dense_[set][b] = next << 1 | static_cast<int32_t>(left);
+      }
+      return {dense_[set][b] >> 1, dense_[set][b] & 1};
     }
+    auto [it, fresh] = steps_.try_emplace((static_cast<int64_t>(set) << 8) | b);
+    if (fresh) it->second = Compute(set, b);
     return it->second;
   }
   bool Dead(int32_t set) const { return sets_[set].empty(); }
 
  private:
+  // The first sets' steps sit in tables indexed by byte (a walk's hot loop); the rest, which
+  // only a large walk meets, in a hash map, so memory stays proportional to the steps taken.
+  static constexpr size_t kDenseSets = 1024;
+  static constexpr int32_t kUnknown = -1;
+
+  std::pair<int32_t, bool> Compute(int32_t set, uint8_t b) {
+    bool left = false;
+    std::vector<GrammarStack> next;
+    g_.Advance(sets_[set], b, next, &left);
+    return {Intern(std::move(next)), left};
+  }
+
   const CompiledGrammar& g_;
   std::vector<std::vector<GrammarStack>> sets_;
   absl::flat_hash_map<std::vector<GrammarStack>, int32_t> ids_;
+  std::vector<std::array<int32_t, 256>> dense_;
   absl::flat_hash_map<int64_t, std::pair<int32_t, bool>> steps_;
 };
 
-void CompiledGrammar::AddUncertain(const GrammarStack& stack, const PositionMask& mask,
+void CompiledGrammar::AddUncertain(const GrammarStack& stack, const ContextMask& mask,
                                    std::vector<uint64_t>& bits) const {
   if (mask.uncertain.empty()) return;
+  std::shared_ptr<const TokenSet> accepted;
+  {
+    MutexLock lock(&mu_);
+    auto it = stack_memo_.find(stack);
+    if (it != stack_memo_.end()) accepted = it->second;
+  }
+  if (accepted == nullptr) {
+    accepted = std::make_shared<const TokenSet>(MakeTokenSet(WalkUncertain(stack, mask)));
+    const int64_t bytes = accepted->bytes() + static_cast<int64_t>(stack.size() * 4 + 64);
+    MutexLock lock(&mu_);
+    if (stack_memo_bytes_ + bytes > kMaxStackMemoBytes) {
+      stack_memo_.clear();
+      stack_memo_bytes_ = 0;
+    }
+    if (stack_memo_.try_emplace(stack, accepted).second) stack_memo_bytes_ += bytes;
+  }
+  accepted->AddTo(bits);
+}
+
+CompiledGrammar::TokenSet CompiledGrammar::MakeTokenSet(std::vector<int32_t> ids) const {
+  TokenSet set;
+  const int64_t vocab = trie_->vocab_size();
+  if (static_cast<int64_t>(ids.size()) * 32 > vocab) {
+    set.bits.assign((vocab + 63) / 64, 0);
+    for (int32_t id : ids) set.bits[id >> 6] |= 1ull << (id & 63);
+  } else {
+    std::sort(ids.begin(), ids.end());
+    set.ids = std::move(ids);
+    set.ids.shrink_to_fit();
+  }
+  return set;
+}
+
+void CompiledGrammar::TokenSet::AddTo(std::vector<uint64_t>& out) const {
+  for (size_t w = 0; w < bits.size(); ++w) out[w] |= bits[w];
+  for (int32_t id : ids) out[id >> 6] |= 1ull << (id & 63);
+}
+
+std::vector<int32_t> CompiledGrammar::WalkUncertain(const GrammarStack& stack,
+                                                    const ContextMask& mask) const {
+  std::vector<int32_t> accepted;
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& sorted = trie_->sorted();
   SetSteps steps(*this);
   const int32_t start = steps.Intern({stack});
   auto allow = [&](int32_t from, int32_t to) {
-    for (int32_t i = from; i < to; ++i) bits[sorted[i] >> 6] |= 1ull << (sorted[i] & 63);
+    accepted.insert(accepted.end(), sorted.begin() + from, sorted.begin() + to);
   };
   std::vector<std::pair<int32_t, int32_t>> frames;  // (node, set after its byte)
   // The subtrees come in trie order: each path shares a prefix with the one before, whose sets
@@ -246,11 +305,12 @@ void CompiledGrammar::AddUncertain(const GrammarStack& stack, const PositionMask
       }
     }
   }
+  return accepted;
 }
 
-std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
-    int32_t position) const {
-  auto mask = std::make_unique<PositionMask>();
+std::unique_ptr<CompiledGrammar::ContextMask> CompiledGrammar::ComputeMask(
+    int32_t below, int32_t position, const ContextMask* alone) const {
+  auto mask = std::make_unique<ContextMask>();
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& sorted = trie_->sorted();
   std::vector<int32_t> accepted;
@@ -258,14 +318,26 @@ std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
   struct Frame {
     int32_t node;   // whose children are being visited
     int32_t child;  // the next child to visit
-    bool escaped;   // some parse left the position's rule, with a byte that may follow it
+    bool escaped;   // some parse left the context, with a byte that may follow it
     bool pending;   // some parse left it on this node's own byte: the next must follow it
+    bool inside;    // in a subtree to classify (below: on the way to one)
   };
-  const ByteSet& follow = follow_[rule_of_[position]];
+  // With a frame below, only the tokens the position alone left uncertain are walked (their
+  // subtrees, in trie order); its other tokens are decided whatever lies below.
+  std::vector<int32_t> roots;
+  if (alone != nullptr) {
+    mask->alone = &alone->accepted;
+    for (const auto& [node, depth] : alone->uncertain) roots.push_back(node);
+  }
+  // Leaving the context is returning from the rule of its lowest frame.
+  const ByteSet& follow = follow_[rule_of_[below >= 0 ? below : position]];
   auto follows = [&](uint8_t b) { return (follow[b >> 6] >> (b & 63)) & 1; };
   SetSteps memo(*this);
-  std::vector<int32_t> sets{memo.Intern({{kBottom, position}})};
-  std::vector<Frame> frames{{0, 1, false, false}};
+  GrammarStack start{kBottom};
+  if (below >= 0) start.push_back(below);
+  start.push_back(position);
+  std::vector<int32_t> sets{memo.Intern({std::move(start)})};
+  std::vector<Frame> frames{{0, 1, false, false, alone == nullptr}};
   while (!frames.empty()) {
     Frame& f = frames.back();
     if (f.child >= nodes[f.node].end) {
@@ -276,6 +348,12 @@ std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
     const int32_t child = f.child;
     f.child = nodes[child].end;
     const TokenTrie::Node& n = nodes[child];
+    bool inside = f.inside;
+    if (!inside) {
+      auto root = std::lower_bound(roots.begin(), roots.end(), child);
+      if (root == roots.end() || *root >= n.end) continue;  // no subtree to classify here
+      inside = *root == child;
+    }
     const bool escaped = f.escaped || (f.pending && follows(n.byte));
     const auto [next_set, left_here] = memo.Step(sets.back(), n.byte);
     const bool dead = memo.Dead(next_set);
@@ -284,51 +362,53 @@ std::unique_ptr<CompiledGrammar::PositionMask> CompiledGrammar::ComputeMask(
       continue;
     }
     if (dead && !left_here) continue;
-    // Alive here, or the rule ended exactly here: a token ending here is allowed whatever the
-    // stack below holds.
-    accepted.insert(accepted.end(), sorted.begin() + n.first, sorted.begin() + n.own_end);
+    // Alive here, or the context ended exactly here: a token ending here is allowed whatever
+    // the stack below holds (on the way to a subtree, the position alone allowed it already).
+    if (inside) {
+      accepted.insert(accepted.end(), sorted.begin() + n.first, sorted.begin() + n.own_end);
+    }
     if (n.own_end == n.last) continue;
     sets.push_back(next_set);
-    frames.push_back({child, child + 1, escaped, left_here});
+    frames.push_back({child, child + 1, escaped, left_here, inside});
   }
-  const int64_t vocab = trie_->vocab_size();
-  if (static_cast<int64_t>(accepted.size()) * 32 > vocab) {
-    mask->accepted_bits.assign((vocab + 63) / 64, 0);
-    for (int32_t id : accepted) mask->accepted_bits[id >> 6] |= 1ull << (id & 63);
-  } else {
-    std::sort(accepted.begin(), accepted.end());
-    mask->accepted_ids = std::move(accepted);
-  }
-  mask->accepted_bits.shrink_to_fit();
+  mask->accepted = MakeTokenSet(std::move(accepted));
   mask->uncertain.shrink_to_fit();
   return mask;
 }
 
-const CompiledGrammar::PositionMask& CompiledGrammar::MaskAt(int32_t position) const {
+const CompiledGrammar::ContextMask& CompiledGrammar::MaskAt(const GrammarStack& stack) const {
+  const ContextMask& alone = MaskFor(-1, stack.back());
+  if (stack.size() < 2 || alone.uncertain.empty()) return alone;
+  return MaskFor(stack[stack.size() - 2], stack.back());
+}
+
+const CompiledGrammar::ContextMask& CompiledGrammar::MaskFor(int32_t below,
+                                                             int32_t position) const {
+  const int64_t key = (static_cast<int64_t>(below) + 1) << 32 | static_cast<uint32_t>(position);
   {
-    absl::MutexLock lock(&mu_);
-    auto it = masks_.find(position);
+    MutexLock lock(&mu_);
+    auto it = masks_.find(key);
     if (it != masks_.end()) return *it->second;
   }
-  std::unique_ptr<PositionMask> mask = ComputeMask(position);
-  absl::MutexLock lock(&mu_);
-  auto [it, fresh] = masks_.try_emplace(position, std::move(mask));
+  std::unique_ptr<ContextMask> mask =
+      ComputeMask(below, position, below >= 0 ? &MaskFor(-1, position) : nullptr);
+  MutexLock lock(&mu_);
+  auto [it, fresh] = masks_.try_emplace(key, std::move(mask));
   if (fresh) {
-    const PositionMask& m = *it->second;
-    mask_bytes_ += static_cast<int64_t>(m.accepted_bits.size() * 8 + m.accepted_ids.size() * 4 +
-                                        m.uncertain.size() * 8);
+    const ContextMask& m = *it->second;
+    mask_bytes_ += m.accepted.bytes() + static_cast<int64_t>(m.uncertain.size() * 8);
   }
   return *it->second;
 }
 
-int64_t CompiledGrammar::cached_positions() const {
-  absl::MutexLock lock(&mu_);
+int64_t CompiledGrammar::cached_contexts() const {
+  MutexLock lock(&mu_);
   return static_cast<int64_t>(masks_.size());
 }
 
 int64_t CompiledGrammar::cached_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return mask_bytes_;
+  MutexLock lock(&mu_);
+  return mask_bytes_ + stack_memo_bytes_;
 }
 
 }  // namespace walsh

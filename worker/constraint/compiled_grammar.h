@@ -1,12 +1,14 @@
-// A checked grammar flattened for matching, with its per-position token masks.
+// A checked grammar flattened for matching, with its cached token masks.
 //
 // The matcher's state is a set of stacks (a pushdown automaton run on all parses at once, as
 // llama.cpp's GBNF sampler does); a stack holds positions, each the next element to match in
-// some alternative, its top always a byte class. For a position the vocabulary splits in three
-// whatever lies below it on the stack: tokens it accepts on its own, tokens it rejects on its
-// own, and tokens that finish the position's rule partway and so depend on the stack below
-// (xgrammar's adaptive token-mask cache). The first two are computed once per position by
-// walking the token trie, the third is checked per step; docs/structured_output.md.
+// some alternative, its top always a byte class. For a context, a stack's top position and the
+// position its rule returns to (the frame below it), the vocabulary splits in three whatever
+// lies further down: tokens it accepts on its own, tokens it rejects on its own, and tokens that
+// finish the context's rules partway and so depend on the rest of the stack (xgrammar's
+// adaptive token-mask cache, with one frame of context). The first two are computed once per
+// context by walking the token trie, the third is checked per stack and remembered for it;
+// docs/structured_output.md.
 #ifndef WALSH_WORKER_CONSTRAINT_COMPILED_GRAMMAR_H_
 #define WALSH_WORKER_CONSTRAINT_COMPILED_GRAMMAR_H_
 
@@ -17,7 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "worker/constraint/grammar.h"
 #include "worker/constraint/token_trie.h"
 
@@ -30,16 +32,27 @@ using GrammarStack = std::vector<int32_t>;  // positions; the top is back()
 inline constexpr size_t kMaxGrammarStacks = 512;
 inline constexpr size_t kMaxGrammarStackDepth = 4096;
 inline constexpr int64_t kMaxExpansionSteps = 20'000;
+// The per-stack results of AddUncertain kept for reuse; past this the memo starts afresh.
+inline constexpr int64_t kMaxStackMemoBytes = int64_t{8} << 20;
 
 class CompiledGrammar {
  public:
   // `grammar` must have passed Check().
   CompiledGrammar(const Grammar& grammar, std::shared_ptr<const TokenTrie> trie);
 
-  struct PositionMask {
-    std::vector<uint64_t> accepted_bits;  // when dense; else accepted_ids
-    std::vector<int32_t> accepted_ids;
-    // Trie subtrees whose tokens depend on the stack below the position: (node, depth).
+  // A set of tokens: ids when sparse, else a bitset over the vocabulary.
+  struct TokenSet {
+    std::vector<int32_t> ids;
+    std::vector<uint64_t> bits;
+    void AddTo(std::vector<uint64_t>& out) const;  // out |= this
+    int64_t bytes() const { return static_cast<int64_t>(ids.size() * 4 + bits.size() * 8); }
+  };
+  struct ContextMask {
+    // With a frame below the position: what the position accepts alone (its own mask's), to
+    // which `accepted` adds what the frame below decides.
+    const TokenSet* alone = nullptr;
+    TokenSet accepted;
+    // Trie subtrees whose tokens depend on the stack below the context: (node, depth).
     std::vector<std::pair<int32_t, int32_t>> uncertain;
   };
 
@@ -49,15 +62,17 @@ class CompiledGrammar {
   // marker (kBottom), which only the mask cache puts there.
   void Advance(const std::vector<GrammarStack>& from, uint8_t byte, std::vector<GrammarStack>& to,
                bool* escaped = nullptr) const;
-  // Sets in `bits` the tokens of `mask`'s uncertain subtrees that `stack` (whose top is the
-  // mask's position) accepts: each subtree's path walked once, then its tokens depth first.
-  void AddUncertain(const GrammarStack& stack, const PositionMask& mask,
+  // The mask of `stack`'s context (its top one or two frames): computed on first use, then
+  // shared by every matcher of this grammar.
+  const ContextMask& MaskAt(const GrammarStack& stack) const;
+  // Sets in `bits` the tokens of `mask`'s uncertain subtrees that `stack` (whose context the
+  // mask is) accepts. The answer depends on the stack alone, so it is kept per stack (up to
+  // kMaxStackMemoBytes): a new stack only when the text goes somewhere new.
+  void AddUncertain(const GrammarStack& stack, const ContextMask& mask,
                     std::vector<uint64_t>& bits) const;
-  // Computed on first use, then shared by every matcher of this grammar.
-  const PositionMask& MaskAt(int32_t position) const;
 
   const TokenTrie& trie() const { return *trie_; }
-  int64_t cached_positions() const;
+  int64_t cached_contexts() const;
   int64_t cached_bytes() const;
 
   static constexpr int32_t kBottom = -2;
@@ -74,7 +89,15 @@ class CompiledGrammar {
   }
   // Expands `stack` until every top is a byte class, adding the results to `out`.
   void Expand(GrammarStack stack, std::vector<GrammarStack>& out, bool* escaped) const;
-  std::unique_ptr<PositionMask> ComputeMask(int32_t position) const;
+  // The mask of `position` with `below` (-1: none) the frame under it, cached.
+  const ContextMask& MaskFor(int32_t below, int32_t position) const;
+  // With a frame below, `alone` is the position's own mask, whose uncertain subtrees are all
+  // that is left to walk.
+  std::unique_ptr<ContextMask> ComputeMask(int32_t below, int32_t position,
+                                           const ContextMask* alone) const;
+  TokenSet MakeTokenSet(std::vector<int32_t> ids) const;
+  // AddUncertain's walk: each subtree's path once, then its tokens depth first.
+  std::vector<int32_t> WalkUncertain(const GrammarStack& stack, const ContextMask& mask) const;
   class SetSteps;
 
   using ByteSet = std::array<uint64_t, 4>;
@@ -88,9 +111,13 @@ class CompiledGrammar {
   std::vector<ByteSet> follow_;
   int32_t root_ = 0;
   std::shared_ptr<const TokenTrie> trie_;
-  mutable absl::Mutex mu_;
-  mutable absl::flat_hash_map<int32_t, std::unique_ptr<PositionMask>> masks_ ABSL_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  // By context: (frame below + 1) << 32 | top position.
+  mutable absl::flat_hash_map<int64_t, std::unique_ptr<ContextMask>> masks_ ABSL_GUARDED_BY(mu_);
   mutable int64_t mask_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable absl::flat_hash_map<GrammarStack, std::shared_ptr<const TokenSet>> stack_memo_
+      ABSL_GUARDED_BY(mu_);
+  mutable int64_t stack_memo_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace walsh

@@ -56,7 +56,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
     const ConstraintSpec& spec) {
   const std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.text);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (auto it = by_key_.find(key); it != by_key_.end()) {
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second);
@@ -66,7 +66,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
   }
   ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammarOnOwnStack(spec));
   auto compiled = std::make_shared<const CompiledGrammar>(grammar, trie_);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
   lru_.push_front({key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
   by_key_[key] = lru_.begin();
@@ -84,15 +84,15 @@ int64_t ConstraintCache::BytesLocked() const {
 }
 
 int64_t ConstraintCache::hits() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return hits_;
 }
 int64_t ConstraintCache::misses() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return misses_;
 }
 int64_t ConstraintCache::bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return BytesLocked();
 }
 

@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "worker/constraint/compiled_grammar.h"
 #include "worker/constraint/grammar.h"
 #include "worker/constraint/token_trie.h"
@@ -53,7 +53,7 @@ class ConstraintCache {
 
   std::shared_ptr<const TokenTrie> trie_;
   const int64_t max_bytes_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
   absl::flat_hash_map<std::string, std::list<Entry>::iterator> by_key_ ABSL_GUARDED_BY(mu_);
   int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,35 +7,47 @@ namespace walsh {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), stacks_(grammar_->Start()) {}
 
-bool GrammarMatcher::AcceptToken(int32_t id) {
+bool GrammarMatcher::StacksAfter(int32_t id, std::vector<GrammarStack>& out) const {
   const TokenTrie& trie = grammar_->trie();
   if (id < 0 || id >= trie.vocab_size() || !trie.contains(id)) return false;
-  std::vector<GrammarStack> cur = stacks_, next;
+  const std::vector<GrammarStack>* from = &stacks_;
+  std::vector<GrammarStack> next;
   for (char c : trie.bytes(id)) {
-    grammar_->Advance(cur, static_cast<uint8_t>(c), next);
+    grammar_->Advance(*from, static_cast<uint8_t>(c), next);
     if (next.empty()) return false;
-    cur.swap(next);
+    out.swap(next);
+    from = &out;
   }
-  stacks_ = std::move(cur);
   return true;
+}
+
+bool GrammarMatcher::AcceptToken(int32_t id) {
+  std::vector<GrammarStack> after;
+  if (!StacksAfter(id, after)) return false;
+  stacks_ = std::move(after);
+  return true;
+}
+
+bool GrammarMatcher::Accepts(int32_t id) const {
+  std::vector<GrammarStack> after;
+  return StacksAfter(id, after);
 }
 
 void GrammarMatcher::FillMask(std::vector<uint64_t>& bits) const {
   const TokenTrie& trie = grammar_->trie();
   bits.assign((trie.vocab_size() + 63) / 64, 0);
-  // Stacks with the same top share its context-independent tokens.
-  std::vector<int32_t> tops_done;
+  // Stacks with the same context (or top position) share the tokens it accepts on its own.
+  std::vector<const CompiledGrammar::TokenSet*> added;
+  auto add = [&](const CompiledGrammar::TokenSet* set) {
+    if (set == nullptr || std::find(added.begin(), added.end(), set) != added.end()) return;
+    added.push_back(set);
+    set->AddTo(bits);
+  };
   for (const GrammarStack& s : stacks_) {
     if (s.empty()) continue;
-    const CompiledGrammar::PositionMask& m = grammar_->MaskAt(s.back());
-    if (std::find(tops_done.begin(), tops_done.end(), s.back()) == tops_done.end()) {
-      tops_done.push_back(s.back());
-      if (!m.accepted_bits.empty()) {
-        for (size_t w = 0; w < bits.size(); ++w) bits[w] |= m.accepted_bits[w];
-      } else {
-        for (int32_t id : m.accepted_ids) bits[id >> 6] |= 1ull << (id & 63);
-      }
-    }
+    const CompiledGrammar::ContextMask& m = grammar_->MaskAt(s);
+    add(m.alone);
+    add(&m.accepted);
     grammar_->AddUncertain(s, m, bits);
   }
 }

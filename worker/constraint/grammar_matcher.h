@@ -18,6 +18,8 @@ class GrammarMatcher {
   // Advances by one token's bytes. False (and no change) when the grammar does not allow it;
   // a token outside the trie (a control token) is never allowed.
   bool AcceptToken(int32_t id);
+  // Whether AcceptToken(id) would: the token's bytes keep some stack alive.
+  bool Accepts(int32_t id) const;
   // Bit i of `bits` (vocab_size bits) is set when token i may come next. End-of-sequence
   // tokens are the caller's: allowed exactly when CanEnd().
   void FillMask(std::vector<uint64_t>& bits) const;
@@ -28,6 +30,9 @@ class GrammarMatcher {
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
+  // The stacks after `id`'s bytes into `out`; false when none survives.
+  bool StacksAfter(int32_t id, std::vector<GrammarStack>& out) const;
+
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<GrammarStack> stacks_;
 };

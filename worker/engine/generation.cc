@@ -12,9 +12,23 @@ Generation::Generation(const Tokenizer* tokenizer, GenerationRequest request)
   if (request_.constraint) matcher_.emplace(request_.constraint);
 }
 
+Generation::~Generation() {
+  if (prefetched_) prefetched_->Cancel();
+}
+
+void Generation::PrefetchMask(MaskPrefetcher& prefetcher) {
+  if (!matcher_ || prefetched_ || finished_ || exhausted_) return;
+  prefetched_ = prefetcher.Start(&*matcher_);
+}
+
 const std::vector<uint64_t>* Generation::ConstraintMask(int64_t vocab) {
   if (!matcher_) return nullptr;
-  matcher_->FillMask(allowed_);
+  if (prefetched_) {
+    allowed_ = prefetched_->Take();
+    prefetched_.reset();
+  } else {
+    matcher_->FillMask(allowed_);
+  }
   allowed_.resize((vocab + 63) / 64, 0);
   if (matcher_->CanEnd()) AllowEnd(vocab);
   if (std::all_of(allowed_.begin(), allowed_.end(), [](uint64_t w) { return w == 0; })) {
@@ -45,6 +59,10 @@ bool Generation::Constrain(int32_t id) {
 }
 
 absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
+  if (prefetched_) {  // the matcher is about to move on
+    prefetched_->Cancel();
+    prefetched_.reset();
+  }
   for (int32_t id : ids) {
     if (!Constrain(id)) {
       return absl::InvalidArgumentError(absl::StrCat("emitted_ids[", output_.size(), "]: token ",

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "worker/constraint/compiled_grammar.h"
 #include "worker/constraint/grammar_matcher.h"
+#include "worker/constraint/mask_prefetcher.h"
 #include "worker/engine/detokenizer.h"
 #include "worker/engine/sampler.h"
 #include "worker/engine/stop_checker.h"
@@ -43,6 +44,10 @@ class Generation {
  public:
   // `tokenizer` may be null: ids only, no text and no stop strings.
   Generation(const Tokenizer* tokenizer, GenerationRequest request);
+  ~Generation();  // waits for a mask a pool thread is computing
+  // Fixed in place: a prefetched mask's job points into it.
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
 
   const GenerationRequest& request() const { return request_; }
   const std::vector<int32_t>& output() const { return output_; }
@@ -52,6 +57,10 @@ class Generation {
   // stop rules and constraint advance, their text is dropped, and sampling continues at the
   // next index. Refuses, naming the index, an output the constraint does not allow.
   absl::Status Replay(const std::vector<int32_t>& ids);
+  // Starts the next token's constraint mask on `prefetcher`'s threads, to be computed while
+  // the forward pass that yields its logits runs; Advance takes it. Nothing without a
+  // constraint, or when one is already started.
+  void PrefetchMask(MaskPrefetcher& prefetcher);
   // Draws the next token from the logits of the last position.
   GeneratedToken Advance(const float* logits, int64_t vocab);
 
@@ -66,8 +75,9 @@ class Generation {
   std::optional<StreamingDetokenizer> detokenizer_;
   StopChecker stop_;
   std::optional<GrammarMatcher> matcher_;
-  std::vector<uint64_t> allowed_;  // the constraint's mask for the next token
-  bool exhausted_ = false;         // no token could continue it: the output ends
+  std::vector<uint64_t> allowed_;        // the constraint's mask for the next token
+  std::shared_ptr<MaskJob> prefetched_;  // computing the next mask from matcher_'s state
+  bool exhausted_ = false;               // no token could continue it: the output ends
   std::vector<int32_t> output_;
   bool finished_ = false;
 };

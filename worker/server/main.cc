@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/constraint/constraint_cache.h"
+#include "worker/constraint/mask_prefetcher.h"
 #include "worker/constraint/tokenizer_trie.h"
 #include "worker/engine/ngram_drafter.h"
 #include "worker/server/drafter_setup.h"
@@ -35,8 +36,8 @@ constexpr char kVersion[] = "0.1.0";
 struct Flags {
   std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
-  int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, max_context = 0,
-          max_tokens = 4096;
+  int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,
+          max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
   bool no_prefix_caching = false;
   int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
@@ -86,6 +87,9 @@ int Run(int argc, char** argv) {
   flags.Int("kv-cache-mb", &f.kv_cache_mb, "memory for KV cache pages");
   flags.Int("constraint-cache-mb", &f.constraint_cache_mb,
             "memory for compiled structured-output constraints and their token masks");
+  flags.Int("constraint-threads", &f.constraint_threads,
+            "threads that compute structured-output token masks while the forward pass runs, "
+            "0..64 (0: after it, on the scheduler's thread)");
   flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
   flags.Bool("no-prefix-caching", &f.no_prefix_caching,
              "turn prefix caching off (shared KV pages and GatedDeltaNet state snapshots)");
@@ -147,7 +151,8 @@ int Run(int argc, char** argv) {
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
       f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 ||
       f.constraint_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1 || f.prefix_cache_bytes < 0 ||
-      f.prefix_cache_min_tokens < 1 || f.prefix_cache_snapshot_interval < 0) {
+      f.prefix_cache_min_tokens < 1 || f.prefix_cache_snapshot_interval < 0 ||
+      f.constraint_threads < 0 || f.constraint_threads > 64) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
     return 2;
@@ -295,6 +300,10 @@ int Run(int argc, char** argv) {
       {.spec = f.speculative, .ngram = ngram, .engine = eo, .max_step_tokens = f.max_batch_tokens},
       **engine);
   if (!drafter.ok()) return Fail("model_refused", std::string(drafter.status().message()));
+  std::unique_ptr<MaskPrefetcher> mask_prefetcher;
+  if (tokenizer && f.constraint_threads > 0) {
+    mask_prefetcher = std::make_unique<MaskPrefetcher>(static_cast<int>(f.constraint_threads));
+  }
   Scheduler scheduler(engine->get(),
                       {.max_batch_tokens = f.max_batch_tokens,
                        .max_running = f.max_running,
@@ -304,7 +313,8 @@ int Run(int argc, char** argv) {
                        .speculative_tokens = *drafter ? f.num_speculative_tokens : 0,
                        .speculative_max_batch = f.speculative_max_batch,
                        .speculative_min_acceptance = f.speculative_min_acceptance,
-                       .drafter = drafter->get()},
+                       .drafter = drafter->get(),
+                       .mask_prefetcher = mask_prefetcher.get()},
                       &metrics);
   info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
   info.set_kv_cache_dtype(KvCacheDtypeName((*engine)->kv_cache_dtype()));

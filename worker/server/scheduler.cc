@@ -425,6 +425,14 @@ void Scheduler::Step() {
 
   DeliverEvents();  // what DropFinished and Admit decided, before the step's wait
   mu_.Unlock();
+  if (options_.mask_prefetcher != nullptr) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      ActiveRequest& r = *members[i];
+      if (r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size()) {
+        r.generation->PrefetchMask(*options_.mask_prefetcher);  // this step samples it
+      }
+    }
+  }
   const auto step_start = Clock::now();
   absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
   const double step_seconds = Since(step_start);

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/mutex.h"
+#include "worker/constraint/mask_prefetcher.h"
 #include "worker/engine/drafter.h"
 #include "worker/engine/engine.h"
 #include "worker/server/active_request.h"
@@ -50,6 +51,10 @@ struct SchedulerOptions {
   int64_t speculative_max_batch = 8;
   double speculative_min_acceptance = 0;
   Drafter* drafter = nullptr;
+  // Structured output: each constrained request's next mask is computed on these threads while
+  // the forward pass runs (docs/structured_output.md §Overlap); null: after it, on the
+  // scheduler's thread. The caller's, and outlives the scheduler.
+  MaskPrefetcher* mask_prefetcher = nullptr;
 };
 
 struct SchedulerLoad {

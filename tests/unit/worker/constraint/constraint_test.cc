@@ -1,6 +1,7 @@
 // The constraint engine against independent oracles: std::regex for regular expressions,
 // nlohmann::json for JSON, and brute force for token masks (a token is allowed exactly when
 // its bytes keep the automaton alive).
+#include <memory>
 #include <random>
 #include <regex>
 #include <string>
@@ -14,9 +15,11 @@
 #include "worker/constraint/ebnf_parser.h"
 #include "worker/constraint/grammar_matcher.h"
 #include "worker/constraint/json_schema_compiler.h"
+#include "worker/constraint/mask_prefetcher.h"
 #include "worker/constraint/number_range.h"
 #include "worker/constraint/regex_compiler.h"
 #include "worker/constraint/utf8_ranges.h"
+#include "worker/engine/generation.h"
 
 namespace walsh {
 namespace {
@@ -73,6 +76,7 @@ void CheckMasksAlongRandomWalks(std::shared_ptr<const CompiledGrammar> g, int wa
       for (int32_t id = 0; id < vocab; ++id) {
         GrammarMatcher probe = m;
         const bool brute = probe.AcceptToken(id);
+        ASSERT_EQ(m.Accepts(id), brute) << "token " << id;
         ASSERT_EQ(Bit(mask, id), brute) << "token " << id << " '" << g->trie().bytes(id)
                                         << "' at step " << step << " of walk " << w;
         if (brute) allowed.push_back(id);
@@ -508,6 +512,118 @@ TEST(ConstraintCache, SharesOneCompiledGrammarPerContentAndStaysInBudget) {
         cache.Get({ConstraintSpec::Kind::kRegex, "x{" + std::to_string(100 + i) + "}"}).ok());
   }
   EXPECT_LE(cache.bytes(), 64 << 10);
+}
+
+// The per-stack memo of a shared grammar against a grammar compiled afresh at every step,
+// whose memo is empty: along random walks the masks agree bit for bit.
+TEST(TokenMask, StackMemoAgreesWithAFreshWalk) {
+  auto trie = SmallVocabulary(600, 11);
+  auto shared = Compile(JsonObjectGrammar(), trie);
+  std::mt19937 rng(5);
+  for (int walk = 0; walk < 4; ++walk) {
+    GrammarMatcher m(shared);
+    std::vector<int32_t> path;
+    for (int step = 0; step < 30 && !m.MustEnd(); ++step) {
+      std::vector<uint64_t> memoized, fresh;
+      m.FillMask(memoized);
+      GrammarMatcher cold(Compile(JsonObjectGrammar(), trie));
+      for (int32_t id : path) ASSERT_TRUE(cold.AcceptToken(id));
+      cold.FillMask(fresh);
+      ASSERT_EQ(memoized, fresh) << "step " << step << " of walk " << walk;
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < trie->vocab_size(); ++id) {
+        if (Bit(memoized, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      path.push_back(allowed[rng() % allowed.size()]);
+      ASSERT_TRUE(m.AcceptToken(path.back()));
+    }
+  }
+}
+
+// Masks computed by the prefetcher's threads, for matchers that share one grammar and its
+// caches, equal each matcher's own; a job no thread has begun is computed by its taker.
+TEST(MaskPrefetcher, ComputesEachMatchersOwnMask) {
+  auto trie = SmallVocabulary(400, 7);
+  auto g = Compile(JsonObjectGrammar(), trie);
+  MaskPrefetcher prefetcher(3);
+  std::mt19937 rng(9);
+  std::vector<std::unique_ptr<GrammarMatcher>> matchers;
+  for (int i = 0; i < 8; ++i) matchers.push_back(std::make_unique<GrammarMatcher>(g));
+  for (int step = 0; step < 25; ++step) {
+    std::vector<std::shared_ptr<MaskJob>> jobs;
+    for (const auto& m : matchers) jobs.push_back(prefetcher.Start(m.get()));
+    MaskJob untouched(matchers[0].get());
+    std::vector<uint64_t> own;
+    matchers[0]->FillMask(own);
+    ASSERT_EQ(untouched.Take(), own);
+    for (size_t i = 0; i < matchers.size(); ++i) {
+      const std::vector<uint64_t> taken = jobs[i]->Take();
+      matchers[i]->FillMask(own);
+      ASSERT_EQ(taken, own) << "matcher " << i << " at step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < trie->vocab_size(); ++id) {
+        if (Bit(own, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) {
+        matchers[i] = std::make_unique<GrammarMatcher>(g);
+      } else {
+        ASSERT_TRUE(matchers[i]->AcceptToken(allowed[rng() % allowed.size()]));
+      }
+    }
+  }
+}
+
+// A cancelled job never reads its matcher again (ASan sees the matcher freed right after), and
+// one left queued when the prefetcher goes away is computed by its taker.
+TEST(MaskPrefetcher, CancelledJobsLetGoOfTheirMatcher) {
+  auto trie = SmallVocabulary(200, 8);
+  auto g = Compile(JsonObjectGrammar(), trie);
+  std::shared_ptr<MaskJob> orphan;
+  auto kept = std::make_unique<GrammarMatcher>(g);
+  {
+    MaskPrefetcher prefetcher(2);
+    for (int i = 0; i < 200; ++i) {
+      auto m = std::make_unique<GrammarMatcher>(g);
+      std::shared_ptr<MaskJob> job = prefetcher.Start(m.get());
+      job->Cancel();
+      m.reset();
+    }
+    orphan = prefetcher.Start(kept.get());
+  }
+  std::vector<uint64_t> own;
+  kept->FillMask(own);
+  EXPECT_EQ(orphan->Take(), own);
+}
+
+// A constrained generation draws the same tokens whether its masks were prefetched during the
+// (here simulated) forward pass or computed after it.
+TEST(MaskPrefetcher, PrefetchedGenerationsSampleTheSameTokens) {
+  auto trie = SmallVocabulary(300, 12);
+  const int64_t vocab = trie->vocab_size();
+  auto g = Compile(JsonObjectGrammar(), trie);
+  MaskPrefetcher prefetcher(2);
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    GenerationRequest r;
+    r.sampling.seed = seed;
+    r.stop.max_tokens = 80;
+    r.stop.eos_ids = {static_cast<int32_t>(vocab - 1)};
+    r.constraint = g;
+    Generation plain(nullptr, r), overlapped(nullptr, r);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::normal_distribution<float> noise(0.0f, 3.0f);
+    std::vector<float> logits(vocab);
+    while (!plain.finished()) {
+      ASSERT_FALSE(overlapped.finished());
+      overlapped.PrefetchMask(prefetcher);
+      for (float& l : logits) l = noise(rng);
+      const GeneratedToken a = plain.Advance(logits.data(), vocab);
+      const GeneratedToken b = overlapped.Advance(logits.data(), vocab);
+      ASSERT_EQ(a.id, b.id) << "at output " << a.index << " of seed " << seed;
+    }
+    EXPECT_TRUE(overlapped.finished());
+    EXPECT_EQ(plain.output(), overlapped.output());
+  }
 }
 
 }  // namespace
