@@ -2,6 +2,7 @@
 // with (ajv over the JSON Schema Test Suite, ECMAScript RegExp, a separate grammar parser),
 // refusals that name the field, Resume that rebuilds the constraint's state, and neither
 // speculative decoding nor masks computed during the forward pass change a constrained output.
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -196,6 +197,16 @@ TEST(StructuredOutput, MaskThreadsChangeNoOutput) {
         << a[i].status.error_message() << b[i].status.error_message();
     EXPECT_FALSE(a[i].ids.empty());
     EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
+  }
+}
+
+TEST(StructuredOutput, MaskThreadsFlagIsCheckedByName) {
+  for (const char* bad : {"-1", "65"}) {
+    WorkerProcess w({"--constraint-threads", bad});
+    EXPECT_FALSE(w.ok()) << bad;
+    w.process().Wait(std::chrono::seconds(10));
+    const std::string err = w.process().stderr_text();
+    EXPECT_NE(err.find("--constraint-threads must be 0..64"), std::string::npos) << err;
   }
 }
 

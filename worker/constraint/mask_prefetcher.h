@@ -21,7 +21,8 @@ class MaskJob {
  public:
   explicit MaskJob(const GrammarMatcher* matcher) : matcher_(matcher) {}
 
-  // The matcher's mask (GrammarMatcher::FillMask); waits while a pool thread computes it.
+  // The matcher's mask (GrammarMatcher::FillMask); waits while a pool thread computes it. Once
+  // per job, and never after Cancel().
   std::vector<uint64_t> Take() ABSL_LOCKS_EXCLUDED(mu_);
   // Before the matcher changes or goes away: a queued job is dropped, a running one awaited.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);

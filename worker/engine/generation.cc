@@ -12,8 +12,12 @@ Generation::Generation(const Tokenizer* tokenizer, GenerationRequest request)
   if (request_.constraint) matcher_.emplace(request_.constraint);
 }
 
-Generation::~Generation() {
-  if (prefetched_) prefetched_->Cancel();
+Generation::~Generation() { DropPrefetchedMask(); }
+
+void Generation::DropPrefetchedMask() {
+  if (!prefetched_) return;
+  prefetched_->Cancel();
+  prefetched_.reset();
 }
 
 void Generation::PrefetchMask(MaskPrefetcher& prefetcher) {
@@ -59,10 +63,7 @@ bool Generation::Constrain(int32_t id) {
 }
 
 absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
-  if (prefetched_) {  // the matcher is about to move on
-    prefetched_->Cancel();
-    prefetched_.reset();
-  }
+  DropPrefetchedMask();  // the matcher is about to move on
   for (int32_t id : ids) {
     if (!Constrain(id)) {
       return absl::InvalidArgumentError(absl::StrCat("emitted_ids[", output_.size(), "]: token ",

@@ -61,6 +61,9 @@ class Generation {
   // the forward pass that yields its logits runs; Advance takes it. Nothing without a
   // constraint, or when one is already started.
   void PrefetchMask(MaskPrefetcher& prefetcher);
+  // Drops a prefetched mask that will not be taken (the pass failed): a queued one at once, a
+  // running one when it ends.
+  void DropPrefetchedMask();
   // Draws the next token from the logits of the last position.
   GeneratedToken Advance(const float* logits, int64_t vocab);
 

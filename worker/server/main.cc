@@ -89,7 +89,8 @@ int Run(int argc, char** argv) {
             "memory for compiled structured-output constraints and their token masks");
   flags.Int("constraint-threads", &f.constraint_threads,
             "threads that compute structured-output token masks while the forward pass runs, "
-            "0..64 (0: after it, on the scheduler's thread)");
+            "0..64 (0: after it, on the scheduler's thread); on the CPU backend they share the "
+            "cores with --threads");
   flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
   flags.Bool("no-prefix-caching", &f.no_prefix_caching,
              "turn prefix caching off (shared KV pages and GatedDeltaNet state snapshots)");
@@ -151,10 +152,15 @@ int Run(int argc, char** argv) {
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
       f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 ||
       f.constraint_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1 || f.prefix_cache_bytes < 0 ||
-      f.prefix_cache_min_tokens < 1 || f.prefix_cache_snapshot_interval < 0 ||
-      f.constraint_threads < 0 || f.constraint_threads > 64) {
+      f.prefix_cache_min_tokens < 1 || f.prefix_cache_snapshot_interval < 0) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
+    return 2;
+  }
+
+  if (f.constraint_threads < 0 || f.constraint_threads > 64) {
+    std::fprintf(stderr, "walsh-worker: --constraint-threads must be 0..64, not %lld\n",
+                 static_cast<long long>(f.constraint_threads));
     return 2;
   }
 

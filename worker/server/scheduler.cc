@@ -465,6 +465,10 @@ void Scheduler::Step() {
       row += rows;
     }
   }
+  if (!out.ok()) {
+    // Their requests end below, under the lock: a mask still computing is not waited for there.
+    for (ActiveRequest* r : members) r->generation->DropPrefetchedMask();
+  }
   mu_.Lock();
   if (!out.ok()) {
     for (ActiveRequest* r : members) {
