@@ -60,7 +60,8 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
     if (auto it = by_key_.find(key); it != by_key_.end()) {
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->grammar;
+      EvictLocked();  // the grammars' masks grow as they are used, hits included
+      return lru_.front().grammar;
     }
     ++misses_;
   }
@@ -70,11 +71,15 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
   if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
   lru_.push_front({key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
   by_key_[key] = lru_.begin();
+  EvictLocked();
+  return compiled;
+}
+
+void ConstraintCache::EvictLocked() {
   while (lru_.size() > 1 && BytesLocked() > max_bytes_) {
     by_key_.erase(lru_.back().key);
     lru_.pop_back();
   }
-  return compiled;
 }
 
 int64_t ConstraintCache::BytesLocked() const {

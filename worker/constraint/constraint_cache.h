@@ -50,6 +50,8 @@ class ConstraintCache {
     int64_t grammar_bytes = 0;
   };
   int64_t BytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Least recently used out until the rest fits (the most recent always stays).
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<const TokenTrie> trie_;
   const int64_t max_bytes_;

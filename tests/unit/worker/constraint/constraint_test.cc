@@ -514,6 +514,36 @@ TEST(ConstraintCache, SharesOneCompiledGrammarPerContentAndStaysInBudget) {
   EXPECT_LE(cache.bytes(), 64 << 10);
 }
 
+// A cached grammar's masks grow as requests use it: a hit counts them and evicts others.
+TEST(ConstraintCache, MasksGrownAfterCachingEvictOthersOnAHit) {
+  auto trie = SmallVocabulary(600, 13);
+  const ConstraintSpec object{ConstraintSpec::Kind::kJsonObject, ""};
+  const ConstraintSpec regex{ConstraintSpec::Kind::kRegex, "a+"};
+  int64_t fresh = 0;
+  {
+    ConstraintCache unbounded(trie, int64_t{1} << 30);
+    ASSERT_TRUE(unbounded.Get(object).ok() && unbounded.Get(regex).ok());
+    fresh = unbounded.bytes();
+  }
+  ConstraintCache cache(trie, fresh + 64);
+  auto a = cache.Get(object);
+  ASSERT_TRUE(a.ok() && cache.Get(regex).ok());
+  EXPECT_EQ(cache.bytes(), fresh);
+  GrammarMatcher m(*a);
+  std::vector<uint64_t> mask;
+  for (int step = 0; step < 4; ++step) {
+    m.FillMask(mask);
+    int32_t id = 0;
+    while (!Bit(mask, id)) ++id;
+    ASSERT_TRUE(m.AcceptToken(id));
+  }
+  EXPECT_GT(cache.bytes(), fresh + 64);
+  ASSERT_TRUE(cache.Get(object).ok());
+  EXPECT_EQ(cache.hits(), 1);
+  ASSERT_TRUE(cache.Get(regex).ok());  // evicted by the hit: compiled again
+  EXPECT_EQ(cache.misses(), 3);
+}
+
 // The per-stack memo of a shared grammar against a grammar compiled afresh at every step,
 // whose memo is empty: along random walks the masks agree bit for bit.
 TEST(TokenMask, StackMemoAgreesWithAFreshWalk) {
