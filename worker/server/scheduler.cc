@@ -425,12 +425,13 @@ void Scheduler::Step() {
 
   DeliverEvents();  // what DropFinished and Admit decided, before the step's wait
   mu_.Unlock();
-  if (options_.mask_prefetcher != nullptr) {
-    for (size_t i = 0; i < members.size(); ++i) {
-      ActiveRequest& r = *members[i];
-      if (r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size()) {
-        r.generation->PrefetchMask(*options_.mask_prefetcher);  // this step samples it
-      }
+  // Members whose input reaches their last token: this step samples them.
+  std::vector<bool> samples(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    ActiveRequest& r = *members[i];
+    samples[i] = r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size();
+    if (samples[i] && options_.mask_prefetcher != nullptr) {
+      r.generation->PrefetchMask(*options_.mask_prefetcher);
     }
   }
   const auto step_start = Clock::now();
@@ -448,7 +449,7 @@ void Scheduler::Step() {
     for (size_t i = 0; i < members.size(); ++i) {
       ActiveRequest& r = *members[i];
       const size_t rows = batch[i].all_logits ? batch[i].tokens.size() : 1;
-      if (r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size()) {
+      if (samples[i]) {
         for (size_t j = 0; j < rows; ++j) {
           sampled[i].push_back(r.generation->Advance(out->RowLogits(row + j), out->vocab));
           const GeneratedToken& t = sampled[i].back();
