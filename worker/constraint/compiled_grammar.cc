@@ -47,6 +47,51 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const T
     }
   }
   ComputeFollowSets();
+  FindWarmContexts();
+}
+
+void CompiledGrammar::FindWarmContexts() {
+  // The byte positions a rule's frame can show on top: its own, and (tail calls replace the
+  // frame) those of the rules its alternatives end in; a depth-first search per start.
+  absl::flat_hash_set<int64_t> seen_contexts;
+  int64_t budget = kMaxWarmSearchSteps;
+  auto add_tops = [&](int32_t below, int32_t rule) {
+    std::vector<int32_t> work{rule};
+    absl::flat_hash_set<int32_t> visited{rule};
+    while (!work.empty() && --budget >= 0 && warm_contexts_.size() < kMaxWarmContexts) {
+      const int32_t r = work.back();
+      work.pop_back();
+      for (int32_t pos : alternatives_[r]) {
+        for (; elements_[pos].kind != Kind::kEnd; ++pos) {
+          const Element& e = elements_[pos];
+          if (e.kind == Kind::kBytes) {
+            const int64_t key = (static_cast<int64_t>(below) + 1) << 32 | pos;
+            if (seen_contexts.insert(key).second) warm_contexts_.emplace_back(below, pos);
+          } else if (elements_[pos + 1].kind == Kind::kEnd && visited.insert(e.rule).second) {
+            work.push_back(e.rule);
+          }
+        }
+      }
+    }
+  };
+  add_tops(-1, root_);
+  for (size_t pos = 0;
+       pos < elements_.size() && warm_contexts_.size() < kMaxWarmContexts && budget > 0; ++pos) {
+    const Element& e = elements_[pos];
+    if (e.kind == Kind::kRule && elements_[pos + 1].kind != Kind::kEnd) {
+      add_tops(static_cast<int32_t>(pos) + 1, e.rule);
+    }
+  }
+  warm_contexts_.shrink_to_fit();
+}
+
+bool CompiledGrammar::WarmNext() const {
+  const size_t i = next_warm_.fetch_add(1, std::memory_order_relaxed);
+  if (i >= warm_contexts_.size()) return false;
+  const auto [below, position] = warm_contexts_[i];
+  const ContextMask& alone = MaskFor(-1, position);
+  if (below >= 0 && !alone.uncertain.empty()) (void)MaskFor(below, position);
+  return true;
 }
 
 void CompiledGrammar::ComputeFollowSets() {
@@ -179,10 +224,15 @@ void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byt
 // few distinct sets (inside a string, every character leads back to the same one).
 class CompiledGrammar::SetSteps {
  public:
-  explicit SetSteps(const CompiledGrammar& g) : g_(g) {}
+  explicit SetSteps(const CompiledGrammar& g) : g_(g), dead_(Intern({})) {}
   int32_t Intern(std::vector<GrammarStack>&& set) {
     auto [it, fresh] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
     if (fresh) {
+      ByteSet& live = live_.emplace_back(ByteSet{0, 0, 0, 0});
+      for (const GrammarStack& s : set) {
+        if (s.empty()) continue;
+        for (int w = 0; w < 4; ++w) live[w] |= g_.elements_[s.back()].bytes[w];
+      }
       sets_.push_back(std::move(set));
       if (dense_.size() < kDenseSets) dense_.emplace_back().fill(kUnknown);
     }
@@ -190,12 +240,15 @@ class CompiledGrammar::SetSteps {
   }
   // The set after `b`, and whether some stack left its bottom (kBottom) on the way.
   std::pair<int32_t, bool> Step(int32_t set, uint8_t b) {
+    // No top takes the byte: every stack dies on it, none leaves its bottom.
+    if (!((live_[set][b >> 6] >> (b & 63)) & 1)) return {dead_, false};
     if (static_cast<size_t>(set) < dense_.size()) {
-      if (dense_[set][b] == kUnknown) {
+      std::array<int32_t, 256>& table = dense_[set];
+      if (table[b] == kUnknown) {
         const auto [next, left] = Compute(set, b);
-        dense_[set][b] = next << 1 | static_cast<int32_t>(left);
+        table[b] = next << 1 | static_cast<int32_t>(left);
       }
-      return {dense_[set][b] >> 1, dense_[set][b] & 1};
+      return {table[b] >> 1, table[b] & 1};
     }
     auto [it, fresh] = steps_.try_emplace((static_cast<int64_t>(set) << 8) | b);
     if (fresh) it->second = Compute(set, b);
@@ -218,9 +271,11 @@ class CompiledGrammar::SetSteps {
 
   const CompiledGrammar& g_;
   std::vector<std::vector<GrammarStack>> sets_;
+  std::vector<ByteSet> live_;  // per set: the bytes some stack's top takes
   absl::flat_hash_map<std::vector<GrammarStack>, int32_t> ids_;
   std::vector<std::array<int32_t, 256>> dense_;
   absl::flat_hash_map<int64_t, std::pair<int32_t, bool>> steps_;
+  const int32_t dead_;  // the empty set, interned first (after every other member exists)
 };
 
 void CompiledGrammar::AddUncertain(const GrammarStack& stack, const ContextMask& mask,
@@ -325,6 +380,7 @@ std::unique_ptr<CompiledGrammar::ContextMask> CompiledGrammar::ComputeMask(
   // With a frame below, only the tokens the position alone left uncertain are walked (their
   // subtrees, in trie order); its other tokens are decided whatever lies below.
   std::vector<int32_t> roots;
+  size_t next_root = 0;
   if (alone != nullptr) {
     mask->alone = &alone->accepted;
     for (const auto& [node, depth] : alone->uncertain) roots.push_back(node);
@@ -345,15 +401,21 @@ std::unique_ptr<CompiledGrammar::ContextMask> CompiledGrammar::ComputeMask(
       sets.pop_back();
       continue;
     }
-    const int32_t child = f.child;
-    f.child = nodes[child].end;
-    const TokenTrie::Node& n = nodes[child];
+    int32_t child = f.child;
     bool inside = f.inside;
     if (!inside) {
-      auto root = std::lower_bound(roots.begin(), roots.end(), child);
-      if (root == roots.end() || *root >= n.end) continue;  // no subtree to classify here
-      inside = *root == child;
+      // The walk visits nodes in preorder, the order of `roots`: a cursor finds the next
+      // subtree to classify, and the child on the way to it is reached by skipping siblings.
+      while (next_root < roots.size() && roots[next_root] < child) ++next_root;
+      if (next_root == roots.size() || roots[next_root] >= nodes[f.node].end) {
+        f.child = nodes[f.node].end;  // none left under this node
+        continue;
+      }
+      while (nodes[child].end <= roots[next_root]) child = nodes[child].end;
+      inside = roots[next_root] == child;
     }
+    f.child = nodes[child].end;
+    const TokenTrie::Node& n = nodes[child];
     const bool escaped = f.escaped || (f.pending && follows(n.byte));
     const auto [next_set, left_here] = memo.Step(sets.back(), n.byte);
     const bool dead = memo.Dead(next_set);

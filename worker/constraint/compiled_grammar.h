@@ -13,6 +13,7 @@
 #define WALSH_WORKER_CONSTRAINT_COMPILED_GRAMMAR_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -34,6 +35,9 @@ inline constexpr size_t kMaxGrammarStackDepth = 4096;
 inline constexpr int64_t kMaxExpansionSteps = 20'000;
 // The per-stack results of AddUncertain kept for reuse; past this the memo starts afresh.
 inline constexpr int64_t kMaxStackMemoBytes = int64_t{8} << 20;
+// The contexts WarmNext computes ahead at most, and the rule visits spent finding them.
+inline constexpr size_t kMaxWarmContexts = 8192;
+inline constexpr int64_t kMaxWarmSearchSteps = 1 << 20;
 
 class CompiledGrammar {
  public:
@@ -71,6 +75,13 @@ class CompiledGrammar {
   void AddUncertain(const GrammarStack& stack, const ContextMask& mask,
                     std::vector<uint64_t>& bits) const;
 
+  // Computes the mask of one more of the contexts a stack can present (found from the grammar
+  // alone: the root's positions, then those under each call in the grammar's order), so that a
+  // request's first tokens find them cached (docs/structured_output.md §Warm-up). False once every
+  // one is cached. Thread-safe: several threads may warm one grammar.
+  bool WarmNext() const;
+  size_t warm_contexts() const { return warm_contexts_.size(); }
+
   const TokenTrie& trie() const { return *trie_; }
   int64_t cached_contexts() const;
   int64_t cached_bytes() const;
@@ -104,6 +115,11 @@ class CompiledGrammar {
   // Per rule: the bytes that can come right after it in any context (its follow set), so a
   // token that leaves a position's rule with a byte outside it is rejected whatever the stack.
   void ComputeFollowSets();
+  // The contexts (frame below or -1, byte position) a stack can show: the root's positions
+  // alone, and under each return position the positions of its callee and of what the callee
+  // ends in (a tail call replaces the frame). WarmNext computes a 2-frame context's 1-frame
+  // mask first, so every reachable position is covered.
+  void FindWarmContexts();
 
   std::vector<Element> elements_;
   std::vector<int32_t> rule_of_;                    // per position
@@ -111,6 +127,8 @@ class CompiledGrammar {
   std::vector<ByteSet> follow_;
   int32_t root_ = 0;
   std::shared_ptr<const TokenTrie> trie_;
+  std::vector<std::pair<int32_t, int32_t>> warm_contexts_;
+  mutable std::atomic<size_t> next_warm_{0};
   mutable Mutex mu_;
   // By context: (frame below + 1) << 32 | top position.
   mutable absl::flat_hash_map<int64_t, std::unique_ptr<ContextMask>> masks_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "worker/constraint/ebnf_parser.h"
 #include "worker/constraint/json_schema_compiler.h"
+#include "worker/constraint/mask_prefetcher.h"
 #include "worker/constraint/regex_compiler.h"
 
 namespace walsh {
@@ -49,8 +50,9 @@ absl::StatusOr<Grammar> ConstraintGrammarOnOwnStack(const ConstraintSpec& spec) 
   return std::move(job.result);
 }
 
-ConstraintCache::ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes)
-    : trie_(std::move(trie)), max_bytes_(max_bytes) {}
+ConstraintCache::ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes,
+                                 MaskPrefetcher* warm_on)
+    : trie_(std::move(trie)), max_bytes_(max_bytes), warm_on_(warm_on) {}
 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
     const ConstraintSpec& spec) {
@@ -72,6 +74,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
   lru_.push_front({key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
   by_key_[key] = lru_.begin();
   EvictLocked();
+  if (warm_on_ != nullptr) warm_on_->Warm(compiled);
   return compiled;
 }
 

@@ -19,6 +19,8 @@
 
 namespace walsh {
 
+class MaskPrefetcher;
+
 struct ConstraintSpec {
   enum class Kind { kJsonSchema, kJsonObject, kRegex, kGrammar };
   Kind kind = Kind::kJsonObject;
@@ -35,7 +37,10 @@ absl::StatusOr<Grammar> ConstraintGrammarOnOwnStack(const ConstraintSpec& spec);
 
 class ConstraintCache {
  public:
-  ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes);
+  // With `warm_on`, each newly compiled grammar's masks are warmed on its threads (which must
+  // outlive the cache) while the request that brought it waits for its prefill.
+  ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes,
+                  MaskPrefetcher* warm_on = nullptr);
 
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Get(const ConstraintSpec& spec);
 
@@ -55,6 +60,7 @@ class ConstraintCache {
 
   std::shared_ptr<const TokenTrie> trie_;
   const int64_t max_bytes_;
+  MaskPrefetcher* const warm_on_;
   mutable Mutex mu_;
   std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
   absl::flat_hash_map<std::string, std::list<Entry>::iterator> by_key_ ABSL_GUARDED_BY(mu_);

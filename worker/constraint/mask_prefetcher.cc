@@ -59,17 +59,34 @@ std::shared_ptr<MaskJob> MaskPrefetcher::Start(const GrammarMatcher* matcher) {
   return job;
 }
 
+void MaskPrefetcher::Warm(std::weak_ptr<const CompiledGrammar> grammar) {
+  MutexLock lock(&mu_);
+  warming_.push_back(std::move(grammar));
+  wake_.Signal();
+}
+
 void MaskPrefetcher::Loop() {
   while (true) {
     std::shared_ptr<MaskJob> job;
+    std::shared_ptr<const CompiledGrammar> grammar;
     {
       MutexLock lock(&mu_);
-      while (!stop_ && queue_.empty()) wake_.Wait(&mu_);
+      while (!stop_ && queue_.empty() && warming_.empty()) wake_.Wait(&mu_);
       if (stop_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      if (!queue_.empty()) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      } else {
+        grammar = warming_.front().lock();
+        warming_.pop_front();
+      }
     }
-    job->Run();
+    if (job != nullptr) {
+      job->Run();
+    } else if (grammar != nullptr && grammar->WarmNext()) {
+      MutexLock lock(&mu_);
+      warming_.push_back(grammar);  // behind the other grammars warming, round robin
+    }
   }
 }
 

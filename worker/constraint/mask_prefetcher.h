@@ -2,6 +2,7 @@
 // will filter runs (docs/structured_output.md §Overlap). A job holds one sequence's next mask:
 // a pool thread computes it, or the sampler does when it needs the mask before any thread has
 // begun, so a busy pool never makes a step wait longer than computing the mask itself would.
+// Idle threads warm newly compiled grammars.
 #ifndef WALSH_WORKER_CONSTRAINT_MASK_PREFETCHER_H_
 #define WALSH_WORKER_CONSTRAINT_MASK_PREFETCHER_H_
 
@@ -52,6 +53,10 @@ class MaskPrefetcher {
   // Queues `matcher`'s mask. The matcher must not change or go away before the job's Take()
   // or Cancel() returns.
   std::shared_ptr<MaskJob> Start(const GrammarMatcher* matcher) ABSL_LOCKS_EXCLUDED(mu_);
+  // Warms `grammar`'s context masks (CompiledGrammar::WarmNext) when no mask is queued, one
+  // context at a time, so a queued mask waits for one context at most; stops early when the
+  // grammar goes away (evicted, and no request holds it).
+  void Warm(std::weak_ptr<const CompiledGrammar> grammar) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -59,6 +64,7 @@ class MaskPrefetcher {
   Mutex mu_;
   CondVar wake_;
   std::deque<std::shared_ptr<MaskJob>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::weak_ptr<const CompiledGrammar>> warming_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

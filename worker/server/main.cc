@@ -89,8 +89,9 @@ int Run(int argc, char** argv) {
             "memory for compiled structured-output constraints and their token masks");
   flags.Int("constraint-threads", &f.constraint_threads,
             "threads that compute structured-output token masks while the forward pass runs, "
-            "0..64 (0: after it, on the scheduler's thread); on the CPU backend they share the "
-            "cores with --threads");
+            "and warm a new constraint's masks while its request waits, 0..64 (0: masks after "
+            "the pass, on the scheduler's thread, and no warm-up); on the CPU backend they share "
+            "the cores with --threads");
   flags.Int("state-mb", &f.state_mb, "memory for GatedDeltaNet state slots");
   flags.Bool("no-prefix-caching", &f.no_prefix_caching,
              "turn prefix caching off (shared KV pages and GatedDeltaNet state snapshots)");
@@ -336,8 +337,8 @@ int Run(int argc, char** argv) {
   ctx.tokenizer = tokenizer.get();
   std::unique_ptr<ConstraintCache> constraints;
   if (tokenizer) {
-    constraints =
-        std::make_unique<ConstraintCache>(TokenizerTrie(*tokenizer), f.constraint_cache_mb << 20);
+    constraints = std::make_unique<ConstraintCache>(
+        TokenizerTrie(*tokenizer), f.constraint_cache_mb << 20, mask_prefetcher.get());
   }
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get(), constraints.get()};
   ctx.model_info = info;

@@ -1,10 +1,13 @@
 // The constraint engine against independent oracles: std::regex for regular expressions,
 // nlohmann::json for JSON, and brute force for token masks (a token is allowed exactly when
 // its bytes keep the automaton alive).
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -571,6 +574,58 @@ TEST(TokenMask, StackMemoAgreesWithAFreshWalk) {
   }
 }
 
+// A grammar warmed in full holds every context a parse can meet: walks along random paths
+// compute no new one, and their masks equal those of the same grammar left cold.
+TEST(TokenMask, WarmUpCoversEveryContextAWalkMeets) {
+  auto trie = SmallVocabulary(600, 17);
+  const std::vector<std::function<absl::StatusOr<Grammar>()>> grammars = {
+      [] { return JsonObjectGrammar(); },
+      [] {
+        return JsonSchemaGrammar(R"({"type":"object","$defs":{"node":{"type":"object",
+            "properties":{"v":{"enum":["a","bc",1]},"kids":{"type":"array","items":
+            {"$ref":"#/$defs/node"},"maxItems":3}},"required":["v"]}},
+            "properties":{"name":{"type":"string","minLength":1,"maxLength":6},
+            "tree":{"$ref":"#/$defs/node"},"n":{"anyOf":[{"type":"integer","minimum":-5,
+            "maximum":40},{"type":"null"}]},"id":{"type":"string","format":"uuid"}},
+            "required":["name","tree"]})");
+      },
+      [] { return RegexGrammar("(ab|a\"c)+[0-9]{2,4}x?"); },
+      [] {
+        return ParseEbnf(
+            "root ::= item (\",\" \" \"? item)*\nitem ::= \"true\" | [a-z]+ | \"[\" root? \"]\"");
+      },
+  };
+  std::mt19937 rng(23);
+  for (size_t k = 0; k < grammars.size(); ++k) {
+    auto warmed = Compile(grammars[k](), trie);
+    auto cold = Compile(grammars[k](), trie);
+    while (warmed->WarmNext()) {
+    }
+    EXPECT_FALSE(warmed->WarmNext());
+    const int64_t contexts = warmed->cached_contexts();
+    EXPECT_GT(contexts, 0);
+    for (int walk = 0; walk < 6; ++walk) {
+      GrammarMatcher a(warmed), b(cold);
+      for (int step = 0; step < 40 && !a.MustEnd(); ++step) {
+        std::vector<uint64_t> mask, cold_mask;
+        a.FillMask(mask);
+        b.FillMask(cold_mask);
+        ASSERT_EQ(mask, cold_mask) << "grammar " << k << ", step " << step;
+        ASSERT_EQ(warmed->cached_contexts(), contexts)
+            << "grammar " << k << ": step " << step << " of walk " << walk
+            << " met a context the warm-up did not find";
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < trie->vocab_size(); ++id) {
+          if (Bit(mask, id)) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        const int32_t id = allowed[rng() % allowed.size()];
+        ASSERT_TRUE(a.AcceptToken(id) && b.AcceptToken(id));
+      }
+    }
+  }
+}
+
 // Masks computed by the prefetcher's threads, for matchers that share one grammar and its
 // caches, equal each matcher's own; a job no thread has begun is computed by its taker.
 TEST(MaskPrefetcher, ComputesEachMatchersOwnMask) {
@@ -624,6 +679,30 @@ TEST(MaskPrefetcher, CancelledJobsLetGoOfTheirMatcher) {
   std::vector<uint64_t> own;
   kept->FillMask(own);
   EXPECT_EQ(orphan->Take(), own);
+}
+
+// A cache given the prefetcher warms what it compiles on the prefetcher's idle threads, up to
+// every context a full warm-up finds; a grammar that went away before its turn is let go.
+TEST(MaskPrefetcher, WarmsNewlyCompiledGrammarsInTheBackground) {
+  auto trie = SmallVocabulary(400, 19);
+  auto reference = Compile(JsonObjectGrammar(), trie);
+  while (reference->WarmNext()) {
+  }
+  MaskPrefetcher prefetcher(2);
+  prefetcher.Warm(Compile(RegexGrammar("[a-z]{1,8}"), trie));  // expires as it is queued
+  ConstraintCache cache(trie, int64_t{1} << 30, &prefetcher);
+  auto g = cache.Get({ConstraintSpec::Kind::kJsonObject, ""});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((*g)->cached_contexts() < reference->cached_contexts() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ((*g)->cached_contexts(), reference->cached_contexts());
+  GrammarMatcher m(*g);
+  std::vector<uint64_t> own;
+  m.FillMask(own);
+  EXPECT_EQ(prefetcher.Start(&m)->Take(), own);
 }
 
 // A constrained generation draws the same tokens whether its masks were prefetched during the
