@@ -159,13 +159,13 @@ int ConstraintBenchMain(int argc, char** argv) {
   std::printf(
       "| constraint  | compile ms | tokens | cold p50 us | cold p99 us | cold max ms | "
       "next p50 us | next p99 us | next max ms | warm p50 us | warm p99 us | over 1 ms | "
-      "contexts  | cache MB | warm-up ms | warmed | warmed-up p50 us | warmed-up p99 us | "
-      "warmed-up max ms | over 1 ms |\n");
+      "contexts  | cache MB | warm-up ms | warmed | warmed MB | warmed-up p50 us | "
+      "warmed-up p99 us | warmed-up max ms | over 1 ms |\n");
   std::printf(
       "|-------------|------------|--------|-------------|-------------|-------------|"
       "-------------|-------------|-------------|-------------|-------------|-----------|"
-      "-----------|----------|------------|--------|------------------|------------------|"
-      "------------------|-----------|\n");
+      "-----------|----------|------------|--------|-----------|------------------|"
+      "------------------|------------------|-----------|\n");
   std::vector<std::pair<std::string, ConstraintSpec>> compiled;
   for (const Workload& w : Workloads()) {
     t0 = SteadyClock::now();
@@ -210,14 +210,14 @@ int ConstraintBenchMain(int argc, char** argv) {
         std::count_if(warmed_up.begin(), warmed_up.end(), [](double t) { return t > 1e-3; });
     std::printf(
         "| %-11s | %10.2f | %6zu | %11.1f | %11.1f | %11.2f | %11.1f | %11.1f | %11.2f | "
-        "%11.1f | %11.1f | %4lld/%-4zu | %9lld | %8.2f | %10.1f | %6zu | %16.1f | %16.1f | "
+        "%11.1f | %11.1f | %4lld/%-4zu | %9lld | %8.2f | %10.1f | %6zu | %9.2f | %16.1f | %16.1f | "
         "%16.2f | %4lld/%-4zu |\n",
         w.name.c_str(), 1e3 * compile_s, ids.size(), 1e6 * Percentile(*cold, 0.5),
         1e6 * Percentile(*cold, 0.99), 1e3 * cold_max, 1e6 * Percentile(*next, 0.5),
         1e6 * Percentile(*next, 0.99), 1e3 * next_max, 1e6 * Percentile(warm, 0.5),
         1e6 * Percentile(warm, 0.99), static_cast<long long>(over_1ms), timed,
         static_cast<long long>(g->cached_contexts()), g->cached_bytes() / 1e6, 1e3 * warm_up_s,
-        warmed->warm_contexts(), 1e6 * Percentile(warmed_up, 0.5),
+        warmed->warm_contexts(), warmed->cached_bytes() / 1e6, 1e6 * Percentile(warmed_up, 0.5),
         1e6 * Percentile(warmed_up, 0.99), 1e3 * warmed_up_max,
         static_cast<long long>(warmed_up_over_1ms), warmed_up.size());
     doc["constraints"].push_back({{"name", w.name},
@@ -239,6 +239,7 @@ int ConstraintBenchMain(int argc, char** argv) {
                                   {"warm_up_ms", 1e3 * warm_up_s},
                                   {"warm_contexts", warmed->warm_contexts()},
                                   {"warmed_contexts_cached", warmed->cached_contexts()},
+                                  {"warmed_cache_bytes", warmed->cached_bytes()},
                                   {"warmed_up_p50_us", 1e6 * Percentile(warmed_up, 0.5)},
                                   {"warmed_up_p99_us", 1e6 * Percentile(warmed_up, 0.99)},
                                   {"warmed_up_max_ms", 1e3 * warmed_up_max},
@@ -250,8 +251,10 @@ int ConstraintBenchMain(int argc, char** argv) {
   if (batch > 0) {
     // Decode steps at `batch`: the forward pass, then each sequence's Generation::Advance
     // (sampling, and for the constrained rows the mask), as the worker's scheduler runs them:
-    // with the masks computed after the pass on this thread, or during it on the prefetcher's.
-    // Each block compiles its constraint afresh, so its masks start cold (a new schema).
+    // with the masks computed after the pass on this thread, or during it on the prefetcher's,
+    // which in the last kind of block also warm the grammar from its compile on, as the
+    // worker's do. Each block compiles its constraint afresh, so its masks start cold (a new
+    // schema).
     auto bound = Model::Bind(std::move(*file));
     if (!bound.ok()) return Fail(1, std::string(bound.status().message()));
     EngineOptions opts;
@@ -264,10 +267,12 @@ int ConstraintBenchMain(int argc, char** argv) {
                 static_cast<long long>(batch), static_cast<long long>(steps));
     std::printf(
         "| constraint  | unconstrained ms/step | after the pass ms/step | overhead | overlapped "
-        "ms/step | overhead | sampling ms/step: unconstrained, after, overlapped |\n");
+        "ms/step | overhead | overlapped, warmed ms/step | overhead | sampling ms/step: "
+        "unconstrained, after, overlapped, warmed |\n");
     std::printf(
         "|-------------|-----------------------|------------------------|----------|-----------"
-        "-------|----------|---------------------------------------------------|\n");
+        "-------|----------|---------------------------|----------|------------------------------"
+        "-------------------------|\n");
     MaskPrefetcher prefetcher(static_cast<int>(threads));
     std::mt19937 rng(7);
     const std::vector<int32_t> prompt = (*tokenizer)->Encode("Reply in JSON:", false);
@@ -275,13 +280,14 @@ int ConstraintBenchMain(int argc, char** argv) {
       double step = 0, sampling = 0;  // seconds per step: all of it, and after the pass
     };
     // One block: fresh sequences and generations, a warm-up step, then `steps` timed steps.
-    auto block = [&](const ConstraintSpec* spec,
-                     MaskPrefetcher* overlap) -> absl::StatusOr<BlockTimes> {
+    auto block = [&](const ConstraintSpec* spec, MaskPrefetcher* overlap,
+                     bool warm) -> absl::StatusOr<BlockTimes> {
       std::shared_ptr<const CompiledGrammar> g;
       if (spec != nullptr) {
         auto grammar = ConstraintGrammar(*spec);
         if (!grammar.ok()) return grammar.status();
         g = std::make_shared<const CompiledGrammar>(*grammar, trie);
+        if (warm) overlap->Warm(g);  // as the worker's cache does on a miss
       }
       std::vector<SequenceInput> in;
       std::vector<std::unique_ptr<Generation>> gens;
@@ -318,30 +324,36 @@ int ConstraintBenchMain(int argc, char** argv) {
       return times;
     };
     for (const auto& [name, spec] : compiled) {
-      BlockTimes without, after, overlapped;
+      BlockTimes without, after, overlapped, warmed;
       for (int rep = 0; rep < 3; ++rep) {
-        auto a = block(nullptr, nullptr);
-        auto b = block(&spec, nullptr);
-        auto c = block(&spec, &prefetcher);
-        for (const auto* r : {&a, &b, &c}) {
+        auto a = block(nullptr, nullptr, false);
+        auto b = block(&spec, nullptr, false);
+        auto c = block(&spec, &prefetcher, false);
+        auto d = block(&spec, &prefetcher, true);
+        for (const auto* r : {&a, &b, &c, &d}) {
           if (!r->ok()) return Fail(3, std::string(r->status().message()));
         }
-        for (auto [sum, one] : {std::pair{&without, &*a}, {&after, &*b}, {&overlapped, &*c}}) {
+        for (auto [sum, one] :
+             {std::pair{&without, &*a}, {&after, &*b}, {&overlapped, &*c}, {&warmed, &*d}}) {
           sum->step += one->step / 3;
           sum->sampling += one->sampling / 3;
         }
       }
-      std::printf("| %-11s | %21.2f | %22.2f | %7.1f%% | %17.2f | %7.1f%% | %15.3f, %.3f, %.3f |\n",
-                  name.c_str(), 1e3 * without.step, 1e3 * after.step,
-                  100 * (after.step / without.step - 1), 1e3 * overlapped.step,
-                  100 * (overlapped.step / without.step - 1), 1e3 * without.sampling,
-                  1e3 * after.sampling, 1e3 * overlapped.sampling);
+      std::printf(
+          "| %-11s | %21.2f | %22.2f | %7.1f%% | %17.2f | %7.1f%% | %25.2f | %7.1f%% | %15.3f, "
+          "%.3f, %.3f, %.3f |\n",
+          name.c_str(), 1e3 * without.step, 1e3 * after.step, 100 * (after.step / without.step - 1),
+          1e3 * overlapped.step, 100 * (overlapped.step / without.step - 1), 1e3 * warmed.step,
+          100 * (warmed.step / without.step - 1), 1e3 * without.sampling, 1e3 * after.sampling,
+          1e3 * overlapped.sampling, 1e3 * warmed.sampling);
       doc["steps"].push_back({{"name", name},
                               {"batch", batch},
                               {"constraint_threads", threads},
                               {"unconstrained_ms_per_step", 1e3 * without.step},
                               {"after_pass_ms_per_step", 1e3 * after.step},
                               {"overlapped_ms_per_step", 1e3 * overlapped.step},
+                              {"overlapped_warmed_ms_per_step", 1e3 * warmed.step},
+                              {"overlapped_warmed_sampling_ms_per_step", 1e3 * warmed.sampling},
                               {"unconstrained_sampling_ms_per_step", 1e3 * without.sampling},
                               {"after_pass_sampling_ms_per_step", 1e3 * after.sampling},
                               {"overlapped_sampling_ms_per_step", 1e3 * overlapped.sampling}});

@@ -86,6 +86,10 @@ void CompiledGrammar::FindWarmContexts() {
 }
 
 bool CompiledGrammar::WarmNext() const {
+  {
+    MutexLock lock(&mu_);
+    if (mask_bytes_ >= kMaxWarmBytes) return false;
+  }
   const size_t i = next_warm_.fetch_add(1, std::memory_order_relaxed);
   if (i >= warm_contexts_.size()) return false;
   const auto [below, position] = warm_contexts_[i];
@@ -243,12 +247,11 @@ class CompiledGrammar::SetSteps {
     // No top takes the byte: every stack dies on it, none leaves its bottom.
     if (!((live_[set][b >> 6] >> (b & 63)) & 1)) return {dead_, false};
     if (static_cast<size_t>(set) < dense_.size()) {
-      std::array<int32_t, 256>& table = dense_[set];
-      if (table[b] == kUnknown) {
-        const auto [next, left] = Compute(set, b);
-        table[b] = next << 1 | static_cast<int32_t>(left);
+      if (dense_[set][b] == kUnknown) {
+        const auto [next, left] = Compute(set, b);  // may grow dense_: index it again after
+        dense_[set][b] = next << 1 | static_cast<int32_t>(left);
       }
-      return {table[b] >> 1, table[b] & 1};
+      return {dense_[set][b] >> 1, dense_[set][b] & 1};
     }
     auto [it, fresh] = steps_.try_emplace((static_cast<int64_t>(set) << 8) | b);
     if (fresh) it->second = Compute(set, b);
