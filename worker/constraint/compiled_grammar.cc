@@ -82,6 +82,13 @@ void CompiledGrammar::FindWarmContexts() {
       add_tops(static_cast<int32_t>(pos) + 1, e.rule);
     }
   }
+  // A top right after another byte class is met only when a token ends inside a run of them
+  // (mid-character, mid-literal), the least likely contexts: they go last, so the byte bound
+  // (kMaxWarmBytes) leaves them lazy first.
+  std::stable_partition(warm_contexts_.begin(), warm_contexts_.end(), [&](const auto& context) {
+    const int32_t pos = context.second;
+    return pos == 0 || elements_[pos - 1].kind != Kind::kBytes;
+  });
   warm_contexts_.shrink_to_fit();
 }
 
