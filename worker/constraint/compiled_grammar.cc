@@ -52,17 +52,18 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const T
 
 void CompiledGrammar::FindWarmContexts() {
   // The byte positions a rule's frame can show on top: its own, and (tail calls replace the
-  // frame) those of the rules its alternatives end in; a depth-first search per start.
+  // frame) those of the rules its alternatives end in; a depth-first search per start, bounded
+  // in elements scanned.
   absl::flat_hash_set<int64_t> seen_contexts;
   int64_t budget = kMaxWarmSearchSteps;
   auto add_tops = [&](int32_t below, int32_t rule) {
     std::vector<int32_t> work{rule};
     absl::flat_hash_set<int32_t> visited{rule};
-    while (!work.empty() && --budget >= 0 && warm_contexts_.size() < kMaxWarmContexts) {
+    while (!work.empty() && budget > 0) {
       const int32_t r = work.back();
       work.pop_back();
       for (int32_t pos : alternatives_[r]) {
-        for (; elements_[pos].kind != Kind::kEnd; ++pos) {
+        for (; elements_[pos].kind != Kind::kEnd && --budget >= 0; ++pos) {
           const Element& e = elements_[pos];
           if (e.kind == Kind::kBytes) {
             const int64_t key = (static_cast<int64_t>(below) + 1) << 32 | pos;
@@ -75,20 +76,20 @@ void CompiledGrammar::FindWarmContexts() {
     }
   };
   add_tops(-1, root_);
-  for (size_t pos = 0;
-       pos < elements_.size() && warm_contexts_.size() < kMaxWarmContexts && budget > 0; ++pos) {
+  for (size_t pos = 0; pos < elements_.size() && budget > 0; ++pos) {
     const Element& e = elements_[pos];
     if (e.kind == Kind::kRule && elements_[pos + 1].kind != Kind::kEnd) {
       add_tops(static_cast<int32_t>(pos) + 1, e.rule);
     }
   }
   // A top right after another byte class is met only when a token ends inside a run of them
-  // (mid-character, mid-literal), the least likely contexts: they go last, so the byte bound
-  // (kMaxWarmBytes) leaves them lazy first.
+  // (mid-character, mid-literal), the least likely contexts: they go last, so the bounds
+  // (kMaxWarmContexts here, kMaxWarmBytes as masks are computed) leave them lazy first.
   std::stable_partition(warm_contexts_.begin(), warm_contexts_.end(), [&](const auto& context) {
     const int32_t pos = context.second;
     return pos == 0 || elements_[pos - 1].kind != Kind::kBytes;
   });
+  if (warm_contexts_.size() > kMaxWarmContexts) warm_contexts_.resize(kMaxWarmContexts);
   warm_contexts_.shrink_to_fit();
 }
 

@@ -35,10 +35,10 @@ inline constexpr size_t kMaxGrammarStackDepth = 4096;
 inline constexpr int64_t kMaxExpansionSteps = 20'000;
 // The per-stack results of AddUncertain kept for reuse; past this the memo starts afresh.
 inline constexpr int64_t kMaxStackMemoBytes = int64_t{8} << 20;
-// The contexts WarmNext computes ahead at most, the rule visits spent finding them, and the
-// context masks' bytes past which it stops (the rest stay lazy).
+// The contexts WarmNext computes ahead at most, the grammar elements scanned finding them, and
+// the context masks' bytes past which it stops (the rest stay lazy).
 inline constexpr size_t kMaxWarmContexts = 8192;
-inline constexpr int64_t kMaxWarmSearchSteps = 1 << 20;
+inline constexpr int64_t kMaxWarmSearchSteps = 1 << 18;
 inline constexpr int64_t kMaxWarmBytes = int64_t{8} << 20;
 
 class CompiledGrammar {

@@ -69,11 +69,14 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
   }
   ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammarOnOwnStack(spec));
   auto compiled = std::make_shared<const CompiledGrammar>(grammar, trie_);
-  MutexLock lock(&mu_);
-  if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
-  lru_.push_front({key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
-  by_key_[key] = lru_.begin();
-  EvictLocked();
+  {
+    MutexLock lock(&mu_);
+    if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
+    lru_.push_front(
+        {key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
+    by_key_[key] = lru_.begin();
+    EvictLocked();
+  }
   if (warm_on_ != nullptr) warm_on_->Warm(compiled);
   return compiled;
 }

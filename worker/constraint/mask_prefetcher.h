@@ -54,8 +54,9 @@ class MaskPrefetcher {
   // or Cancel() returns.
   std::shared_ptr<MaskJob> Start(const GrammarMatcher* matcher) ABSL_LOCKS_EXCLUDED(mu_);
   // Warms `grammar`'s context masks (CompiledGrammar::WarmNext) when no mask is queued, one
-  // context at a time, so a queued mask waits for one context at most; stops early when the
-  // grammar goes away (evicted, and no request holds it).
+  // context at a time, so a queued mask waits for at most one context's walks (its position
+  // alone, then with the frame below); stops early when the grammar goes away (evicted, and no
+  // request holds it).
   void Warm(std::weak_ptr<const CompiledGrammar> grammar) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
