@@ -200,6 +200,44 @@ TEST(StructuredOutput, MaskThreadsChangeNoOutput) {
   }
 }
 
+// The value of `series` (name and labels, as exposed) in a worker's /metrics; -1 when absent.
+double MetricValue(WorkerProcess& w, const std::string& series) {
+  const std::string metrics = testing::HttpGet(w.metrics_port(), "/metrics");
+  const size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + series.size() + 2));
+}
+
+// A schema the worker has not seen is compiled once and its masks warmed by the mask threads
+// (docs/structured_output.md §Warm-up), as its metrics show; a second request hits the cache.
+TEST(StructuredOutput, NewConstraintsAreWarmedOnTheMaskThreads) {
+  WorkerProcess w({"--constraint-threads", "2"});
+  ASSERT_TRUE(w.ok());
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},)"
+      R"("n":{"type":"integer","minimum":0,"maximum":99}},"required":["name","n"]})";
+  const StreamResult first = RunGenerate(*w.Generator(), Constrained(schema, 1, 40));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  // Warm-up runs on after the request; poll until nothing is left to warm.
+  double warming = -1;
+  for (int i = 0; i < 600; ++i) {
+    warming = MetricValue(w, "walsh_worker_constraint_contexts{state=\"warming\"}");
+    if (warming == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(warming, 0);
+  const double cached = MetricValue(w, "walsh_worker_constraint_contexts{state=\"cached\"}");
+  EXPECT_GT(cached, 20) << "the warm-up computed the schema's contexts";
+  EXPECT_EQ(MetricValue(w, "walsh_worker_constraint_cache_entries"), 1);
+  EXPECT_GT(MetricValue(w, "walsh_worker_constraint_cache_bytes"), 0);
+  EXPECT_EQ(MetricValue(w, "walsh_worker_constraint_cache_lookups_total{outcome=\"miss\"}"), 1);
+  const StreamResult second = RunGenerate(*w.Generator(), Constrained(schema, 2, 40));
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(MetricValue(w, "walsh_worker_constraint_cache_lookups_total{outcome=\"hit\"}"), 1);
+  // Every context the second request met was warmed already.
+  EXPECT_EQ(MetricValue(w, "walsh_worker_constraint_contexts{state=\"cached\"}"), cached);
+}
+
 TEST(StructuredOutput, MaskThreadsFlagIsCheckedByName) {
   for (const char* bad : {"-1", "65"}) {
     WorkerProcess w({"--constraint-threads", bad});

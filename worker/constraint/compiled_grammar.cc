@@ -474,6 +474,15 @@ const CompiledGrammar::ContextMask& CompiledGrammar::MaskFor(int32_t below,
   return *it->second;
 }
 
+int64_t CompiledGrammar::warm_remaining() const {
+  {
+    MutexLock lock(&mu_);
+    if (mask_bytes_ >= kMaxWarmBytes) return 0;
+  }
+  const size_t next = next_warm_.load(std::memory_order_relaxed);
+  return next >= warm_contexts_.size() ? 0 : static_cast<int64_t>(warm_contexts_.size() - next);
+}
+
 int64_t CompiledGrammar::cached_contexts() const {
   MutexLock lock(&mu_);
   return static_cast<int64_t>(masks_.size());

@@ -83,6 +83,8 @@ class CompiledGrammar {
   // one is cached. Thread-safe: several threads may warm one grammar.
   bool WarmNext() const;
   size_t warm_contexts() const { return warm_contexts_.size(); }
+  // Contexts WarmNext has yet to compute (0 once done or once past the byte bound).
+  int64_t warm_remaining() const;
 
   const TokenTrie& trie() const { return *trie_; }
   int64_t cached_contexts() const;

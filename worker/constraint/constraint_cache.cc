@@ -94,6 +94,25 @@ int64_t ConstraintCache::BytesLocked() const {
   return total;
 }
 
+int64_t ConstraintCache::entries() const {
+  MutexLock lock(&mu_);
+  return static_cast<int64_t>(lru_.size());
+}
+
+int64_t ConstraintCache::cached_contexts() const {
+  MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (const Entry& e : lru_) total += e.grammar->cached_contexts();
+  return total;
+}
+
+int64_t ConstraintCache::contexts_to_warm() const {
+  MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (const Entry& e : lru_) total += e.grammar->warm_remaining();
+  return total;
+}
+
 int64_t ConstraintCache::hits() const {
   MutexLock lock(&mu_);
   return hits_;

@@ -47,6 +47,10 @@ class ConstraintCache {
   int64_t hits() const;
   int64_t misses() const;
   int64_t bytes() const;  // grammars plus the masks they cached so far
+  int64_t entries() const;
+  // Over the cached grammars: contexts whose masks are cached, and those warm-up has yet to do.
+  int64_t cached_contexts() const;
+  int64_t contexts_to_warm() const;
 
  private:
   struct Entry {

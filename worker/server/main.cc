@@ -335,10 +335,11 @@ int Run(int argc, char** argv) {
       .Set(static_cast<double>((*engine)->kv_bytes_per_token()));
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
   ctx.tokenizer = tokenizer.get();
-  std::unique_ptr<ConstraintCache> constraints;
+  std::shared_ptr<ConstraintCache> constraints;
   if (tokenizer) {
-    constraints = std::make_unique<ConstraintCache>(
+    constraints = std::make_shared<ConstraintCache>(
         TokenizerTrie(*tokenizer), f.constraint_cache_mb << 20, mask_prefetcher.get());
+    CollectConstraintMetrics(registry, metrics, constraints);
   }
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get(), constraints.get()};
   ctx.model_info = info;

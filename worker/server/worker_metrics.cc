@@ -1,5 +1,8 @@
 #include "worker/server/worker_metrics.h"
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
+
 namespace walsh {
 
 WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
@@ -95,6 +98,21 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       prefix_cache_entries(r.AddGauge("walsh_worker_prefix_cache_entries",
                                       "Entries in the prefix cache, by kind: pages, snapshots.",
                                       {"kind"})),
+      constraint_lookups(r.AddCounter("walsh_worker_constraint_cache_lookups_total",
+                                      "Structured-output constraints looked up in the compiled "
+                                      "constraint cache, by outcome: hit, miss (compiled).",
+                                      {"outcome"})),
+      constraint_cache_bytes(r.AddGauge("walsh_worker_constraint_cache_bytes",
+                                        "Bytes of compiled constraints and their token masks.")
+                                 .gauge()),
+      constraint_cache_entries(
+          r.AddGauge("walsh_worker_constraint_cache_entries", "Compiled constraints cached.")
+              .gauge()),
+      constraint_contexts(r.AddGauge("walsh_worker_constraint_contexts",
+                                     "Grammar contexts of the cached constraints, by state: "
+                                     "cached (their masks computed), warming (found from the "
+                                     "grammar, waiting for the mask threads).",
+                                     {"state"})),
       device_memory(r.AddGauge("walsh_worker_device_memory_bytes",
                                "Accelerator memory in bytes by kind: used and total on the device, "
                                "and what the engine holds for weights, kv_cache and state (the "
@@ -111,5 +129,32 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       build_info(r.AddGauge("walsh_build_info", "walsh build; always 1.", {"version", "kernels"})),
       model_info(r.AddGauge("walsh_model_info", "The served model; always 1.",
                             {"architecture", "format", "name", "fingerprint"})) {}
+
+void CollectConstraintMetrics(MetricsRegistry& r, WorkerMetrics& m,
+                              std::weak_ptr<const ConstraintCache> cache) {
+  // The cache counts lookups itself; each scrape adds what it counted since the one before.
+  struct Seen {
+    Mutex mu;
+    int64_t hits ABSL_GUARDED_BY(mu) = 0;
+    int64_t misses ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto seen = std::make_shared<Seen>();
+  r.AddCollector([&m, cache = std::move(cache), seen] {
+    const std::shared_ptr<const ConstraintCache> c = cache.lock();
+    if (c == nullptr) return;
+    {
+      MutexLock lock(&seen->mu);
+      const int64_t hits = c->hits(), misses = c->misses();
+      m.constraint_lookups.counter({"hit"}).Inc(static_cast<double>(hits - seen->hits));
+      m.constraint_lookups.counter({"miss"}).Inc(static_cast<double>(misses - seen->misses));
+      seen->hits = hits;
+      seen->misses = misses;
+    }
+    m.constraint_cache_bytes.Set(static_cast<double>(c->bytes()));
+    m.constraint_cache_entries.Set(static_cast<double>(c->entries()));
+    m.constraint_contexts.gauge({"cached"}).Set(static_cast<double>(c->cached_contexts()));
+    m.constraint_contexts.gauge({"warming"}).Set(static_cast<double>(c->contexts_to_warm()));
+  });
+}
 
 }  // namespace walsh

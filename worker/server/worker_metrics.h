@@ -2,7 +2,10 @@
 #ifndef WALSH_WORKER_SERVER_WORKER_METRICS_H_
 #define WALSH_WORKER_SERVER_WORKER_METRICS_H_
 
+#include <memory>
+
 #include "common/metrics.h"
+#include "worker/constraint/constraint_cache.h"
 
 namespace walsh {
 
@@ -39,12 +42,20 @@ struct WorkerMetrics {
   MetricFamily& prefix_evictions;      // by kind: page, snapshot
   MetricFamily& prefix_cache_bytes;    // by kind: pages, snapshots
   MetricFamily& prefix_cache_entries;  // by kind: pages, snapshots
-  MetricFamily& device_memory;         // by kind: used, total, weights, kv_cache, state
-  MetricFamily& rank_cache;            // by rank and kind: kv_cache, state
+  MetricFamily& constraint_lookups;    // by outcome: hit, miss
+  Gauge& constraint_cache_bytes;
+  Gauge& constraint_cache_entries;
+  MetricFamily& constraint_contexts;  // by state: cached, warming
+  MetricFamily& device_memory;        // by kind: used, total, weights, kv_cache, state
+  MetricFamily& rank_cache;           // by rank and kind: kv_cache, state
   MetricFamily& kv_bytes_per_token;
   MetricFamily& build_info;
   MetricFamily& model_info;
 };
+
+// Refreshes the constraint cache's metrics before every scrape, while the cache exists.
+void CollectConstraintMetrics(MetricsRegistry& r, WorkerMetrics& m,
+                              std::weak_ptr<const ConstraintCache> cache);
 
 }  // namespace walsh
 
