@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
 
 namespace walsh {
@@ -202,10 +203,7 @@ TEST(StructuredOutput, MaskThreadsChangeNoOutput) {
 
 // The value of `series` (name and labels, as exposed) in a worker's /metrics; -1 when absent.
 double MetricValue(WorkerProcess& w, const std::string& series) {
-  const std::string metrics = testing::HttpGet(w.metrics_port(), "/metrics");
-  const size_t at = metrics.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(metrics.substr(at + series.size() + 2));
+  return testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"), series).value_or(-1);
 }
 
 // A schema the worker has not seen is compiled once and its masks warmed by the mask threads

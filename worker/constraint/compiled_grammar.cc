@@ -93,11 +93,13 @@ void CompiledGrammar::FindWarmContexts() {
   warm_contexts_.shrink_to_fit();
 }
 
+bool CompiledGrammar::PastWarmBytes() const {
+  MutexLock lock(&mu_);
+  return mask_bytes_ >= kMaxWarmBytes;
+}
+
 bool CompiledGrammar::WarmNext() const {
-  {
-    MutexLock lock(&mu_);
-    if (mask_bytes_ >= kMaxWarmBytes) return false;
-  }
+  if (PastWarmBytes()) return false;
   const size_t i = next_warm_.fetch_add(1, std::memory_order_relaxed);
   if (i >= warm_contexts_.size()) return false;
   const auto [below, position] = warm_contexts_[i];
@@ -475,10 +477,7 @@ const CompiledGrammar::ContextMask& CompiledGrammar::MaskFor(int32_t below,
 }
 
 int64_t CompiledGrammar::warm_remaining() const {
-  {
-    MutexLock lock(&mu_);
-    if (mask_bytes_ >= kMaxWarmBytes) return 0;
-  }
+  if (PastWarmBytes()) return 0;
   const size_t next = next_warm_.load(std::memory_order_relaxed);
   return next >= warm_contexts_.size() ? 0 : static_cast<int64_t>(warm_contexts_.size() - next);
 }

@@ -124,6 +124,7 @@ class CompiledGrammar {
   // ends in (a tail call replaces the frame). WarmNext computes a 2-frame context's 1-frame
   // mask first, so every reachable position is covered.
   void FindWarmContexts();
+  bool PastWarmBytes() const;  // the masks cached reached kMaxWarmBytes: warm-up is over
 
   std::vector<Element> elements_;
   std::vector<int32_t> rule_of_;                    // per position
