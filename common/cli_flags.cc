@@ -48,6 +48,14 @@ void FlagSet::Bool(const std::string& name, bool* dst, const std::string& help) 
                     }});
 }
 
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* dst,
+                         const std::string& help) {
+  flags_.push_back({name, help + " (repeatable)", "", false, [dst](const std::string& v) {
+                      dst->push_back(v);
+                      return absl::OkStatus();
+                    }});
+}
+
 const FlagSet::Flag* FlagSet::Find(const std::string& name) const {
   for (const Flag& f : flags_) {
     if (f.name == name) return &f;

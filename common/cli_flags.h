@@ -21,6 +21,8 @@ class FlagSet {
   void Uint64(const std::string& name, uint64_t* dst, const std::string& help);
   void Double(const std::string& name, double* dst, const std::string& help);
   void Bool(const std::string& name, bool* dst, const std::string& help);
+  // Repeatable: each occurrence appends its value.
+  void StringList(const std::string& name, std::vector<std::string>* dst, const std::string& help);
 
   // Parses argv[1..]; an unknown flag or a bad value is an error that names the flag.
   absl::Status Parse(int argc, char** argv);

@@ -54,24 +54,25 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const ClientTlsFiles& f) {
+  const std::string ca_flag = f.flag_prefix + "ca-file", cert_flag = f.flag_prefix + "cert-file",
+                    key_flag = f.flag_prefix + "key-file";
   if (f.cert.empty() != f.key.empty()) {
-    return absl::InvalidArgumentError(
-        "--worker-tls-cert-file and --worker-tls-key-file go together");
+    return absl::InvalidArgumentError(absl::StrCat(cert_flag, " and ", key_flag, " go together"));
   }
   if (f.ca.empty()) {
     if (!f.cert.empty()) {
-      return absl::InvalidArgumentError("--worker-tls-cert-file needs --worker-tls-ca-file");
+      return absl::InvalidArgumentError(absl::StrCat(cert_flag, " needs ", ca_flag));
     }
     return grpc::InsecureChannelCredentials();
   }
   grpc::SslCredentialsOptions options;
-  auto ca = ReadPem(f.ca, "--worker-tls-ca-file");
+  auto ca = ReadPem(f.ca, ca_flag.c_str());
   if (!ca.ok()) return ca.status();
   options.pem_root_certs = *ca;
   if (!f.cert.empty()) {
-    auto cert = ReadPem(f.cert, "--worker-tls-cert-file");
+    auto cert = ReadPem(f.cert, cert_flag.c_str());
     if (!cert.ok()) return cert.status();
-    auto key = ReadPem(f.key, "--worker-tls-key-file");
+    auto key = ReadPem(f.key, key_flag.c_str());
     if (!key.ok()) return key.status();
     options.pem_cert_chain = *cert;
     options.pem_private_key = *key;

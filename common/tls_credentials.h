@@ -19,8 +19,9 @@ struct ServerTlsFiles {
 };
 
 struct ClientTlsFiles {
-  std::string ca;         // if set: TLS, trusting this CA
-  std::string cert, key;  // if set: our client certificate (mutual TLS)
+  std::string ca;                             // if set: TLS, trusting this CA
+  std::string cert, key;                      // if set: our client certificate (mutual TLS)
+  std::string flag_prefix = "--worker-tls-";  // errors name FLAG_PREFIX{ca,cert,key}-file
 };
 
 // Errors name the flag's file that could not be read or is missing its pair.

@@ -1,5 +1,6 @@
 #include "gateway/api_keys.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
@@ -26,9 +27,25 @@ absl::Status ApiKeys::Load() {
     std::ifstream in(file_);
     if (!in)
       return absl::InvalidArgumentError(absl::StrCat("--api-key-file: cannot read '", file_, "'"));
+    int line_number = 0;
     for (std::string line; std::getline(in, line);) {
+      ++line_number;
+      // '#' starts a comment at the line's start or after whitespace ("KEY  # who holds it").
+      for (size_t hash = line.find('#'); hash != std::string::npos;
+           hash = line.find('#', hash + 1)) {
+        if (hash == 0 || absl::ascii_isspace(static_cast<unsigned char>(line[hash - 1]))) {
+          line.resize(hash);
+          break;
+        }
+      }
       const std::string k(absl::StripAsciiWhitespace(line));
-      if (!k.empty() && k[0] != '#') keys.push_back(k);
+      if (k.empty()) continue;
+      if (std::any_of(k.begin(), k.end(), [](char c) { return absl::ascii_isspace(c); })) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--api-key-file: line ", line_number, " of '", file_,
+            "' holds more than one word; a key has no spaces (comments start with '#')"));
+      }
+      keys.push_back(k);
     }
     if (keys.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--api-key-file: '", file_, "' holds no key"));
@@ -65,7 +82,11 @@ grpc::Status ApiKeys::CheckValues(const std::vector<std::string>& authorization)
                             : "authorization: send exactly one header, not several");
   }
   const std::string& value = authorization[0];
-  const std::string presented = absl::StartsWith(value, "Bearer ") ? value.substr(7) : "";
+  // The scheme is case-insensitive and followed by one or more spaces (RFC 7235 §2.1).
+  std::string presented;
+  if (value.size() > 7 && absl::EqualsIgnoreCase(value.substr(0, 7), "bearer ")) {
+    presented = std::string(absl::StripLeadingAsciiWhitespace(value.substr(7)));
+  }
   bool match = false;
   {
     MutexLock l(&mu_);

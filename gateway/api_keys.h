@@ -1,7 +1,8 @@
 // The API keys a gateway accepts: from --api-key and from --api-key-file (one per line; blank
-// lines and '#' comments skipped), reloaded from the file on SIGHUP so keys rotate without a
-// restart and never appear in `ps`. A call is authorized by exactly one `authorization: Bearer
-// KEY` header whose key is one of them, compared in constant time.
+// lines skipped, '#' at a line's start or after whitespace starts a comment), reloaded from the
+// file on SIGHUP so keys rotate without a restart and never appear in `ps`. A call is
+// authorized by exactly one `authorization: Bearer KEY` header (the scheme in any case) whose
+// key is one of them, compared in constant time.
 #ifndef WALSH_GATEWAY_API_KEYS_H_
 #define WALSH_GATEWAY_API_KEYS_H_
 

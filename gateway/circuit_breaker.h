@@ -1,6 +1,7 @@
 // Per-worker circuit breaker: opens after consecutive transport / server-side failures (never
 // for a client's bad request), lets one trial call through after a cool-down (half-open), and
-// closes again when that call succeeds.
+// closes again when that call answers (ProxiedStream records success on a call's first
+// response, so a long trial stream does not keep its worker half-open).
 #ifndef WALSH_GATEWAY_CIRCUIT_BREAKER_H_
 #define WALSH_GATEWAY_CIRCUIT_BREAKER_H_
 

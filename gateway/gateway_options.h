@@ -7,6 +7,7 @@
 
 #include "gateway/api_keys.h"
 #include "gateway/key_limiter.h"
+#include "gateway/trusted_proxies.h"
 
 namespace walsh {
 
@@ -26,6 +27,7 @@ struct GatewayOptions {
   std::chrono::milliseconds unary_timeout{10000};
   const ApiKeys* api_keys = nullptr;  // if set and enabled: every call needs a key
   KeyLimiter* limiter = nullptr;      // if set: per-client stream and rate limits
+  TrustedProxies trusted_proxies;     // peers whose X-Forwarded-For names the client
 };
 
 }  // namespace walsh

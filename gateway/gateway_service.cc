@@ -40,7 +40,8 @@ grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
   grpc::Status s = Authorize(context);
   if (s.ok() && options_.limiter != nullptr) {
     const std::string key =
-        KeyLimiter::KeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled());
+        KeyLimiter::KeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled(),
+                          options_.trusted_proxies);
     s = stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
                                : options_.limiter->AdmitCall(key);
     if (!s.ok()) metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();

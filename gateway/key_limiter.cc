@@ -1,33 +1,52 @@
 #include "gateway/key_limiter.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace walsh {
 
+const std::string& HttpCallToken() {
+  static const std::string* token = [] {
+    std::random_device rd;
+    std::string t;
+    for (int i = 0; i < 4; ++i) absl::StrAppend(&t, absl::Hex(rd(), absl::kZeroPad8));
+    return new std::string(t);
+  }();
+  return *token;
+}
+
 KeyLimiter::KeyLimiter(int64_t max_streams_per_key, double rate, double burst)
     : max_streams_(max_streams_per_key), rate_(rate), burst_(std::max(1.0, burst)) {}
 
-std::string KeyLimiter::KeyOf(const grpc::ServerContextBase& context, bool by_api_key) {
+std::string KeyLimiter::KeyOf(const grpc::ServerContextBase& context, bool by_api_key,
+                              const TrustedProxies& proxies) {
+  const auto& md = context.client_metadata();
   if (by_api_key) {
-    const auto& md = context.client_metadata();
     if (auto it = md.find("authorization"); it != md.end()) {
       return "key:" + std::string(it->second.data(), it->second.size());
     }
   }
-  // "ipv4:127.0.0.1:54321" -> the address without the port: one client, many connections.
   const std::string peer = context.peer();
-  // The HTTP API calls in-process (no remote client can) and names its client's address.
-  if (absl::StartsWith(peer, "inproc")) {
-    const auto& md = context.client_metadata();
-    if (auto it = md.find("x-walsh-http-client"); it != md.end()) {
+  // The HTTP API calls in-process and names its client's address, which it resolved through
+  // trusted proxies already. gRPC 1.51 gives in-process calls the peer "unknown", so the call
+  // proves where it comes from with this process's secret instead.
+  auto token = md.find(kHttpCallTokenHeader);
+  if (token != md.end() &&
+      absl::string_view(token->second.data(), token->second.size()) == HttpCallToken()) {
+    if (auto it = md.find(kHttpClientHeader); it != md.end()) {
       return "peer:http:" + std::string(it->second.data(), it->second.size());
     }
   }
-  const size_t colon = peer.rfind(':');
-  return "peer:" + (colon == std::string::npos ? peer : peer.substr(0, colon));
+  // The address without the port: one client, many connections.
+  std::vector<std::string> forwarded;
+  const auto range = md.equal_range("x-forwarded-for");
+  for (auto it = range.first; it != range.second; ++it) {
+    forwarded.emplace_back(it->second.data(), it->second.size());
+  }
+  return "peer:" + proxies.ClientAddress(GrpcPeerAddress(peer), forwarded);
 }
 
 grpc::Status KeyLimiter::TakeTokenLocked(const std::string& key, PerKey& k) {

@@ -12,17 +12,26 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "common/mutex.h"
+#include "gateway/trusted_proxies.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
+
+// Metadata of the HTTP API's in-process calls: its client's address, and this process's
+// random token that proves the call is the HTTP API's (a remote caller cannot know it).
+inline constexpr char kHttpClientHeader[] = "x-walsh-http-client";
+inline constexpr char kHttpCallTokenHeader[] = "x-walsh-http-token";
+const std::string& HttpCallToken();
 
 class KeyLimiter {
  public:
   // 0 turns a limit off. rate: requests per second; burst: the bucket's size (>= 1).
   KeyLimiter(int64_t max_streams_per_key, double rate, double burst);
 
-  // The key a call counts against.
-  static std::string KeyOf(const grpc::ServerContextBase& context, bool by_api_key);
+  // The key a call counts against: its API key, else its client's address (behind a trusted
+  // proxy, the one X-Forwarded-For names).
+  static std::string KeyOf(const grpc::ServerContextBase& context, bool by_api_key,
+                           const TrustedProxies& proxies);
 
   // One request of `key` (any Generator call): OK, or RESOURCE_EXHAUSTED when its bucket is
   // empty.

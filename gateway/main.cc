@@ -41,6 +41,8 @@ int Run(int argc, char** argv) {
   double rate_limit = 0, rate_burst = 0;
   std::string http_listen, served_model_name;
   int64_t http_max_connections = 128, http_max_body_bytes = 3 << 20;
+  bool chat_content_special_tokens = false;
+  std::vector<std::string> trusted_proxy_cidrs;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
   flags.String("listen", &listen, "gRPC address for clients");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
@@ -57,6 +59,9 @@ int Run(int argc, char** argv) {
             "ceiling)");
   flags.String("served-model-name", &served_model_name,
                "the model's id in the HTTP API; empty: the model's general.name");
+  flags.Bool("chat-content-special-tokens", &chat_content_special_tokens,
+             "recognize special tokens such as <|im_start|> written in HTTP chat messages and "
+             "tools (off: they stay text, so a client cannot fake a turn)");
   flags.String("workers", &workers, "static worker addresses, comma-separated");
   flags.String("workers-dns", &workers_dns,
                "a DNS name:port resolving to the workers (re-resolved)");
@@ -93,11 +98,14 @@ int Run(int argc, char** argv) {
   flags.String("api-key", &api_key,
                "require 'authorization: Bearer KEY' on every call (default: $WALSH_API_KEY)");
   flags.String("api-key-file", &api_key_file,
-               "accepted keys, one per line ('#' comments), reloaded on SIGHUP");
+               "accepted keys, one per line ('#' starts a comment), reloaded on SIGHUP");
   flags.Int("max-streams-per-key", &max_streams_per_key,
             "concurrent streams per client (its API key, else its address); 0: no limit");
   flags.Double("rate-limit", &rate_limit, "requests per second per client; 0: no limit");
   flags.Double("rate-burst", &rate_burst, "requests a client may send at once (default: the rate)");
+  flags.StringList("trusted-proxy", &trusted_proxy_cidrs,
+                   "CIDR block or address of a proxy whose X-Forwarded-For names the client, for "
+                   "per-client limits and logs");
   flags.Int("max-streams-per-connection", &max_streams_per_connection,
             "HTTP/2 concurrent streams per client connection; 0: gRPC's default");
   flags.String("tls-cert-file", &tls.cert, "PEM certificate chain: serve clients over TLS");
@@ -139,6 +147,12 @@ int Run(int argc, char** argv) {
                  "--breaker-failures must be at least 1; "
                  "--retry-rounds, --worker-wait-ms, --max-worker-waits and "
                  "--breaker-cool-down-ms at least 0\n");
+    return 2;
+  }
+  auto trusted_proxies = TrustedProxies::Parse(trusted_proxy_cidrs);
+  if (!trusted_proxies.ok()) {
+    std::fprintf(stderr, "walsh-gateway: %s\n",
+                 std::string(trusted_proxies.status().message()).c_str());
     return 2;
   }
   if (http_max_connections < 1 || http_max_body_bytes < 1) {
@@ -209,6 +223,7 @@ int Run(int argc, char** argv) {
   go.max_worker_waits = static_cast<int>(max_worker_waits);
   go.unary_timeout = std::chrono::milliseconds(unary_timeout_ms);
   go.api_keys = &keys;
+  go.trusted_proxies = *trusted_proxies;
   KeyLimiter limiter(max_streams_per_key, rate_limit, rate_burst > 0 ? rate_burst : rate_limit);
   if (max_streams_per_key > 0 || rate_limit > 0) go.limiter = &limiter;
   auto service = std::make_unique<GatewayService>(&pool, policy->get(), &metrics, go);
@@ -246,6 +261,9 @@ int Run(int argc, char** argv) {
     ho.max_body_bytes = http_max_body_bytes;
     ho.served_model_name = served_model_name;
     ho.api_keys = &keys;
+    ho.worker_wait = std::chrono::milliseconds(worker_wait_ms);
+    ho.chat_content_special_tokens = chat_content_special_tokens;
+    ho.trusted_proxies = *trusted_proxies;
     ho.ready = [&] { return !draining && !pool.Candidates().empty(); };
     auto started = OpenAiServer::Start(std::move(ho), server.get(), &pool, &metrics);
     if (!started.ok()) {

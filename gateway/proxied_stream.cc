@@ -85,6 +85,12 @@ class ProxiedStream::UpstreamCall final : public grpc::ClientReadReactor<v1::Gen
 
   void OnReadDone(bool ok) override {
     if (!ok) return;
+    // A worker that answers is serving: a half-open breaker closes on its trial's first
+    // response, not when that (maybe long) stream ends.
+    if (!answered_) {
+      answered_ = true;
+      worker_->breaker.RecordSuccess();
+    }
     stream_->OnResponse(response_, worker_->address);
     StartRead(&response_);
   }
@@ -100,6 +106,7 @@ class ProxiedStream::UpstreamCall final : public grpc::ClientReadReactor<v1::Gen
   v1::GenerateRequest generate_;
   v1::ResumeRequest resume_;
   v1::GenerateResponse response_;
+  bool answered_ = false;
 };
 
 std::shared_ptr<ProxiedStream> ProxiedStream::Create(const Env& env,

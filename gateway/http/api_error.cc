@@ -1,12 +1,34 @@
 #include "gateway/http/api_error.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace walsh {
+namespace {
+
+// The longest prefix of `s` of at most `n` bytes that does not end inside a UTF-8 character.
+size_t CharBoundary(const std::string& s, size_t n) {
+  if (n >= s.size()) return s.size();
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+}  // namespace
+
+std::string Quoted(const std::string& value, size_t max_bytes) {
+  if (value.size() <= max_bytes) return absl::StrCat("\"", value, "\"");
+  return absl::StrCat("\"", value.substr(0, CharBoundary(value, max_bytes)), "...\" (",
+                      value.size(), " bytes)");
+}
 
 nlohmann::json ApiError::ToJson() const {
-  nlohmann::json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
-  if (!param.empty()) e["param"] = param;
+  const std::string shown =
+      message.size() <= kMaxErrorMessageBytes
+          ? message
+          : absl::StrCat(message.substr(0, CharBoundary(message, kMaxErrorMessageBytes)), "... (",
+                         message.size(), " bytes in all)");
+  nlohmann::json e = {{"message", shown}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param.substr(0, CharBoundary(param, 256));
   if (!code.empty()) e["code"] = code;
   return {{"error", std::move(e)}};
 }

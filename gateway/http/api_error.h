@@ -24,6 +24,13 @@ struct ApiError {
 
 ApiError BadField(const std::string& param, const std::string& why);
 
+// A client's value as an error message quotes it: whole when short, otherwise its first
+// `max_bytes` (never a split character) and its length, so a 1 MB value gives no 1 MB answer.
+std::string Quoted(const std::string& value, size_t max_bytes = 64);
+
+// The most bytes of message an error body carries (the rest is cut, saying so).
+inline constexpr size_t kMaxErrorMessageBytes = 1024;
+
 // A gRPC status from the gateway's service as the HTTP API reports it. INVALID_ARGUMENT names
 // a walsh.v1 field ("sampling.temperature: ..."); `field_names` maps those prefixes to the
 // request's own field names ({"sampling.temperature", "temperature"}).

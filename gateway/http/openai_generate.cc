@@ -163,14 +163,20 @@ void OpenAiServer::Generate(HttpExchange& x, bool chat) {
   auto parsed = chat ? ParseChatCompletionRequest(*body) : ParseCompletionRequest(*body);
   if (const ApiError* e = absl::get_if<ApiError>(&parsed)) return x.SendError(*e);
   OpenAiRequest& r = absl::get<OpenAiRequest>(parsed);
+  if (options_.chat_content_special_tokens) JoinChatPieces(r.generate);
   auto info = FleetModel(x);
   if (const ApiError* e = absl::get_if<ApiError>(&info)) return x.SendError(*e);
   const v1::ModelInfo& model = absl::get<v1::ModelInfo>(info);
   const std::string name = ServedName(model);
   if (!r.model.empty() && r.model != name) {
     return x.SendError(
-        {404, absl::StrCat("model: \"", r.model, "\" is not served here (\"", name, "\" is)"),
+        {404,
+         absl::StrCat("model: ", Quoted(r.model), " is not served here (", Quoted(name), " is)"),
          "invalid_request_error", "model", "model_not_found"});
+  }
+  // top_k at or past the vocabulary keeps every token: off, as vLLM clamps it.
+  if (r.generate.sampling().top_k() >= static_cast<int64_t>(model.vocab_size())) {
+    r.generate.mutable_sampling()->clear_top_k();
   }
   r.generate.set_request_id(x.request_id());
   ResponseHeader header{chat, absl::StrCat(chat ? "chatcmpl-" : "cmpl-", x.request_id()),

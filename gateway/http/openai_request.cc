@@ -40,12 +40,16 @@ const Json* Get(const Json& obj, const char* key) {
   return &*it;
 }
 
-std::optional<double> Number(const Json& obj, const char* key, double lo, double hi) {
+// In [lo, hi], or (lo, hi] when `lo_open`: the message writes the range as the worker does.
+std::optional<double> Number(const Json& obj, const char* key, double lo, double hi,
+                             bool lo_open = false) {
   const Json* v = Get(obj, key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) Refuse(key, absl::StrCat("expected a number, got ", TypeName(*v)));
   const double d = v->get<double>();
-  if (!(d >= lo && d <= hi)) Refuse(key, absl::StrCat(d, " is outside [", lo, ", ", hi, "]"));
+  if (!((lo_open ? d > lo : d >= lo) && d <= hi)) {
+    Refuse(key, absl::StrCat(d, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+  }
   return d;
 }
 
@@ -117,12 +121,15 @@ void ParseCommon(const Json& j, OpenAiRequest& r) {
   v1::SamplingParams& s = *r.generate.mutable_sampling();
   v1::StoppingCriteria& st = *r.generate.mutable_stopping();
   if (auto v = Number(j, "temperature", 0, 2)) s.set_temperature(static_cast<float>(*v));
-  if (auto v = Number(j, "top_p", 0, 1)) s.set_top_p(static_cast<float>(*v));
+  if (auto v = Number(j, "top_p", 0, 1, /*lo_open=*/true)) s.set_top_p(static_cast<float>(*v));
   if (auto v = Number(j, "presence_penalty", -2, 2)) s.set_presence_penalty(static_cast<float>(*v));
   if (auto v = Number(j, "frequency_penalty", -2, 2)) {
     s.set_frequency_penalty(static_cast<float>(*v));
   }
-  if (auto v = Integer(j, "top_k", -1, 1 << 30); v && *v > 0) s.set_top_k(static_cast<int32_t>(*v));
+  // -1 and 0 are off (vLLM's and OpenAI clients' spellings); past the vocabulary is off too.
+  if (auto v = Integer(j, "top_k", -1, INT32_MAX); v && *v > 0) {
+    s.set_top_k(static_cast<int32_t>(*v));
+  }
   if (auto v = Number(j, "min_p", 0, 1)) s.set_min_p(static_cast<float>(*v));
   if (auto v = Number(j, "repetition_penalty", 0, 10)) {
     s.set_repetition_penalty(static_cast<float>(*v));
@@ -138,9 +145,12 @@ void ParseCommon(const Json& j, OpenAiRequest& r) {
   if (const Json* lb = Get(j, "logit_bias")) {
     if (!lb->is_object()) Refuse("logit_bias", "expected an object of token id -> bias");
     for (const auto& [key, bias] : lb->items()) {
+      // Digits only: SimpleAtoi alone would also take " 5" or "+5".
       int32_t id = 0;
-      if (!absl::SimpleAtoi(key, &id) || id < 0) {
-        Refuse("logit_bias", absl::StrCat("key \"", key, "\" is not a token id"));
+      const bool digits = !key.empty() && std::all_of(key.begin(), key.end(),
+                                                      [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || !absl::SimpleAtoi(key, &id)) {
+        Refuse("logit_bias", absl::StrCat("key ", Quoted(key), " is not a token id"));
       }
       if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100)) {
         Refuse(absl::StrCat("logit_bias.", key), "expected a number in [-100, 100]");
@@ -249,9 +259,15 @@ void ParseMessages(const Json& j, ChatPrompt& prompt) {
     if (t.role == "developer") t.role = "system";
     if (t.role != "system" && t.role != "user" && t.role != "assistant" && t.role != "tool") {
       Refuse(absl::StrCat("messages[", i, "].role"),
-             absl::StrCat("\"", t.role, "\" is not system, developer, user, assistant or tool"));
+             absl::StrCat(Quoted(t.role), " is not system, developer, user, assistant or tool"));
     }
     if (t.role == "assistant") t.tool_calls = MessageToolCalls(m, i);
+    // Only an assistant turn that calls tools may go without content (as OpenAI's API).
+    if (Get(m, "content") == nullptr && t.tool_calls.empty()) {
+      Refuse(absl::StrCat("messages[", i, "].content"),
+             absl::StrCat("is required for a ", t.role, " message",
+                          t.role == "assistant" ? " without tool_calls" : ""));
+    }
     prompt.turns.push_back(std::move(t));
   }
 }
@@ -276,6 +292,12 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
       auto name = fn->find("name");
       if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
         Refuse(f + ".function.name", "expected a non-empty string");
+      }
+      if (auto same = std::find(names.begin(), names.end(), name->get<std::string>());
+          same != names.end()) {
+        Refuse(f + ".function.name",
+               absl::StrCat(Quoted(*same), " is also the name of tools[", same - names.begin(),
+                            "]; tool names must differ"));
       }
       names.push_back(name->get<std::string>());
       ToolSpec spec{name->get<std::string>(), nullptr, false};
@@ -305,7 +327,7 @@ void ParseTools(const Json& j, ChatPrompt& prompt, OpenAiRequest& r) {
       r.forced_tool = name->get<std::string>();
       if (std::find(names.begin(), names.end(), r.forced_tool) == names.end()) {
         Refuse("tool_choice.function.name",
-               absl::StrCat("\"", r.forced_tool, "\" is not one of the tools"));
+               absl::StrCat(Quoted(r.forced_tool), " is not one of the tools"));
       }
       choice = "named";
     } else {
@@ -378,8 +400,13 @@ absl::variant<OpenAiRequest, ApiError> ParseChatCompletionRequest(const std::str
       if (!r.logprobs) Refuse("top_logprobs", "needs logprobs: true");
       r.generate.set_logprobs(static_cast<uint32_t>(*top));
     }
-    r.generate.set_text(RenderQwenChat(prompt));
+    for (PromptPart& part : RenderQwenChatParts(prompt)) {
+      v1::PromptPiece* piece = r.generate.mutable_pieces()->add_pieces();
+      piece->set_text(std::move(part.text));
+      piece->set_markup(part.markup);
+    }
     r.field_names.emplace_back("logprobs", "top_logprobs");
+    r.field_names.emplace_back("pieces", "messages");
     r.field_names.emplace_back("text", "messages");
     r.field_names.emplace_back("prompt", "messages");
     return r;
@@ -429,6 +456,13 @@ absl::variant<OpenAiRequest, ApiError> ParseCompletionRequest(const std::string&
     r.field_names.emplace_back("prompt", "prompt");
     return r;
   });
+}
+
+void JoinChatPieces(v1::GenerateRequest& generate) {
+  if (!generate.has_pieces()) return;
+  std::string text;
+  for (const v1::PromptPiece& p : generate.pieces().pieces()) text += p.text();
+  generate.set_text(std::move(text));
 }
 
 }  // namespace walsh

@@ -33,9 +33,14 @@ struct OpenAiRequest {
   std::vector<std::pair<std::string, std::string>> field_names;
 };
 
-// `body` is the raw request body (untrusted).
+// `body` is the raw request body (untrusted). A chat's prompt is `generate.pieces`: the
+// template's markup apart from the client's text, whose special tokens stay text.
 absl::variant<OpenAiRequest, ApiError> ParseChatCompletionRequest(const std::string& body);
 absl::variant<OpenAiRequest, ApiError> ParseCompletionRequest(const std::string& body);
+
+// The prompt of a parsed chat as one text, in which special tokens written anywhere are
+// recognized (--chat-content-special-tokens: the trusting behaviour of Hugging Face templates).
+void JoinChatPieces(v1::GenerateRequest& generate);
 
 }  // namespace walsh
 

@@ -5,14 +5,20 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_log.h"
+#include "gateway/key_limiter.h"
 
 namespace walsh {
 namespace {
 
 // An idle keep-alive connection holds its thread this long (clients reuse sooner: Node's 4 s).
 constexpr int kKeepAliveTimeoutMs = 5000;
+
+// How often a request waiting for a routable worker looks again.
+constexpr auto kWorkerPoll = std::chrono::milliseconds(20);
 
 // The route label of a path: one of the API's, or "other" (bounded label values).
 std::string RouteOf(const std::string& path) {
@@ -95,9 +101,19 @@ int OpenAiServer::Dispatch(mg_connection* conn, void* self) {
   server->Serve(x, route);
   // 499: the client hung up before its answer was whole (nginx's code).
   const int code = x.status() == 0 || x.client_gone() ? 499 : x.status();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   server->metrics_->http_requests.counter({route, std::to_string(code)}).Inc();
-  server->metrics_->http_duration.histogram({route}).Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  server->metrics_->http_duration.histogram({route}).Observe(seconds);
+  if (route != "/health") {
+    LogJson("info", "http_request",
+            {{"request_id", x.request_id()},
+             {"client", server->ClientAddress(x)},
+             {"method", x.method()},
+             {"route", route},
+             {"status", code},
+             {"seconds", seconds}});
+  }
   {
     MutexLock l(&server->mu_);
     if (--server->handlers_ == 0) server->idle_.SignalAll();
@@ -143,8 +159,14 @@ std::multimap<std::string, std::string> OpenAiServer::CallMetadata(const HttpExc
         std::all_of(value.begin(), value.end(), [](char ch) { return ch >= 0x20 && ch <= 0x7e; });
     if (printable) md.emplace("authorization", value);
   }
-  md.emplace("x-walsh-http-client", x.remote_address());
+  md.emplace(kHttpClientHeader, ClientAddress(x));
+  md.emplace(kHttpCallTokenHeader, HttpCallToken());
   return md;
+}
+
+std::string OpenAiServer::ClientAddress(const HttpExchange& x) const {
+  return options_.trusted_proxies.ClientAddress(x.remote_address(),
+                                                x.HeaderValues("X-Forwarded-For"));
 }
 
 std::string OpenAiServer::ServedName(const v1::ModelInfo& info) const {
@@ -159,8 +181,17 @@ grpc::Status OpenAiServer::CallModelInfo(HttpExchange& x, v1::ModelInfo* info) {
   return stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), info);
 }
 
+bool OpenAiServer::WaitForWorker(HttpExchange& x) {
+  const auto end = std::chrono::steady_clock::now() + options_.worker_wait;
+  while (pool_->Candidates().empty()) {
+    if (std::chrono::steady_clock::now() >= end || x.PeerGone()) return false;
+    std::this_thread::sleep_for(kWorkerPoll);
+  }
+  return true;
+}
+
 absl::variant<v1::ModelInfo, ApiError> OpenAiServer::FleetModel(HttpExchange& x) {
-  if (pool_->Candidates().empty()) {
+  if (!WaitForWorker(x)) {
     return ApiError{503, "no worker is ready", "service_unavailable_error", "", ""};
   }
   const std::string fingerprint = pool_->fingerprint();
@@ -177,7 +208,7 @@ absl::variant<v1::ModelInfo, ApiError> OpenAiServer::FleetModel(HttpExchange& x)
 }
 
 void OpenAiServer::ListModels(HttpExchange& x) {
-  if (pool_->Candidates().empty()) {
+  if (!WaitForWorker(x)) {
     return x.SendError({503, "no worker is ready", "service_unavailable_error", "", ""});
   }
   v1::ModelInfo info;

@@ -18,6 +18,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/http/http_exchange.h"
 #include "gateway/http/openai_request.h"
+#include "gateway/trusted_proxies.h"
 #include "gateway/worker_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
@@ -36,6 +37,12 @@ struct OpenAiServerOptions {
   std::function<bool()> ready;                    // /health: true while the gateway takes requests
   const ApiKeys* api_keys = nullptr;              // checked before a /v1 request's body is read
   std::chrono::seconds body_deadline{30};         // the most a request body may take to arrive
+  // How long a request waits for a routable worker before 503 (the gRPC path's --worker-wait-ms).
+  std::chrono::milliseconds worker_wait{2000};
+  // Recognize special tokens written in chat content, tools and arguments (as Hugging Face
+  // templates do); off: they stay text, so a client cannot write a control token.
+  bool chat_content_special_tokens = false;
+  TrustedProxies trusted_proxies;  // peers whose X-Forwarded-For names the client
 };
 
 class OpenAiServer {
@@ -62,10 +69,15 @@ class OpenAiServer {
   void Generate(HttpExchange& x, bool chat);
   void ListModels(HttpExchange& x);
   grpc::Status Authorize(const HttpExchange& x) const;
+  // Whether a worker is routable now or becomes so within worker_wait (false at once when the
+  // client hangs up meanwhile).
+  bool WaitForWorker(HttpExchange& x);
   // The fleet's model, asked of a worker once per contract fingerprint.
   absl::variant<v1::ModelInfo, ApiError> FleetModel(HttpExchange& x);
   grpc::Status CallModelInfo(HttpExchange& x, v1::ModelInfo* info);
   std::multimap<std::string, std::string> CallMetadata(const HttpExchange& x) const;
+  // The client's address: the peer's, or behind a trusted proxy the one it forwards.
+  std::string ClientAddress(const HttpExchange& x) const;
   std::string ServedName(const v1::ModelInfo& info) const;
 
   const OpenAiServerOptions options_;

@@ -14,9 +14,31 @@ constexpr char kToolsPostamble[] =
     "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
     "\"arguments\": <args-json-object>}\n</tool_call>";
 
-std::string ToolCallText(const RenderedToolCall& call) {
-  return absl::StrCat("<tool_call>\n{\"name\": ", nlohmann::json(call.name).dump(),
-                      ", \"arguments\": ", call.arguments_json, "}\n</tool_call>");
+// Appends parts, joining neighbours of the same kind.
+class PartsWriter {
+ public:
+  void Markup(const std::string& s) { Add(s, true); }
+  void Text(const std::string& s) { Add(s, false); }
+  std::vector<PromptPart> Take() { return std::move(parts_); }
+
+ private:
+  void Add(const std::string& s, bool markup) {
+    if (s.empty()) return;
+    if (!parts_.empty() && parts_.back().markup == markup) {
+      parts_.back().text += s;
+    } else {
+      parts_.push_back({s, markup});
+    }
+  }
+  std::vector<PromptPart> parts_;
+};
+
+void WriteToolCall(PartsWriter& w, const RenderedToolCall& call) {
+  w.Markup("<tool_call>\n{\"name\": ");
+  w.Text(nlohmann::json(call.name).dump());
+  w.Markup(", \"arguments\": ");
+  w.Text(call.arguments_json);
+  w.Markup("}\n</tool_call>");
 }
 
 }  // namespace
@@ -45,39 +67,55 @@ std::string ForcedToolCallPrefix(const std::string& name) {
   return absl::StrCat("<tool_call>\n{\"name\": ", nlohmann::json(name).dump(), ", \"arguments\": ");
 }
 
-std::string RenderQwenChat(const ChatPrompt& p) {
-  std::string out;
+std::vector<PromptPart> RenderQwenChatParts(const ChatPrompt& p) {
+  PartsWriter w;
   size_t first = 0;
   const bool system_first = !p.turns.empty() && p.turns[0].role == "system";
   if (!p.tools_json.empty()) {
-    absl::StrAppend(&out, "<|im_start|>system\n");
-    if (system_first) absl::StrAppend(&out, p.turns[0].content, "\n\n");
-    absl::StrAppend(&out, kToolsPreamble);
-    for (const std::string& t : p.tools_json) absl::StrAppend(&out, "\n", t);
-    absl::StrAppend(&out, kToolsPostamble, "<|im_end|>\n");
+    w.Markup("<|im_start|>system\n");
+    if (system_first) {
+      w.Text(p.turns[0].content);
+      w.Markup("\n\n");
+    }
+    w.Markup(kToolsPreamble);
+    for (const std::string& t : p.tools_json) {
+      w.Markup("\n");
+      w.Text(t);
+    }
+    w.Markup(absl::StrCat(kToolsPostamble, "<|im_end|>\n"));
     if (system_first) first = 1;
   }
   for (size_t i = first; i < p.turns.size(); ++i) {
     const ChatTurn& t = p.turns[i];
     if (t.role == "tool") {
-      if (i == 0 || p.turns[i - 1].role != "tool") absl::StrAppend(&out, "<|im_start|>user");
-      absl::StrAppend(&out, "\n<tool_response>\n", t.content, "\n</tool_response>");
-      if (i + 1 == p.turns.size() || p.turns[i + 1].role != "tool") {
-        absl::StrAppend(&out, "<|im_end|>\n");
-      }
+      if (i == 0 || p.turns[i - 1].role != "tool") w.Markup("<|im_start|>user");
+      w.Markup("\n<tool_response>\n");
+      w.Text(t.content);
+      w.Markup("\n</tool_response>");
+      if (i + 1 == p.turns.size() || p.turns[i + 1].role != "tool") w.Markup("<|im_end|>\n");
       continue;
     }
-    absl::StrAppend(&out, "<|im_start|>", t.role, "\n", t.content);
+    w.Markup(absl::StrCat("<|im_start|>", t.role, "\n"));
+    w.Text(t.content);
     for (size_t c = 0; c < t.tool_calls.size(); ++c) {
-      if (c > 0 || !t.content.empty()) absl::StrAppend(&out, "\n");
-      absl::StrAppend(&out, ToolCallText(t.tool_calls[c]));
+      if (c > 0 || !t.content.empty()) w.Markup("\n");
+      WriteToolCall(w, t.tool_calls[c]);
     }
-    absl::StrAppend(&out, "<|im_end|>\n");
+    w.Markup("<|im_end|>\n");
   }
-  absl::StrAppend(&out, "<|im_start|>assistant\n");
-  if (!p.enable_thinking || !p.forced_tool.empty())
-    absl::StrAppend(&out, "<think>\n\n</think>\n\n");
-  if (!p.forced_tool.empty()) absl::StrAppend(&out, ForcedToolCallPrefix(p.forced_tool));
+  w.Markup("<|im_start|>assistant\n");
+  if (!p.enable_thinking || !p.forced_tool.empty()) w.Markup("<think>\n\n</think>\n\n");
+  if (!p.forced_tool.empty()) {
+    w.Markup("<tool_call>\n{\"name\": ");
+    w.Text(nlohmann::json(p.forced_tool).dump());
+    w.Markup(", \"arguments\": ");
+  }
+  return w.Take();
+}
+
+std::string RenderQwenChat(const ChatPrompt& p) {
+  std::string out;
+  for (const PromptPart& part : RenderQwenChatParts(p)) out += part.text;
   return out;
 }
 

@@ -42,7 +42,15 @@ std::string TemplateJson(const nlohmann::ordered_json& v);
 // The prefix of the assistant's output that a forced tool call puts in the prompt.
 std::string ForcedToolCallPrefix(const std::string& name);
 
-std::string RenderQwenChat(const ChatPrompt& prompt);
+// A part of the rendered prompt: the template's own markup, or text that came from the client
+// (contents, tool definitions, call arguments), whose special tokens must stay text.
+struct PromptPart {
+  std::string text;
+  bool markup = false;
+};
+
+std::vector<PromptPart> RenderQwenChatParts(const ChatPrompt& prompt);
+std::string RenderQwenChat(const ChatPrompt& prompt);  // the parts joined
 
 }  // namespace walsh
 

@@ -543,6 +543,35 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
   EXPECT_FALSE(RunGenerate(*gw_plain, req).status.ok());
   ExpectPlaintextProbeOnly(gateway_probe);
 
+  // walsh-cli over TLS: trusting the CA it is served; plaintext, another CA or another name
+  // are refused; straight to the worker it needs the client certificate.
+  const auto other_ca = testing::RunProcess(
+      {std::string(WALSH_SOURCE_DIR) + "/scripts/make-test-ca", dir.File("other")});
+  ASSERT_EQ(other_ca.exit_code, 0) << other_ca.err;
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), WALSH_CLI_BIN);
+    args.insert(args.end(), {"--timeout", "5"});
+    return testing::RunProcess(args);
+  };
+  const auto served = cli({"info", "--target", gw_target, "--tls-ca-file", pki + "ca.pem"});
+  EXPECT_EQ(served.exit_code, 0) << served.err;
+  EXPECT_NE(served.out.find("contract_fingerprint"), std::string::npos) << served.out;
+  EXPECT_EQ(cli({"info", "--target", gw_target}).exit_code, 3);
+  EXPECT_EQ(cli({"info", "--target", gw_target, "--tls-ca-file", dir.File("other") + "/ca.pem"})
+                .exit_code,
+            3);
+  EXPECT_EQ(cli({"info", "--target", gw_target, "--tls-ca-file", pki + "ca.pem",
+                 "--tls-server-name", "walsh.example"})
+                .exit_code,
+            3);
+  EXPECT_EQ(cli({"info", "--target", gw_target, "--tls-server-name", "localhost"}).exit_code, 2);
+  EXPECT_EQ(cli({"info", "--target", target, "--tls-ca-file", pki + "ca.pem"}).exit_code, 3);
+  const auto mutual_cli =
+      cli({"generate", "--target", target, "--tls-ca-file", pki + "ca.pem", "--tls-cert-file",
+           pki + "client.pem", "--tls-key-file", pki + "client.key", "--tls-server-name",
+           "localhost", "--prompt", "secure", "--max-tokens", "4", "--output", "ids"});
+  EXPECT_EQ(mutual_cli.exit_code, 0) << mutual_cli.err;
+
   // A worker whose certificate does not carry --worker-tls-server-name is never routed to.
   GatewayProcess wrong_name({target},
                             {"--worker-tls-ca-file", pki + "ca.pem", "--worker-tls-cert-file",
@@ -560,7 +589,7 @@ TEST(GatewaySecurity, ApiKeysOnEveryCallReloadedOnSighup) {
   ASSERT_TRUE(w.ok());
   testing::TempDir dir;
   const std::string keys = dir.File("keys");
-  testing::WriteFileOrDie(keys, "# keys\nfirst-key\n\n");
+  testing::WriteFileOrDie(keys, "# keys\nfirst-key   # held by ops\nhash#in-key\n\n");
   GatewayProcess gw({w.target()}, {"--api-key-file", keys});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
@@ -582,6 +611,12 @@ TEST(GatewaySecurity, ApiKeysOnEveryCallReloadedOnSighup) {
   EXPECT_EQ(tokenize({"Bearer wrong"}), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(tokenize({"Bearer first-key", "Bearer first-key"}), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(tokenize({"Bearer first-key"}), grpc::StatusCode::OK);
+  // The scheme is case-insensitive (RFC 7235); a '#' inside a key is the key's.
+  EXPECT_EQ(tokenize({"bearer first-key"}), grpc::StatusCode::OK);
+  EXPECT_EQ(tokenize({"BEARER  first-key"}), grpc::StatusCode::OK);
+  EXPECT_EQ(tokenize({"Bearer hash#in-key"}), grpc::StatusCode::OK);
+  EXPECT_EQ(tokenize({"Bearer first-key   # held by ops"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(tokenize({"Basic first-key"}), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(info(""), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(info("Bearer first-key"), grpc::StatusCode::OK);
   // Rotate: the new key works after SIGHUP, the old one no longer does.

@@ -300,6 +300,18 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   v1::DetokenizeResponse text;
   ASSERT_TRUE(stub->Detokenize(&dctx, dr, &text).ok());
   EXPECT_EQ(text.text(), "The quick brown fox");
+  // Every token alone detokenizes to well-formed UTF-8 (a proto3 string), byte tokens too.
+  int replaced = 0;
+  for (int32_t id = 0; id < 512; ++id) {
+    grpc::ClientContext ictx;
+    v1::DetokenizeRequest one;
+    one.add_ids(id);
+    v1::DetokenizeResponse piece;
+    ASSERT_TRUE(stub->Detokenize(&ictx, one, &piece).ok());
+    EXPECT_TRUE(testing::WellFormedUtf8(piece.text())) << "id " << id;
+    replaced += piece.text().find("\xEF\xBF\xBD") != std::string::npos;
+  }
+  EXPECT_GE(replaced, 64);  // the lone bytes 0x80-0xFF among them
 
   // Resume on the second worker at index k gives the rest of the same stream.
   const v1::GenerateRequest req = Request("resume from here", 20, 0.8f, 77);

@@ -5,7 +5,8 @@
 //   node scripted_worker.mjs PROTO_ROOT TEST_PROTO_ROOT   -> prints {"port": N} when listening
 // The answer is the text after the last "SCRIPT:" in the prompt, up to "<|im_end|>"; when the
 // prompt holds a tool result, it is "tool said: " and that result. "DELAY_MS:N" in the prompt
-// waits N ms before each token. Each token is 2 characters of the answer.
+// waits N ms before each token. Each token is 2 characters of the answer. "FAIL_FIRST:N" in the
+// prompt fails the first N such Generate calls UNAVAILABLE (a worker-side failure).
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
 
@@ -37,9 +38,23 @@ function answerFor(prompt) {
   return prompt.slice(start, end < 0 ? undefined : end);
 }
 
+const failuresLeft = new Map();  // FAIL_FIRST:N marker -> failures still to give
+
 function generate(call) {
   const req = call.request;
-  const prompt = req.text || "";
+  // The gateway sends chats as pieces (markup apart from the client's text).
+  const prompt = req.text || (req.pieces ? req.pieces.pieces.map((p) => p.text).join("") : "");
+  const failFirst = prompt.match(/FAIL_FIRST:(\d+)/);
+  if (failFirst) {
+    const left = failuresLeft.has(failFirst[0]) ? failuresLeft.get(failFirst[0])
+                                                : Number(failFirst[1]);
+    if (left > 0) {
+      failuresLeft.set(failFirst[0], left - 1);
+      call.emit("error", { code: grpc.status.UNAVAILABLE, details: "scripted failure" });
+      return;
+    }
+    failuresLeft.set(failFirst[0], 0);
+  }
   const delay = Number((prompt.match(/DELAY_MS:(\d+)/) || [0, 0])[1]);
   const answer = answerFor(prompt);
   const max = req.stopping && req.stopping.max_tokens ? req.stopping.max_tokens : 256;

@@ -34,6 +34,10 @@ struct ProcessResult {
   std::string err;
 };
 
+// Whether `s` is well-formed UTF-8 (RFC 3629: shortest forms, no surrogates, at most U+10FFFF),
+// written here apart from the code under test.
+bool WellFormedUtf8(const std::string& s);
+
 // Runs argv[0] with the given arguments and stdin bytes, waits, and captures both streams.
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& stdin_bytes = "");
 

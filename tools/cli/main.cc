@@ -3,12 +3,16 @@
 //   walsh-cli info --target HOST:PORT
 //   walsh-cli load --target HOST:PORT
 //   walsh-cli health --target HOST:PORT   (exit 0 if SERVING: a container HEALTHCHECK)
+// Over TLS with --tls-ca-file (and a client certificate for mutual TLS); --api-key for a gateway
+// that requires keys.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
+#include "common/tls_credentials.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -51,6 +55,18 @@ int Run(int argc, char** argv) {
   flags.Int("priority", &priority, "request priority");
   flags.Double("timeout", &timeout, "deadline in seconds (0: none)");
   flags.String("output", &output, "text | ids | json");
+  ClientTlsFiles tls;
+  tls.flag_prefix = "--tls-";
+  std::string tls_server_name;
+  const char* env_key = std::getenv("WALSH_API_KEY");
+  std::string api_key = env_key != nullptr ? env_key : "";
+  flags.String("tls-ca-file", &tls.ca, "PEM CA that signed the server's certificate: use TLS");
+  flags.String("tls-cert-file", &tls.cert, "PEM client certificate (mutual TLS)");
+  flags.String("tls-key-file", &tls.key, "PEM private key of --tls-cert-file");
+  flags.String("tls-server-name", &tls_server_name,
+               "the name the server's certificate must carry (default: the target's host)");
+  flags.String("api-key", &api_key,
+               "sent as 'authorization: Bearer KEY' (default: $WALSH_API_KEY)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return Fail(2, std::string(s.message()));
   if (flags.help_requested() || flags.positional().size() != 1) {
     std::fputs(flags.Help().c_str(), flags.help_requested() ? stdout : stderr);
@@ -59,9 +75,17 @@ int Run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]).rfind("--seed", 0) == 0) has_seed_flag = true;
   }
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  if (tls.ca.empty() && (!tls.cert.empty() || !tls.key.empty() || !tls_server_name.empty())) {
+    return Fail(2, "--tls-cert-file, --tls-key-file and --tls-server-name need --tls-ca-file");
+  }
+  auto credentials = MakeChannelCredentials(tls);
+  if (!credentials.ok()) return Fail(2, std::string(credentials.status().message()));
+  grpc::ChannelArguments args;
+  if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
+  auto channel = grpc::CreateCustomChannel(target, *credentials, args);
   const std::string command = flags.positional()[0];
   grpc::ClientContext ctx;
+  if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
   if (timeout > 0) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));

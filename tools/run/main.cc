@@ -157,9 +157,9 @@ int Run(int argc, char** argv) {
   } else if (!messages.empty()) {
     auto parsed = ParseChatMessagesJson(messages);
     if (!parsed.ok()) return Fail(kUsage, "--messages: " + std::string(parsed.status().message()));
-    auto text = FormatChatMl(*parsed, thinking);
-    if (!text.ok()) return Fail(kUsage, "--messages: " + std::string(text.status().message()));
-    prompt_ids = tokenizer->Encode(*text);
+    auto pieces = FormatChatMlPieces(*parsed, thinking);
+    if (!pieces.ok()) return Fail(kUsage, "--messages: " + std::string(pieces.status().message()));
+    prompt_ids = tokenizer->Encode(*pieces);
   } else {
     prompt_ids = tokenizer->Encode(prompt);
   }

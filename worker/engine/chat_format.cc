@@ -5,20 +5,31 @@
 
 namespace walsh {
 
-absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& messages,
-                                         bool enable_thinking) {
+absl::StatusOr<std::vector<PromptPiece>> FormatChatMlPieces(
+    const std::vector<ChatMessage>& messages, bool enable_thinking) {
   if (messages.empty()) return absl::InvalidArgumentError("messages: at least one is needed");
-  std::string out;
+  std::vector<PromptPiece> out;
+  auto markup = [&](std::string s) { out.push_back({std::move(s), true}); };
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", m.role,
                                                      "\" is not system, user, assistant or tool"));
     }
-    absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+    markup(absl::StrCat(i > 0 ? "<|im_end|>\n" : "", "<|im_start|>", m.role, "\n"));
+    out.push_back({m.content, false});
   }
-  absl::StrAppend(&out, "<|im_start|>assistant\n");
-  if (!enable_thinking) absl::StrAppend(&out, "<think>\n\n</think>\n\n");
+  markup(absl::StrCat("<|im_end|>\n<|im_start|>assistant\n",
+                      enable_thinking ? "" : "<think>\n\n</think>\n\n"));
+  return out;
+}
+
+absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& messages,
+                                         bool enable_thinking) {
+  auto pieces = FormatChatMlPieces(messages, enable_thinking);
+  if (!pieces.ok()) return pieces.status();
+  std::string out;
+  for (const PromptPiece& p : *pieces) out += p.text;
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/model/tokenizer.h"
 
 namespace walsh {
 
@@ -19,6 +20,10 @@ struct ChatMessage {
 
 absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& messages,
                                          bool enable_thinking);
+// The same prompt in pieces: the template's markup, and each message's content as text (special
+// tokens written in it stay text).
+absl::StatusOr<std::vector<PromptPiece>> FormatChatMlPieces(
+    const std::vector<ChatMessage>& messages, bool enable_thinking);
 
 // Parses [{"role": ..., "content": ...}, ...]; errors name the element and field.
 absl::StatusOr<std::vector<ChatMessage>> ParseChatMessagesJson(const std::string& json);

@@ -242,23 +242,41 @@ void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out) c
 }
 
 std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special) const {
-  const std::string text = SanitizeUtf8(raw);
+  return Encode(std::vector<PromptPiece>{{std::string(raw), parse_special}});
+}
+
+std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces) const {
+  // The sanitized text, and the byte ranges of its markup pieces.
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> markup;
+  for (const PromptPiece& piece : pieces) {
+    const size_t start = text.size();
+    text += SanitizeUtf8(piece.text);
+    if (!piece.markup || text.size() == start) continue;
+    if (!markup.empty() && markup.back().second == start) {
+      markup.back().second = text.size();  // neighbouring markup is one
+    } else {
+      markup.emplace_back(start, text.size());
+    }
+  }
   std::vector<int32_t> out;
   if (add_bos_) out.push_back(bos_id_);
   size_t pos = 0, plain_start = 0;
-  while (pos < text.size() && parse_special) {
-    bool matched = false;
-    for (const auto& [s, id] : specials_) {
-      if (text.compare(pos, s.size(), s) == 0) {
-        EncodeText(text.substr(plain_start, pos - plain_start), out);
-        out.push_back(id);
-        pos += s.size();
-        plain_start = pos;
-        matched = true;
-        break;
+  for (const auto& [begin, end] : markup) {
+    for (pos = std::max(pos, begin); pos < end;) {
+      bool matched = false;
+      for (const auto& [s, id] : specials_) {
+        if (pos + s.size() <= end && text.compare(pos, s.size(), s) == 0) {
+          EncodeText(text.substr(plain_start, pos - plain_start), out);
+          out.push_back(id);
+          pos += s.size();
+          plain_start = pos;
+          matched = true;
+          break;
+        }
       }
+      if (!matched) ++pos;
     }
-    if (!matched) ++pos;
   }
   EncodeText(text.substr(plain_start), out);
   return out;

@@ -17,6 +17,13 @@
 
 namespace walsh {
 
+// A part of a prompt rendered by a template: special tokens written in it are recognized only
+// when it is `markup` (the template's own text), never in text a user wrote.
+struct PromptPiece {
+  std::string text;
+  bool markup = false;
+};
+
 class Tokenizer {
  public:
   // Refuses a model it cannot tokenize exactly (unknown tokenizer.ggml.model or .pre), naming
@@ -27,6 +34,10 @@ class Tokenizer {
   // Text (any bytes; ill-formed UTF-8 becomes U+FFFD) to ids. Special tokens written in the
   // text are recognized when `parse_special`; BOS is prepended when the file asks for it.
   std::vector<int32_t> Encode(absl::string_view text, bool parse_special = true) const;
+  // The pieces' concatenation, with special tokens recognized only inside markup (neighbouring
+  // markup pieces count as one): the same ids as Encode of the whole text wherever the other
+  // pieces hold no special token.
+  std::vector<int32_t> Encode(const std::vector<PromptPiece>& pieces) const;
   // The pre-tokenizer's pieces of (NFC-normalized) text, before BPE.
   std::vector<std::string> Split(absl::string_view text) const;
   // The bytes of one token (special tokens as their text). Out-of-range ids give "".

@@ -32,6 +32,7 @@ absl::Status CheckIds(absl::string_view field, const google::protobuf::RepeatedF
 }
 
 constexpr size_t kMaxConstraintBytes = 64 << 10;
+constexpr int kMaxPromptPieces = 4096;
 
 absl::Status ValidateConstraint(const v1::GenerateRequest& req, const ValidationLimits& lim,
                                 GenerationRequest& g) {
@@ -106,13 +107,32 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
         if (req.chat().messages().empty()) return Bad("chat.messages", "must not be empty");
         std::vector<ChatMessage> messages;
         for (const auto& m : req.chat().messages()) messages.push_back({m.role(), m.content()});
-        auto text = FormatChatMl(messages, req.chat().enable_thinking());
-        if (!text.ok()) return Bad("chat", text.status().message());
-        g.prompt = lim.tokenizer->Encode(*text);
+        auto pieces = FormatChatMlPieces(messages, req.chat().enable_thinking());
+        if (!pieces.ok()) return Bad("chat", pieces.status().message());
+        g.prompt = lim.tokenizer->Encode(*pieces);
+        break;
+      }
+      case v1::GenerateRequest::kPieces: {
+        if (lim.tokenizer == nullptr)
+          return Bad("pieces", "this model has no tokenizer; send tokens");
+        const auto& given = req.pieces().pieces();
+        if (given.empty()) return Bad("pieces.pieces", "must not be empty");
+        if (given.size() > kMaxPromptPieces) {
+          return Bad("pieces.pieces",
+                     absl::StrCat(given.size(), " pieces; the most is ", kMaxPromptPieces));
+        }
+        std::vector<PromptPiece> pieces;
+        bool any_text = false;
+        for (const v1::PromptPiece& p : given) {
+          pieces.push_back({p.text(), p.markup()});
+          any_text |= !p.text().empty();
+        }
+        if (!any_text) return Bad("pieces.pieces", "hold no text");
+        g.prompt = lim.tokenizer->Encode(pieces);
         break;
       }
       case v1::GenerateRequest::INPUT_NOT_SET:
-        return Bad("input", "one of text, tokens or chat is required");
+        return Bad("input", "one of text, tokens, chat or pieces is required");
     }
   }
 

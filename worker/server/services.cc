@@ -4,6 +4,7 @@
 #include "common/json_log.h"
 #include "common/raw_messages.h"
 #include "common/stream_writer.h"
+#include "worker/model/utf8.h"
 
 namespace walsh {
 namespace {
@@ -202,7 +203,9 @@ grpc::ServerUnaryReactor* GeneratorService::Detokenize(grpc::CallbackServerConte
     }
     ids.push_back(request->ids(i));
   }
-  response->set_text(ctx_->tokenizer->Decode(ids));
+  // A proto3 string must be UTF-8: byte tokens alone are not, so they read as U+FFFD, as in
+  // Generate's text.
+  response->set_text(SanitizeUtf8(ctx_->tokenizer->Decode(ids)));
   r->Finish(grpc::Status::OK);
   return r;
 }

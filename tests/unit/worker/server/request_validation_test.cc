@@ -72,7 +72,8 @@ TEST(ValidateGenerateRequest, MaxTokensDefaultsToTheSmallerOf256AndTheLimit) {
 }
 
 TEST(ValidateGenerateRequest, NamesTheInputThatIsMissingOrWrong) {
-  EXPECT_THAT(Refusal(v1::GenerateRequest()), StartsWith("input: one of text, tokens or chat"));
+  EXPECT_THAT(Refusal(v1::GenerateRequest()),
+              StartsWith("input: one of text, tokens, chat or pieces"));
   EXPECT_THAT(Refusal(TokensRequest({})), StartsWith("tokens.ids: must not be empty"));
   EXPECT_EQ(Refusal(TokensRequest({1, 32})), "tokens.ids[1]: 32 is outside [0, 32)");
   EXPECT_EQ(Refusal(TokensRequest({-1})), "tokens.ids[0]: -1 is outside [0, 32)");
