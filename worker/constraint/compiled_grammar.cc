@@ -173,14 +173,14 @@ void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
   std::vector<GrammarStack> work;
   absl::flat_hash_set<GrammarStack> entered;
   work.push_back(std::move(stack));
-  // A bound on the expansion's work: nullable repetitions nested in each other can reach
-  // millions of stacks without reading a byte. Stacks past it are dropped, as past
-  // kMaxGrammarStacks.
-  int64_t budget = kMaxExpansionSteps;
-  while (!work.empty() && --budget >= 0) {
+  // A bound on the expansion's work, in stack elements: nullable repetitions nested in each
+  // other can reach millions of stacks, thousands deep, without reading a byte. Stacks past it
+  // are dropped, as past kMaxGrammarStacks.
+  int64_t budget = kMaxExpansionElements;
+  while (!work.empty() && budget >= 0) {
     GrammarStack s = std::move(work.back());
     work.pop_back();
-    while (true) {
+    while ((budget -= static_cast<int64_t>(s.size()) + 1) >= 0) {
       if (s.empty()) {
         AddUnique(out, std::move(s));
         break;
@@ -207,6 +207,7 @@ void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
       if (s.size() >= kMaxGrammarStackDepth) break;
       const std::vector<int32_t>& starts = alternatives_[e.rule];
       for (size_t i = 1; i < starts.size(); ++i) {
+        budget -= static_cast<int64_t>(s.size());
         GrammarStack c = s;
         c.push_back(starts[i]);
         work.push_back(std::move(c));

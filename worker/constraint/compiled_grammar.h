@@ -32,7 +32,11 @@ using GrammarStack = std::vector<int32_t>;  // positions; the top is back()
 // dropped (their tokens are masked out).
 inline constexpr size_t kMaxGrammarStacks = 512;
 inline constexpr size_t kMaxGrammarStackDepth = 4096;
-inline constexpr int64_t kMaxExpansionSteps = 20'000;
+// One stack's expansion's work in stack elements copied or compared (1 MiB of them): deep
+// stacks from nested nullable repetitions would otherwise take seconds and hold hundreds of MB
+// of seen stacks. Per stack, so that a stack expands alike whatever set it is in (masks are
+// computed per stack context).
+inline constexpr int64_t kMaxExpansionElements = int64_t{1} << 18;
 // The per-stack results of AddUncertain kept for reuse; past this the memo starts afresh.
 inline constexpr int64_t kMaxStackMemoBytes = int64_t{8} << 20;
 // The contexts WarmNext computes ahead at most, the grammar elements scanned finding them, and
