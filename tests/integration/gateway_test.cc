@@ -1,6 +1,7 @@
 // walsh-gateway in front of three real walsh-worker processes on loopback.
 #include <signal.h>
 
+#include <atomic>
 #include <map>
 #include <random>
 #include <set>
@@ -221,6 +222,65 @@ TEST(Gateway, KillingAWorkerMidStreamLosesNoToken) {
   EXPECT_NE(m.find("walsh_gateway_migrations_total"), std::string::npos);
   EXPECT_EQ(m.find("walsh_gateway_migrations_total 0\n"), std::string::npos)
       << "no migration counted";
+}
+
+// Prompts far too long for the context, 16 at once: each is refused naming the prompt, off the
+// threads that answer health checks, so the gateway never stops routing to the workers and
+// small requests sent meanwhile are all served.
+TEST(Gateway, DoomedPromptsDoNotFlapHealth) {
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(std::make_unique<WorkerProcess>());
+    ASSERT_TRUE(workers.back()->ok());
+    addresses.push_back(workers.back()->target());
+  }
+  GatewayProcess gw(addresses);
+  ASSERT_TRUE(gw.WaitForWorkers(2));
+  auto stub = gw.Stub();
+  std::string lorem;
+  while (lorem.size() < (3u << 20)) lorem += "lorem ipsum dolor sit amet ";
+  lorem.resize(3u << 20);
+  const std::string letters(3u << 20, 'x');  // one pre-tokenizer piece of 3 MiB
+  std::atomic<bool> done{false};
+  std::atomic<int> unhealthy_polls{0};
+  std::thread watch([&] {
+    while (!done) {
+      for (const std::string& a : addresses) {
+        if (gw.Metric("walsh_gateway_worker_healthy{worker=\"" + a + "\"}") != 1.0) {
+          ++unhealthy_polls;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::vector<grpc::Status> doomed(16);
+  std::vector<Routed> small(40);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest r = Request("", 4, 0.0f, 1);
+      r.set_text(i % 2 ? lorem : letters);
+      doomed[i] = RunGenerate(*stub, r).status;
+    });
+  }
+  for (int i = 0; i < 40; ++i) {
+    threads.emplace_back([&, i] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25 * i));
+      small[i] = RunRouted(*stub, Request("small " + std::to_string(i), 4, 0.0f, 1));
+    });
+  }
+  for (auto& t : threads) t.join();
+  done = true;
+  watch.join();
+  for (const grpc::Status& s : doomed) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("prompt: a prompt of more than"), std::string::npos)
+        << s.error_message();
+  }
+  for (const Routed& r : small)
+    EXPECT_TRUE(r.result.status.ok()) << r.result.status.error_message();
+  EXPECT_EQ(unhealthy_polls.load(), 0);
 }
 
 TEST(Gateway, LivenessServesWithoutWorkersWhileReadinessDoesNot) {

@@ -86,6 +86,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   }
   std::stable_sort(t->specials_.begin(), t->specials_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& [text, id] : t->specials_) {
+    t->special_first_byte_[static_cast<unsigned char>(text[0])] = true;
+  }
+  for (size_t i = 0; i < t->tokens_.size(); ++i) {
+    if (t->IsSpecial(static_cast<int32_t>(i))) continue;
+    auto bytes = TokenTextToBytes(t->tokens_[i]);
+    const size_t n = bytes ? bytes->size() : t->tokens_[i].size();
+    t->max_token_bytes_ = std::max(t->max_token_bytes_, n);
+  }
   for (int b = 0; b < 256; ++b) {
     auto it = t->token_ids_.find(ByteToUnicode(static_cast<uint8_t>(b)));
     if (it == t->token_ids_.end()) {
@@ -237,15 +246,27 @@ std::vector<std::string> Tokenizer::SplitValidUtf8(const std::string& text) cons
   return pieces;
 }
 
-void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out) const {
-  for (const std::string& piece : SplitValidUtf8(text)) EncodePiece(piece, out);
+void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out,
+                           size_t max_tokens) const {
+  for (const std::string& piece : SplitValidUtf8(text)) {
+    if (out.size() > max_tokens) return;
+    // No token covers more than max_token_bytes_ of a piece: a piece that needs more tokens
+    // than are left is not worth its BPE (a 3 MiB run of letters would take seconds).
+    const size_t at_least = (piece.size() + max_token_bytes_ - 1) / max_token_bytes_;
+    if (max_tokens != SIZE_MAX && out.size() + at_least > max_tokens) {
+      out.resize(max_tokens + 1, -1);
+      return;
+    }
+    EncodePiece(piece, out);
+  }
 }
 
 std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special) const {
   return Encode(std::vector<PromptPiece>{{std::string(raw), parse_special}});
 }
 
-std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces) const {
+std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces,
+                                       size_t max_tokens) const {
   // The sanitized text, and the byte ranges of its markup pieces.
   std::string text;
   std::vector<std::pair<size_t, size_t>> markup;
@@ -263,11 +284,15 @@ std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces) c
   if (add_bos_) out.push_back(bos_id_);
   size_t pos = 0, plain_start = 0;
   for (const auto& [begin, end] : markup) {
-    for (pos = std::max(pos, begin); pos < end;) {
+    for (pos = std::max(pos, begin); pos < end && out.size() <= max_tokens;) {
       bool matched = false;
+      if (!special_first_byte_[static_cast<unsigned char>(text[pos])]) {
+        ++pos;
+        continue;
+      }
       for (const auto& [s, id] : specials_) {
         if (pos + s.size() <= end && text.compare(pos, s.size(), s) == 0) {
-          EncodeText(text.substr(plain_start, pos - plain_start), out);
+          EncodeText(text.substr(plain_start, pos - plain_start), out, max_tokens);
           out.push_back(id);
           pos += s.size();
           plain_start = pos;
@@ -278,7 +303,7 @@ std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces) c
       if (!matched) ++pos;
     }
   }
-  EncodeText(text.substr(plain_start), out);
+  if (out.size() <= max_tokens) EncodeText(text.substr(plain_start), out, max_tokens);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #ifndef WALSH_WORKER_MODEL_TOKENIZER_H_
 #define WALSH_WORKER_MODEL_TOKENIZER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,7 +38,11 @@ class Tokenizer {
   // The pieces' concatenation, with special tokens recognized only inside markup (neighbouring
   // markup pieces count as one): the same ids as Encode of the whole text wherever the other
   // pieces hold no special token.
-  std::vector<int32_t> Encode(const std::vector<PromptPiece>& pieces) const;
+  // `max_tokens`: stop as soon as the text is known to need more than this many ids; the
+  // result then holds more than `max_tokens` entries, not all of them ids (enough to refuse a
+  // prompt that cannot fit without tokenizing all of it).
+  std::vector<int32_t> Encode(const std::vector<PromptPiece>& pieces,
+                              size_t max_tokens = SIZE_MAX) const;
   // The pre-tokenizer's pieces of (NFC-normalized) text, before BPE.
   std::vector<std::string> Split(absl::string_view text) const;
   // The bytes of one token (special tokens as their text). Out-of-range ids give "".
@@ -57,7 +62,8 @@ class Tokenizer {
   Tokenizer();
   void EncodePiece(const std::string& piece, std::vector<int32_t>& out) const;
   // `text` is already well-formed UTF-8 (Encode sanitized it once).
-  void EncodeText(const std::string& text, std::vector<int32_t>& out) const;
+  void EncodeText(const std::string& text, std::vector<int32_t>& out,
+                  size_t max_tokens = SIZE_MAX) const;
   std::vector<std::string> SplitValidUtf8(const std::string& text) const;
 
   std::string pre_;
@@ -67,6 +73,8 @@ class Tokenizer {
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>>
       merges_;                                             // (left, right) -> (rank, id)
   std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
+  bool special_first_byte_[256] = {};                      // some special starts with it
+  size_t max_token_bytes_ = 1;                             // the longest ordinary token's bytes
   int32_t byte_token_[256];
   std::vector<int32_t> eos_ids_;
   int32_t bos_id_ = -1;

@@ -36,6 +36,7 @@ constexpr char kVersion[] = "0.1.0";
 struct Flags {
   std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
   int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
+  int64_t prepare_threads = 2;
   int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,
           max_context = 0, max_tokens = 4096;
   int64_t drain_grace_seconds = 30;
@@ -84,6 +85,10 @@ int Run(int argc, char** argv) {
             "tokens per forward pass (prefill chunks + decodes)");
   flags.Int("max-running", &f.max_running, "sequences in the running batch");
   flags.Int("max-queue", &f.max_queue, "waiting requests; beyond: RESOURCE_EXHAUSTED");
+  flags.Int("prepare-threads", &f.prepare_threads,
+            "threads that tokenize prompts and compile constraints, apart from the gRPC threads "
+            "that answer health checks; at most --max-running + --max-queue requests wait for "
+            "them");
   flags.Int("kv-cache-mb", &f.kv_cache_mb, "memory for KV cache pages");
   flags.Int("constraint-cache-mb", &f.constraint_cache_mb,
             "memory for compiled structured-output constraints and their token masks");
@@ -159,6 +164,11 @@ int Run(int argc, char** argv) {
     return 2;
   }
 
+  if (f.prepare_threads < 1 || f.prepare_threads > 64) {
+    std::fprintf(stderr, "walsh-worker: --prepare-threads must be 1..64, not %lld\n",
+                 static_cast<long long>(f.prepare_threads));
+    return 2;
+  }
   if (f.constraint_threads < 0 || f.constraint_threads > 64) {
     std::fprintf(stderr, "walsh-worker: --constraint-threads must be 0..64, not %lld\n",
                  static_cast<long long>(f.constraint_threads));
@@ -323,6 +333,8 @@ int Run(int argc, char** argv) {
                        .drafter = drafter->get(),
                        .mask_prefetcher = mask_prefetcher.get()},
                       &metrics);
+  PreparePool prepare(static_cast<int>(f.prepare_threads),
+                      static_cast<size_t>(f.max_running + f.max_queue));
   info.set_kv_page_size(static_cast<uint32_t>((*engine)->page_size()));
   info.set_kv_cache_dtype(KvCacheDtypeName((*engine)->kv_cache_dtype()));
   info.set_kv_bytes_per_token(static_cast<uint64_t>((*engine)->kv_bytes_per_token()));
@@ -345,6 +357,7 @@ int Run(int argc, char** argv) {
   ctx.model_info = info;
   ctx.scheduler = &scheduler;
   ctx.max_buffered_responses = f.max_buffered_responses;
+  ctx.prepare = &prepare;
   ctx.ready = true;
   SetHealth(*server, true);
   LogJson("info", "serving",
@@ -375,6 +388,7 @@ int Run(int argc, char** argv) {
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", f.drain_grace_seconds}});
   SetHealth(*server, false);
   scheduler.StopAdmitting();
+  prepare.Shutdown();  // what it still holds is refused by the scheduler now
   const auto grace_end =
       std::chrono::steady_clock::now() + std::chrono::seconds(f.drain_grace_seconds);
   while (std::chrono::steady_clock::now() < grace_end) {

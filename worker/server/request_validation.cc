@@ -34,6 +34,12 @@ absl::Status CheckIds(absl::string_view field, const google::protobuf::RepeatedF
 constexpr size_t kMaxConstraintBytes = 64 << 10;
 constexpr int kMaxPromptPieces = 4096;
 
+// Tokenizing stops past the context: a prompt that long cannot fit whatever it holds after, so
+// a doomed 3 MiB prompt costs as much as one that fits.
+size_t PromptTokenLimit(const ValidationLimits& lim) {
+  return lim.max_context > 0 ? static_cast<size_t>(lim.max_context) : SIZE_MAX;
+}
+
 absl::Status ValidateConstraint(const v1::GenerateRequest& req, const ValidationLimits& lim,
                                 GenerationRequest& g) {
   ConstraintSpec spec;
@@ -94,7 +100,7 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
         if (req.text().empty()) return Bad("text", "must not be empty");
         if (lim.tokenizer == nullptr)
           return Bad("text", "this model has no tokenizer; send tokens");
-        g.prompt = lim.tokenizer->Encode(req.text());
+        g.prompt = lim.tokenizer->Encode({{req.text(), true}}, PromptTokenLimit(lim));
         break;
       case v1::GenerateRequest::kTokens:
         if (req.tokens().ids().empty()) return Bad("tokens.ids", "must not be empty");
@@ -109,7 +115,7 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
         for (const auto& m : req.chat().messages()) messages.push_back({m.role(), m.content()});
         auto pieces = FormatChatMlPieces(messages, req.chat().enable_thinking());
         if (!pieces.ok()) return Bad("chat", pieces.status().message());
-        g.prompt = lim.tokenizer->Encode(*pieces);
+        g.prompt = lim.tokenizer->Encode(*pieces, PromptTokenLimit(lim));
         break;
       }
       case v1::GenerateRequest::kPieces: {
@@ -128,7 +134,7 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
           any_text |= !p.text().empty();
         }
         if (!any_text) return Bad("pieces.pieces", "hold no text");
-        g.prompt = lim.tokenizer->Encode(pieces);
+        g.prompt = lim.tokenizer->Encode(pieces, PromptTokenLimit(lim));
         break;
       }
       case v1::GenerateRequest::INPUT_NOT_SET:
@@ -230,6 +236,11 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   }
 
   const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  if (lim.max_context > 0 && prompt > lim.max_context) {  // tokenizing stopped there
+    return Bad("prompt",
+               absl::StrCat("a prompt of more than ", lim.max_context,
+                            " tokens exceeds the context limit of ", lim.max_context, " tokens"));
+  }
   if (prompt + sc.max_tokens > lim.max_context) {
     return Bad(prompt + 1 > lim.max_context ? "prompt" : "stopping.max_tokens",
                absl::StrCat("a prompt of ", prompt, " tokens plus max_tokens ", sc.max_tokens,

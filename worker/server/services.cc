@@ -1,5 +1,7 @@
 #include "worker/server/services.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
 #include "common/raw_messages.h"
@@ -81,6 +83,79 @@ class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 };
 
+// The request a stream's writer cancels once it exists (set when preparation made it).
+struct RequestSlot {
+  Mutex mu;
+  std::weak_ptr<ActiveRequest> request ABSL_GUARDED_BY(mu);
+};
+
+// What a generation needs after its handler returned: copies, never the call's context.
+struct Preparation {
+  v1::GenerateRequest request;
+  std::optional<std::vector<int32_t>> prompt_ids, emitted_ids;
+  std::optional<std::chrono::system_clock::time_point> deadline;
+};
+
+// Validates (tokenizes, compiles the constraint) and submits, on the prepare pool; every way
+// out ends the stream or hands it to the scheduler.
+void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
+             const std::shared_ptr<RequestSlot>& slot, const Preparation& p) {
+  if (writer->cancelled()) return writer->Complete(writer->CancelledStatus());
+  const std::vector<int32_t>* prompt_ids = p.prompt_ids ? &*p.prompt_ids : nullptr;
+  const std::vector<int32_t>* emitted_ids = p.emitted_ids ? &*p.emitted_ids : nullptr;
+  const v1::GenerateRequest& req = p.request;
+  const int64_t emitted = emitted_ids != nullptr ? static_cast<int64_t>(emitted_ids->size()) : 0;
+  auto valid = ValidateGenerateRequest(req, ctx->limits, prompt_ids, emitted);
+  if (!valid.ok()) {
+    LogJson("info", "request_refused",
+            {{"request_id", req.request_id()}, {"error", std::string(valid.status().message())}});
+    return writer->Complete(ToGrpc(valid.status()));
+  }
+  for (const auto& [field, ids] :
+       {std::pair{"prompt_ids", prompt_ids}, std::pair{"emitted_ids", emitted_ids}}) {
+    if (ids == nullptr) continue;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      if ((*ids)[i] < 0 || (*ids)[i] >= ctx->limits.vocab) {
+        return writer->Complete(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat(field, "[", i, "]: ", (*ids)[i], " is outside [0, ",
+                                      ctx->limits.vocab, ")")));
+      }
+    }
+  }
+  auto request = std::make_shared<ActiveRequest>();
+  request->request_id = req.request_id().empty()
+                            ? absl::StrCat("req-", ctx->next_request.fetch_add(1))
+                            : req.request_id();
+  request->priority = req.priority();
+  request->arrived_at = Clock::now();
+  if (p.deadline) request->deadline = *p.deadline;
+  request->prompt = valid->generation.prompt;
+  request->seed = valid->seed;
+  request->speculative_tokens = valid->speculative_tokens;
+  request->return_prompt_ids = req.return_prompt_ids();
+  request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
+  if (emitted_ids != nullptr) {
+    if (absl::Status replayed = request->generation->Replay(*emitted_ids); !replayed.ok()) {
+      return writer->Complete(ToGrpc(replayed));
+    }
+    request->replayed = emitted;
+  }
+  request->sink = std::make_shared<StreamSink>(writer);
+  {
+    MutexLock l(&slot->mu);
+    slot->request = request;
+  }
+  // Cancelled before the slot was set: the hook found no request, so the stream ends here.
+  if (writer->cancelled()) return writer->Complete(writer->CancelledStatus());
+  LogJson("info", "request_start",
+          {{"request_id", request->request_id},
+           {"prompt_tokens", request->prompt.size()},
+           {"resume_at", emitted}});
+  const absl::Status submitted = ctx->scheduler->Submit(request);
+  if (!submitted.ok()) writer->Complete(ToGrpc(submitted));
+}
+
 }  // namespace
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
@@ -89,58 +164,29 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   if (!ctx->ready) {
     return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
   }
-  const int64_t emitted = emitted_ids != nullptr ? static_cast<int64_t>(emitted_ids->size()) : 0;
-  auto valid = ValidateGenerateRequest(req, ctx->limits, prompt_ids, emitted);
-  if (!valid.ok()) {
-    LogJson("info", "request_refused",
-            {{"request_id", req.request_id()}, {"error", std::string(valid.status().message())}});
-    return new ErrorReactor(ToGrpc(valid.status()));
-  }
-  for (const auto& [field, ids] :
-       {std::pair{"prompt_ids", prompt_ids}, std::pair{"emitted_ids", emitted_ids}}) {
-    if (ids == nullptr) continue;
-    for (size_t i = 0; i < ids->size(); ++i) {
-      if ((*ids)[i] < 0 || (*ids)[i] >= ctx->limits.vocab) {
-        return new ErrorReactor(
-            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                         absl::StrCat(field, "[", i, "]: ", (*ids)[i], " is outside [0, ",
-                                      ctx->limits.vocab, ")")));
-      }
-    }
-  }
+  Preparation p{req, {}, {}, {}};
+  if (prompt_ids != nullptr) p.prompt_ids = *prompt_ids;
+  if (emitted_ids != nullptr) p.emitted_ids = *emitted_ids;
   const auto deadline = context->deadline();
-  const bool has_deadline = deadline != std::chrono::system_clock::time_point::max();
-  if (has_deadline && deadline <= std::chrono::system_clock::now()) {
-    return new ErrorReactor(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                         "the deadline passed before the request was admitted"));
-  }
-
-  auto request = std::make_shared<ActiveRequest>();
-  request->request_id = req.request_id().empty()
-                            ? absl::StrCat("req-", ctx->next_request.fetch_add(1))
-                            : req.request_id();
-  request->priority = req.priority();
-  request->arrived_at = Clock::now();
-  if (has_deadline) request->deadline = deadline;
-  request->prompt = valid->generation.prompt;
-  request->seed = valid->seed;
-  request->speculative_tokens = valid->speculative_tokens;
-  request->return_prompt_ids = req.return_prompt_ids();
-  request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
-  if (emitted_ids != nullptr) {
-    if (absl::Status replayed = request->generation->Replay(*emitted_ids); !replayed.ok()) {
-      return new ErrorReactor(ToGrpc(replayed));
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    if (deadline <= std::chrono::system_clock::now()) {
+      return new ErrorReactor(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                           "the deadline passed before the request was admitted"));
     }
-    request->replayed = emitted;
+    p.deadline = deadline;
   }
   // The writer reaches the request only weakly: the request owns the writer through its sink.
-  std::weak_ptr<ActiveRequest> weak = request;
+  auto slot = std::make_shared<RequestSlot>();
   Scheduler* scheduler = ctx->scheduler;
   auto writer = StreamWriter::Create(
       context, static_cast<size_t>(ctx->max_buffered_responses),
-      [weak, scheduler, max_buffered = ctx->max_buffered_responses](bool stalled) {
-        std::shared_ptr<ActiveRequest> r = weak.lock();
-        if (r == nullptr) return;
+      [slot, scheduler, max_buffered = ctx->max_buffered_responses](bool stalled) {
+        std::shared_ptr<ActiveRequest> r;
+        {
+          MutexLock l(&slot->mu);
+          r = slot->request.lock();
+        }
+        if (r == nullptr) return;  // still being prepared: Prepare sees the cancellation
         r->cancelled = true;
         if (stalled) {
           LogJson("warning", "client_not_reading",
@@ -148,13 +194,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
         }
         scheduler->Wake();
       });
-  request->sink = std::make_shared<StreamSink>(writer);
-  LogJson("info", "request_start",
-          {{"request_id", request->request_id},
-           {"prompt_tokens", request->prompt.size()},
-           {"resume_at", emitted}});
-  const absl::Status submitted = ctx->scheduler->Submit(request);
-  if (!submitted.ok()) writer->Complete(ToGrpc(submitted));
+  if (ctx->prepare == nullptr) {
+    Prepare(ctx, writer, slot, p);
+  } else if (!ctx->prepare->TrySubmit(
+                 [ctx, writer, slot, p = std::move(p)] { Prepare(ctx, writer, slot, p); })) {
+    writer->Complete(ctx->prepare->Refusal());
+  }
   return writer.get();
 }
 
@@ -178,10 +223,17 @@ grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext
     r->Finish(s);
     return r;
   }
-  v1::TokenizeResponse response;
-  for (int32_t id : ctx_->tokenizer->Encode(request.text())) response.add_ids(id);
-  *raw_response = SerializeToByteBuffer(response);
-  r->Finish(grpc::Status::OK);
+  auto tokenize = [ctx = ctx_, r, raw_response, text = request.text()] {
+    v1::TokenizeResponse response;
+    for (int32_t id : ctx->tokenizer->Encode(text)) response.add_ids(id);
+    *raw_response = SerializeToByteBuffer(response);
+    r->Finish(grpc::Status::OK);
+  };
+  if (ctx_->prepare == nullptr) {
+    tokenize();
+  } else if (!ctx_->prepare->TrySubmit(std::move(tokenize))) {
+    r->Finish(ctx_->prepare->Refusal());
+  }
   return r;
 }
 

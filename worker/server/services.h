@@ -8,6 +8,7 @@
 
 #include "walsh/v1/generator.grpc.pb.h"
 #include "worker/model/tokenizer.h"
+#include "worker/server/prepare_pool.h"
 #include "worker/server/request_validation.h"
 #include "worker/server/scheduler.h"
 
@@ -23,6 +24,8 @@ struct ServiceContext {
   // Responses one stream may hold while its client does not read; beyond, the request is
   // cancelled (its slot freed) and the stream ends RESOURCE_EXHAUSTED.
   int64_t max_buffered_responses = 256;
+  // Where Generate and Resume tokenize and compile their constraint (null: on the gRPC thread).
+  PreparePool* prepare = nullptr;
 };
 
 // Generate, Tokenize and Resume take raw bytes and parse them with ParseRequest

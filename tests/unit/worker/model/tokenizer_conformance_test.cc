@@ -71,6 +71,17 @@ TEST(TokenizerConformance, MatchesHuggingFaceTokenizerOnCorpus) {
   EXPECT_EQ(mismatched, 0) << "of " << total;
   std::printf("tokenizer conformance: %d strings, %d mismatches\n", total, mismatched);
 
+  // A limit stops tokenizing a prompt that cannot fit, and changes nothing for one that can.
+  const std::string lorem = "lorem ipsum dolor sit amet ";
+  std::string long_text;
+  for (int i = 0; i < 20000; ++i) long_text += lorem;
+  EXPECT_GT((*tok)->Encode({{long_text, true}}, 1000).size(), 1000u);
+  EXPECT_GT((*tok)->Encode({{std::string(1 << 20, 'x'), false}}, 1000).size(), 1000u);
+  const std::vector<int32_t> whole = (*tok)->Encode(lorem + "<|im_end|>" + lorem);
+  EXPECT_EQ((*tok)->Encode({{lorem + "<|im_end|>" + lorem, true}}, whole.size()), whole);
+  EXPECT_GT((*tok)->Encode({{lorem + "<|im_end|>" + lorem, true}}, whole.size() - 1).size(),
+            whole.size() - 1);
+
   // A control token written in text stays text; in markup it is the token.
   const int32_t im_start = (*tok)->FindToken("<|im_start|>");
   const int32_t im_end = (*tok)->FindToken("<|im_end|>");
