@@ -283,10 +283,16 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
     EXPECT_EQ(info.contract_fingerprint(), qinfo.contract_fingerprint());
     EXPECT_EQ(qinfo.kv_cache_dtype(), "q8");
     EXPECT_EQ(qinfo.kv_bytes_per_token(), info.kv_bytes_per_token() * 34 / 64);
-    EXPECT_NE(testing::HttpGet(q8.metrics_port(), "/metrics")
-                  .find("walsh_worker_kv_bytes_per_token{dtype=\"q8\"} " +
-                        std::to_string(qinfo.kv_bytes_per_token())),
+    const std::string metrics = testing::HttpGet(q8.metrics_port(), "/metrics");
+    EXPECT_NE(metrics.find("walsh_worker_kv_bytes_per_token{dtype=\"q8\"} " +
+                           std::to_string(qinfo.kv_bytes_per_token())),
               std::string::npos);
+    // vLLM's cache_config_info, as the Gateway API Inference Extension reads it.
+    const std::string cache_config =
+        "vllm:cache_config_info{block_size=\"" + std::to_string(qinfo.kv_page_size()) +
+        "\",num_gpu_blocks=\"" + std::to_string(qinfo.kv_token_capacity() / qinfo.kv_page_size()) +
+        "\",cache_dtype=\"q8\",";
+    EXPECT_NE(metrics.find(cache_config), std::string::npos) << metrics;
   }
 
   grpc::ClientContext tctx;

@@ -346,6 +346,12 @@ int Run(int argc, char** argv) {
   metrics.kv_bytes_per_token.gauge({KvCacheDtypeName((*engine)->kv_cache_dtype())})
       .Set(static_cast<double>((*engine)->kv_bytes_per_token()));
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
+  metrics.vllm_cache_config
+      .gauge({std::to_string((*engine)->page_size()),
+              std::to_string((*engine)->kv_token_capacity() / (*engine)->page_size()),
+              KvCacheDtypeName((*engine)->kv_cache_dtype()),
+              (*engine)->prefix_caching() ? "True" : "False"})
+      .Set(1);
   ctx.tokenizer = tokenizer.get();
   std::shared_ptr<ConstraintCache> constraints;
   if (tokenizer) {

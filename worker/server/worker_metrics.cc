@@ -128,7 +128,12 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
                                     {"dtype"})),
       build_info(r.AddGauge("walsh_build_info", "walsh build; always 1.", {"version", "kernels"})),
       model_info(r.AddGauge("walsh_model_info", "The served model; always 1.",
-                            {"architecture", "format", "name", "fingerprint"})) {}
+                            {"architecture", "format", "name", "fingerprint"})),
+      vllm_cache_config(
+          r.AddGauge("vllm:cache_config_info",
+                     "KV cache configuration; always 1 (Gateway API Inference "
+                     "Extension protocol: block_size and num_gpu_blocks).",
+                     {"block_size", "num_gpu_blocks", "cache_dtype", "enable_prefix_caching"})) {}
 
 void CollectConstraintMetrics(MetricsRegistry& r, WorkerMetrics& m,
                               std::weak_ptr<const ConstraintCache> cache) {

@@ -51,6 +51,8 @@ struct WorkerMetrics {
   MetricFamily& kv_bytes_per_token;
   MetricFamily& build_info;
   MetricFamily& model_info;
+  // vLLM's name, for the Gateway API Inference Extension: the KV cache's page size and count.
+  MetricFamily& vllm_cache_config;
 };
 
 // Refreshes the constraint cache's metrics before every scrape, while the cache exists.
