@@ -8,17 +8,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace walsh {
-namespace {
 
-// Equal in time that depends only on the lengths, not on where the strings first differ.
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
-
-}  // namespace
 
 absl::Status ApiKeys::Load() {
   std::vector<std::string> keys;

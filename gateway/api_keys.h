@@ -12,10 +12,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
+
+// Equal in time that depends only on the lengths, not on where the strings first differ.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 class ApiKeys {
  public:

@@ -23,6 +23,14 @@ void CircuitBreaker::RecordSuccess() {
   trial_in_flight_ = false;
 }
 
+void CircuitBreaker::RecordAnswer() {
+  MutexLock l(&mu_);
+  if (state_ != State::kHalfOpen) return;
+  state_ = State::kClosed;
+  failures_ = 0;
+  trial_in_flight_ = false;
+}
+
 void CircuitBreaker::RecordFailure() {
   MutexLock l(&mu_);
   ++failures_;

@@ -1,7 +1,7 @@
 // Per-worker circuit breaker: opens after consecutive transport / server-side failures (never
 // for a client's bad request), lets one trial call through after a cool-down (half-open), and
-// closes again when that call answers (ProxiedStream records success on a call's first
-// response, so a long trial stream does not keep its worker half-open).
+// closes again on that call's first response (RecordAnswer), so a long trial stream does not
+// keep its worker half-open.
 #ifndef WALSH_GATEWAY_CIRCUIT_BREAKER_H_
 #define WALSH_GATEWAY_CIRCUIT_BREAKER_H_
 
@@ -34,6 +34,10 @@ class CircuitBreaker {
   // May a call go to this worker now? In half-open state only one trial at a time.
   bool Allow() ABSL_LOCKS_EXCLUDED(mu_);
   void RecordSuccess() ABSL_LOCKS_EXCLUDED(mu_);
+  // A call's first response: the worker serves. Closes a half-open breaker (its trial need not
+  // end first: a long stream would keep the worker out); counts nothing otherwise, so a worker
+  // that answers and then fails still reaches the failure threshold.
+  void RecordAnswer() ABSL_LOCKS_EXCLUDED(mu_);
   void RecordFailure() ABSL_LOCKS_EXCLUDED(mu_);
   // A call that ends saying nothing of the worker's health (cancelled by its client, past its
   // deadline, refused as busy) gives back a half-open trial, so the next call can be the trial.

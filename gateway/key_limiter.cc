@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gateway/api_keys.h"
 
 namespace walsh {
 
@@ -35,7 +36,8 @@ std::string KeyLimiter::KeyOf(const grpc::ServerContextBase& context, bool by_ap
   // proves where it comes from with this process's secret instead.
   auto token = md.find(kHttpCallTokenHeader);
   if (token != md.end() &&
-      absl::string_view(token->second.data(), token->second.size()) == HttpCallToken()) {
+      ConstantTimeEquals(absl::string_view(token->second.data(), token->second.size()),
+                         HttpCallToken())) {
     if (auto it = md.find(kHttpClientHeader); it != md.end()) {
       return "peer:http:" + std::string(it->second.data(), it->second.size());
     }

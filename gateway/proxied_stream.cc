@@ -89,7 +89,7 @@ class ProxiedStream::UpstreamCall final : public grpc::ClientReadReactor<v1::Gen
     // response, not when that (maybe long) stream ends.
     if (!answered_) {
       answered_ = true;
-      worker_->breaker.RecordSuccess();
+      worker_->breaker.RecordAnswer();
     }
     stream_->OnResponse(response_, worker_->address);
     StartRead(&response_);

@@ -26,6 +26,12 @@ uint64_t PrefixAffinityKey(const v1::GenerateRequest& r, int64_t window) {
       if (static_cast<int64_t>(key.size()) >= window) break;
     }
     key.resize(std::min<size_t>(key.size(), window));
+  } else if (r.has_pieces()) {  // the HTTP face's chats: the rendered text, as for `text`
+    for (const auto& p : r.pieces().pieces()) {
+      key += p.text();
+      if (static_cast<int64_t>(key.size()) >= window) break;
+    }
+    key.resize(std::min<size_t>(key.size(), window));
   } else {
     key = r.text().substr(0, window);
   }

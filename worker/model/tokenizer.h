@@ -36,8 +36,8 @@ class Tokenizer {
   // text are recognized when `parse_special`; BOS is prepended when the file asks for it.
   std::vector<int32_t> Encode(absl::string_view text, bool parse_special = true) const;
   // The pieces' concatenation, with special tokens recognized only inside markup (neighbouring
-  // markup pieces count as one): the same ids as Encode of the whole text wherever the other
-  // pieces hold no special token.
+  // markup pieces count as one): the same ids as Encode of the whole text as long as no special
+  // token lies in, or spans the edge of, a text piece.
   // `max_tokens`: stop as soon as the text is known to need more than this many ids; the
   // result then holds more than `max_tokens` entries, not all of them ids (enough to refuse a
   // prompt that cannot fit without tokenizing all of it).

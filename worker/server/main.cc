@@ -394,7 +394,7 @@ int Run(int argc, char** argv) {
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", f.drain_grace_seconds}});
   SetHealth(*server, false);
   scheduler.StopAdmitting();
-  prepare.Shutdown();  // what it still holds is refused by the scheduler now
+  prepare.Shutdown();  // what it still holds answers UNAVAILABLE at once
   const auto grace_end =
       std::chrono::steady_clock::now() + std::chrono::seconds(f.drain_grace_seconds);
   while (std::chrono::steady_clock::now() < grace_end) {

@@ -10,7 +10,7 @@ PreparePool::PreparePool(int threads, size_t max_queued) : max_queued_(max_queue
 
 PreparePool::~PreparePool() { Shutdown(); }
 
-bool PreparePool::TrySubmit(std::function<void()> job) {
+bool PreparePool::TrySubmit(Job job) {
   MutexLock l(&mu_);
   if (stopping_ || jobs_.size() >= max_queued_) return false;
   jobs_.push_back(std::move(job));
@@ -44,15 +44,17 @@ grpc::Status PreparePool::Refusal() const {
 
 void PreparePool::Loop() {
   for (;;) {
-    std::function<void()> job;
+    Job job;
+    bool shutting_down;
     {
       MutexLock l(&mu_);
       while (jobs_.empty() && !stopping_) ready_.Wait(&mu_);
       if (jobs_.empty()) return;  // stopping, and nothing left to run
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      shutting_down = stopping_;
     }
-    job();
+    job(shutting_down);
   }
 }
 

@@ -24,9 +24,12 @@ class PreparePool {
   PreparePool(const PreparePool&) = delete;
   PreparePool& operator=(const PreparePool&) = delete;
 
+  // A job runs once: `shutting_down` true when Shutdown came first (it should only answer).
+  using Job = std::function<void(bool shutting_down)>;
   // False (and `job` not run) when max_queued jobs wait already, or after Shutdown.
-  bool TrySubmit(std::function<void()> job) ABSL_LOCKS_EXCLUDED(mu_);
-  // Takes no more jobs, runs those queued, and joins the threads.
+  bool TrySubmit(Job job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes no more jobs, runs those queued as shutting down (they answer at once), and joins the
+  // threads.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
   // Why TrySubmit said no: UNAVAILABLE after Shutdown, else RESOURCE_EXHAUSTED naming the bound.
@@ -38,7 +41,7 @@ class PreparePool {
   const size_t max_queued_;
   mutable Mutex mu_;
   CondVar ready_;
-  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

@@ -32,7 +32,7 @@ absl::Status CheckIds(absl::string_view field, const google::protobuf::RepeatedF
 }
 
 constexpr size_t kMaxConstraintBytes = 64 << 10;
-constexpr int kMaxPromptPieces = 4096;
+constexpr int kMaxPromptPieces = 65536;
 
 // Tokenizing stops past the context: a prompt that long cannot fit whatever it holds after, so
 // a doomed 3 MiB prompt costs as much as one that fits.
@@ -141,6 +141,12 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
         return Bad("input", "one of text, tokens, chat or pieces is required");
     }
   }
+  // Tokenizing stopped past the context: refused before anything else costs (a constraint).
+  if (lim.max_context > 0 && static_cast<int64_t>(g.prompt.size()) > lim.max_context) {
+    return Bad("prompt",
+               absl::StrCat("a prompt of more than ", lim.max_context,
+                            " tokens exceeds the context limit of ", lim.max_context, " tokens"));
+  }
 
   const v1::SamplingParams& s = req.sampling();
   SamplingParams& sp = g.sampling;
@@ -236,11 +242,6 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   }
 
   const int64_t prompt = static_cast<int64_t>(g.prompt.size());
-  if (lim.max_context > 0 && prompt > lim.max_context) {  // tokenizing stopped there
-    return Bad("prompt",
-               absl::StrCat("a prompt of more than ", lim.max_context,
-                            " tokens exceeds the context limit of ", lim.max_context, " tokens"));
-  }
   if (prompt + sc.max_tokens > lim.max_context) {
     return Bad(prompt + 1 > lim.max_context ? "prompt" : "stopping.max_tokens",
                absl::StrCat("a prompt of ", prompt, " tokens plus max_tokens ", sc.max_tokens,

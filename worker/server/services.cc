@@ -196,8 +196,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
       });
   if (ctx->prepare == nullptr) {
     Prepare(ctx, writer, slot, p);
-  } else if (!ctx->prepare->TrySubmit(
-                 [ctx, writer, slot, p = std::move(p)] { Prepare(ctx, writer, slot, p); })) {
+  } else if (!ctx->prepare->TrySubmit([ctx, writer, slot, p = std::move(p)](bool shutting_down) {
+               if (shutting_down) {
+                 return writer->Complete(
+                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
+               }
+               Prepare(ctx, writer, slot, p);
+             })) {
     writer->Complete(ctx->prepare->Refusal());
   }
   return writer.get();
@@ -223,14 +228,17 @@ grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext
     r->Finish(s);
     return r;
   }
-  auto tokenize = [ctx = ctx_, r, raw_response, text = request.text()] {
+  auto tokenize = [ctx = ctx_, r, raw_response, text = request.text()](bool shutting_down) {
+    if (shutting_down) {
+      return r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
+    }
     v1::TokenizeResponse response;
     for (int32_t id : ctx->tokenizer->Encode(text)) response.add_ids(id);
     *raw_response = SerializeToByteBuffer(response);
     r->Finish(grpc::Status::OK);
   };
   if (ctx_->prepare == nullptr) {
-    tokenize();
+    tokenize(false);
   } else if (!ctx_->prepare->TrySubmit(std::move(tokenize))) {
     r->Finish(ctx_->prepare->Refusal());
   }

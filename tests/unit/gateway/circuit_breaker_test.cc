@@ -66,6 +66,23 @@ TEST_F(BreakerTest, AReleasedTrialLetsTheNextCallBeTheTrial) {
   EXPECT_TRUE(breaker_.Allow());
 }
 
+TEST_F(BreakerTest, AnAnswerClosesAHalfOpenBreakerAndCountsNothingElse) {
+  // A worker that answers, then fails: the answers do not reset the count of failures.
+  for (int i = 0; i < 3; ++i) {
+    breaker_.RecordAnswer();
+    breaker_.RecordFailure();
+  }
+  EXPECT_EQ(breaker_.state(), State::kOpen);
+  breaker_.RecordAnswer();  // an older stream answering: still open
+  EXPECT_EQ(breaker_.state(), State::kOpen);
+  now_ += milliseconds(500);
+  EXPECT_TRUE(breaker_.Allow());  // the trial
+  breaker_.RecordAnswer();        // its first response
+  EXPECT_EQ(breaker_.state(), State::kClosed);
+  EXPECT_TRUE(breaker_.Allow());
+  EXPECT_TRUE(breaker_.Allow());
+}
+
 TEST(BreakerOptions, AThresholdOfOneOpensAtTheFirstFailure) {
   CircuitBreaker::Clock::time_point now{};
   CircuitBreaker breaker(

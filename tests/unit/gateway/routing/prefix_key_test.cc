@@ -56,6 +56,27 @@ TEST(PrefixAffinityKey, TextIsKeyedOnAsManyBytesAsTheWindowHasTokens) {
   chat1.mutable_chat()->add_messages()->set_content("one");
   chat2.mutable_chat()->add_messages()->set_content("two");
   EXPECT_EQ(PrefixAffinityKey(chat1, 128), PrefixAffinityKey(chat2, 128));
+  // The HTTP face's chats come as pieces: keyed on their text, as `text` is.
+  auto pieces = [&](const std::string& question) {
+    v1::GenerateRequest r;
+    for (const auto& [text, markup] :
+         std::vector<std::pair<std::string, bool>>{{"<|im_start|>system\n", true},
+                                                   {doc, false},
+                                                   {"<|im_end|>\n", true},
+                                                   {question, false}}) {
+      v1::PromptPiece* p = r.mutable_pieces()->add_pieces();
+      p->set_text(text);
+      p->set_markup(markup);
+    }
+    return r;
+  };
+  EXPECT_EQ(PrefixAffinityKey(pieces("one"), 128), PrefixAffinityKey(pieces("two"), 128));
+  v1::GenerateRequest joined;
+  joined.set_text("<|im_start|>system\n" + doc + "<|im_end|>\none");
+  EXPECT_EQ(PrefixAffinityKey(pieces("one"), 128), PrefixAffinityKey(joined, 128));
+  v1::GenerateRequest other = pieces("one");
+  other.mutable_pieces()->mutable_pieces(1)->set_text("y" + doc);
+  EXPECT_NE(PrefixAffinityKey(pieces("one"), 128), PrefixAffinityKey(other, 128));
 }
 
 }  // namespace

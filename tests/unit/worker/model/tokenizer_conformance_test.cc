@@ -75,8 +75,15 @@ TEST(TokenizerConformance, MatchesHuggingFaceTokenizerOnCorpus) {
   const std::string lorem = "lorem ipsum dolor sit amet ";
   std::string long_text;
   for (int i = 0; i < 20000; ++i) long_text += lorem;
-  EXPECT_GT((*tok)->Encode({{long_text, true}}, 1000).size(), 1000u);
-  EXPECT_GT((*tok)->Encode({{std::string(1 << 20, 'x'), false}}, 1000).size(), 1000u);
+  const size_t all = (*tok)->Encode(long_text).size();
+  const std::vector<int32_t> stopped = (*tok)->Encode({{long_text, true}}, 1000);
+  EXPECT_GT(stopped.size(), 1000u);
+  EXPECT_LT(stopped.size(), 1100u) << "of " << all;  // stopped near the limit, not at the end
+  EXPECT_GT(all, 50000u);
+  // A piece longer than the limit's worth of the longest token is not BPE'd at all.
+  const std::vector<int32_t> letters = (*tok)->Encode({{std::string(1 << 20, 'x'), false}}, 1000);
+  EXPECT_EQ(letters.size(), 1001u);
+  EXPECT_EQ(letters.back(), -1);
   const std::vector<int32_t> whole = (*tok)->Encode(lorem + "<|im_end|>" + lorem);
   EXPECT_EQ((*tok)->Encode({{lorem + "<|im_end|>" + lorem, true}}, whole.size()), whole);
   EXPECT_GT((*tok)->Encode({{lorem + "<|im_end|>" + lorem, true}}, whole.size() - 1).size(),
