@@ -33,10 +33,15 @@ class PartsWriter {
   std::vector<PromptPart> parts_;
 };
 
-void WriteToolCall(PartsWriter& w, const RenderedToolCall& call) {
+// What ForcedToolCallPrefix(name) writes, as parts.
+void WriteToolCallOpening(PartsWriter& w, const std::string& name) {
   w.Markup("<tool_call>\n{\"name\": ");
-  w.Text(nlohmann::json(call.name).dump());
+  w.Text(nlohmann::json(name).dump());
   w.Markup(", \"arguments\": ");
+}
+
+void WriteToolCall(PartsWriter& w, const RenderedToolCall& call) {
+  WriteToolCallOpening(w, call.name);
   w.Text(call.arguments_json);
   w.Markup("}\n</tool_call>");
 }
@@ -105,11 +110,7 @@ std::vector<PromptPart> RenderQwenChatParts(const ChatPrompt& p) {
   }
   w.Markup("<|im_start|>assistant\n");
   if (!p.enable_thinking || !p.forced_tool.empty()) w.Markup("<think>\n\n</think>\n\n");
-  if (!p.forced_tool.empty()) {
-    w.Markup("<tool_call>\n{\"name\": ");
-    w.Text(nlohmann::json(p.forced_tool).dump());
-    w.Markup(", \"arguments\": ");
-  }
+  if (!p.forced_tool.empty()) WriteToolCallOpening(w, p.forced_tool);
   return w.Take();
 }
 

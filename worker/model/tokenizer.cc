@@ -261,8 +261,12 @@ void Tokenizer::EncodeText(const std::string& text, std::vector<int32_t>& out,
   }
 }
 
-std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special) const {
-  return Encode(std::vector<PromptPiece>{{std::string(raw), parse_special}});
+std::vector<int32_t> Tokenizer::Encode(absl::string_view raw, bool parse_special,
+                                       size_t max_tokens) const {
+  std::string text = SanitizeUtf8(raw);
+  std::vector<std::pair<size_t, size_t>> markup;
+  if (parse_special && !text.empty()) markup.emplace_back(0, text.size());
+  return EncodeSanitized(text, markup, max_tokens);
 }
 
 std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces,
@@ -280,6 +284,12 @@ std::vector<int32_t> Tokenizer::Encode(const std::vector<PromptPiece>& pieces,
       markup.emplace_back(start, text.size());
     }
   }
+  return EncodeSanitized(text, markup, max_tokens);
+}
+
+std::vector<int32_t> Tokenizer::EncodeSanitized(
+    const std::string& text, const std::vector<std::pair<size_t, size_t>>& markup,
+    size_t max_tokens) const {
   std::vector<int32_t> out;
   if (add_bos_) out.push_back(bos_id_);
   size_t pos = 0, plain_start = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -34,7 +35,9 @@ class Tokenizer {
 
   // Text (any bytes; ill-formed UTF-8 becomes U+FFFD) to ids. Special tokens written in the
   // text are recognized when `parse_special`; BOS is prepended when the file asks for it.
-  std::vector<int32_t> Encode(absl::string_view text, bool parse_special = true) const;
+  // `max_tokens` as for pieces, below.
+  std::vector<int32_t> Encode(absl::string_view text, bool parse_special = true,
+                              size_t max_tokens = SIZE_MAX) const;
   // The pieces' concatenation, with special tokens recognized only inside markup (neighbouring
   // markup pieces count as one): the same ids as Encode of the whole text as long as no special
   // token lies in, or spans the edge of, a text piece.
@@ -61,6 +64,11 @@ class Tokenizer {
  private:
   Tokenizer();
   void EncodePiece(const std::string& piece, std::vector<int32_t>& out) const;
+  // Well-formed UTF-8 `text` whose special tokens are recognized only inside the sorted,
+  // disjoint byte ranges `markup`.
+  std::vector<int32_t> EncodeSanitized(const std::string& text,
+                                       const std::vector<std::pair<size_t, size_t>>& markup,
+                                       size_t max_tokens) const;
   // `text` is already well-formed UTF-8 (Encode sanitized it once).
   void EncodeText(const std::string& text, std::vector<int32_t>& out,
                   size_t max_tokens = SIZE_MAX) const;

@@ -100,7 +100,7 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
         if (req.text().empty()) return Bad("text", "must not be empty");
         if (lim.tokenizer == nullptr)
           return Bad("text", "this model has no tokenizer; send tokens");
-        g.prompt = lim.tokenizer->Encode({{req.text(), true}}, PromptTokenLimit(lim));
+        g.prompt = lim.tokenizer->Encode(req.text(), true, PromptTokenLimit(lim));
         break;
       case v1::GenerateRequest::kTokens:
         if (req.tokens().ids().empty()) return Bad("tokens.ids", "must not be empty");

@@ -228,7 +228,8 @@ grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext
     r->Finish(s);
     return r;
   }
-  auto tokenize = [ctx = ctx_, r, raw_response, text = request.text()](bool shutting_down) {
+  auto tokenize = [ctx = ctx_, r, raw_response,
+                   text = std::move(*request.mutable_text())](bool shutting_down) {
     if (shutting_down) {
       return r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
     }
