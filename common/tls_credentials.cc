@@ -7,8 +7,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace walsh {
-namespace {
-
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read '", path, "'"));
@@ -19,8 +17,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   }
   return ss.str();
 }
-
-}  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& f) {

@@ -30,6 +30,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const ClientTlsFiles& files);
 
+// The PEM text of `path`; errors name `what` (the flag).
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what);
+
 // Whether `address` (host:port) listens only on loopback.
 bool IsLoopbackAddress(const std::string& address);
 

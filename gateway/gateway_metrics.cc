@@ -48,7 +48,12 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool)
                                  {"route", "code"})),
       http_duration(r.AddHistogram("walsh_gateway_http_request_duration_seconds",
                                    "From an HTTP API request's arrival to the end of its answer.",
-                                   LatencyBuckets(), {"route"})) {
+                                   LatencyBuckets(), {"route"})),
+      http_stalled_streams(
+          r.AddCounter("walsh_gateway_http_stalled_streams_total",
+                       "HTTP event streams closed because their client read nothing for "
+                       "--http-stall-timeout-seconds while their buffer was full.")
+              .counter()) {
   r.AddCollector([this, pool] {
     worker_inflight.Clear();
     worker_healthy.Clear();

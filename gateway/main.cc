@@ -40,7 +40,9 @@ int Run(int argc, char** argv) {
   int64_t breaker_failures = 3, breaker_cool_down_ms = 2000, worker_check_timeout_ms = 500;
   double rate_limit = 0, rate_burst = 0;
   std::string http_listen, served_model_name;
-  int64_t http_max_connections = 128, http_max_body_bytes = 3 << 20;
+  HttpServerOptions http_options;
+  int64_t http_idle_seconds = 60, http_header_seconds = 10, http_body_seconds = 30,
+          http_stall_seconds = 30;
   bool chat_content_special_tokens = false;
   std::vector<std::string> trusted_proxy_cidrs;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
@@ -51,12 +53,28 @@ int Run(int argc, char** argv) {
                "speak TLS (off by default)");
   flags.String("http-listen", &http_listen,
                "address of the OpenAI-compatible HTTP API (/v1/chat/completions, "
-               "/v1/completions, /v1/models, /health), plaintext; off by default");
-  flags.Int("http-max-connections", &http_max_connections,
-            "HTTP API connections served at once (one thread each); more wait to be accepted");
-  flags.Int("http-max-body-bytes", &http_max_body_bytes,
+               "/v1/completions, /v1/models, /health), HTTPS with --tls-cert-file; off by default");
+  flags.Int("http-max-connections", &http_options.max_connections,
+            "HTTP API connections open at once, idle ones included; more are closed on arrival");
+  flags.Int("http-max-connections-per-client", &http_options.max_connections_per_client,
+            "HTTP API connections open at once from one address");
+  flags.Int("http-handler-threads", &http_options.max_handlers,
+            "HTTP API requests answered at once (a thread each); more wait for one");
+  flags.Int("http-max-body-bytes", &http_options.max_body_bytes,
             "largest HTTP API request body; beyond: 413 (gRPC's 4 MiB message limit is the "
             "ceiling)");
+  flags.Int("http-idle-timeout-seconds", &http_idle_seconds,
+            "an HTTP connection that starts no request for this long is closed");
+  flags.Int("http-header-timeout-seconds", &http_header_seconds,
+            "an HTTP request's headers must arrive within this; beyond: 408");
+  flags.Int("http-body-timeout-seconds", &http_body_seconds,
+            "an HTTP request's body must arrive within this after its headers; beyond: 408");
+  flags.Int("http-max-buffered-bytes", &http_options.stream.max_buffered_bytes,
+            "event bytes an HTTP stream holds for a client that does not read; while full, the "
+            "stream's upstream is not read");
+  flags.Int("http-stall-timeout-seconds", &http_stall_seconds,
+            "an HTTP stream whose client reads nothing this long while its buffer is full is "
+            "closed and its slot freed");
   flags.String("served-model-name", &served_model_name,
                "the model's id in the HTTP API; empty: the model's general.name");
   flags.Bool("chat-content-special-tokens", &chat_content_special_tokens,
@@ -155,11 +173,20 @@ int Run(int argc, char** argv) {
                  std::string(trusted_proxies.status().message()).c_str());
     return 2;
   }
-  if (http_max_connections < 1 || http_max_body_bytes < 1) {
-    std::fprintf(stderr,
-                 "walsh-gateway: --http-max-connections and --http-max-body-bytes must be at "
-                 "least 1\n");
-    return 2;
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"--http-max-connections", http_options.max_connections},
+        {"--http-max-connections-per-client", http_options.max_connections_per_client},
+        {"--http-handler-threads", http_options.max_handlers},
+        {"--http-max-body-bytes", http_options.max_body_bytes},
+        {"--http-idle-timeout-seconds", http_idle_seconds},
+        {"--http-header-timeout-seconds", http_header_seconds},
+        {"--http-body-timeout-seconds", http_body_seconds},
+        {"--http-max-buffered-bytes", http_options.stream.max_buffered_bytes},
+        {"--http-stall-timeout-seconds", http_stall_seconds}}) {
+    if (value < 1) {
+      std::fprintf(stderr, "walsh-gateway: %s must be at least 1\n", flag);
+      return 2;
+    }
   }
   if (worker_keepalive_ms != 0 && worker_keepalive_ms < 1000) {
     std::fprintf(stderr, "walsh-gateway: --worker-keepalive-ms must be 0 or at least 1000\n");
@@ -256,9 +283,23 @@ int Run(int argc, char** argv) {
   std::unique_ptr<OpenAiServer> http;
   if (!http_listen.empty()) {
     OpenAiServerOptions ho;
-    ho.listen = http_listen;
-    ho.max_connections = http_max_connections;
-    ho.max_body_bytes = http_max_body_bytes;
+    ho.http = http_options;
+    ho.http.listen = http_listen;
+    ho.http.idle_timeout = std::chrono::seconds(http_idle_seconds);
+    ho.http.header_timeout = std::chrono::seconds(http_header_seconds);
+    ho.http.body_timeout = std::chrono::seconds(http_body_seconds);
+    ho.http.stream.stall_timeout = std::chrono::seconds(http_stall_seconds);
+    if (!tls.cert.empty()) {
+      auto cert = ReadPem(tls.cert, "--tls-cert-file");
+      auto key = ReadPem(tls.key, "--tls-key-file");
+      if (!cert.ok() || !key.ok()) {
+        std::fprintf(stderr, "walsh-gateway: %s\n",
+                     std::string((cert.ok() ? key : cert).status().message()).c_str());
+        return 2;
+      }
+      ho.http.tls_cert_pem = *cert;
+      ho.http.tls_key_pem = *key;
+    }
     ho.served_model_name = served_model_name;
     ho.api_keys = &keys;
     ho.worker_wait = std::chrono::milliseconds(worker_wait_ms);
@@ -287,12 +328,10 @@ int Run(int argc, char** argv) {
             {{"listen", listen},
              {"message", "serving clients without TLS beyond loopback: set --tls-cert-file"}});
   }
-  if (http && !IsLoopbackAddress(http_listen)) {
+  if (http && tls.cert.empty() && !IsLoopbackAddress(http_listen)) {
     LogJson("warning", "plaintext",
             {{"listen", http_listen},
-             {"message",
-              "the HTTP API has no TLS of its own: put a TLS-terminating proxy or "
-              "ingress in front of it"}});
+             {"message", "serving the HTTP API without TLS beyond loopback: set --tls-cert-file"}});
   }
 
   // SERVING while some worker can take traffic; NOT_SERVING when none can or while draining.

@@ -1,103 +1,81 @@
 #include "gateway/http/http_exchange.h"
 
-#include <civetweb.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace walsh {
 namespace {
 
 // A client's x-request-id is kept if it is short and printable; otherwise one is made.
-std::string RequestIdFrom(const char* given) {
-  if (given != nullptr) {
-    const std::string id(given);
-    bool ok = !id.empty() && id.size() <= 128;
-    for (char c : id) ok &= absl::ascii_isgraph(static_cast<unsigned char>(c));
-    if (ok) return id;
+std::string RequestIdFrom(const HttpRequestHead& head) {
+  for (const auto& [name, value] : head.headers) {
+    if (!absl::EqualsIgnoreCase(name, "x-request-id")) continue;
+    bool ok = !value.empty() && value.size() <= 128;
+    for (char c : value) ok &= absl::ascii_isgraph(static_cast<unsigned char>(c));
+    if (ok) return value;
+    break;
   }
   thread_local std::mt19937_64 rng(std::random_device{}());
   return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng(), absl::kZeroPad16));
 }
 
-const mg_request_info& Info(mg_connection* conn) { return *mg_get_request_info(conn); }
-
 }  // namespace
 
-HttpExchange::HttpExchange(mg_connection* conn)
-    : conn_(conn),
-      method_(Info(conn).request_method),
-      path_(Info(conn).local_uri != nullptr ? Info(conn).local_uri : ""),
-      request_id_(RequestIdFrom(mg_get_header(conn, "x-request-id"))),
-      remote_addr_(Info(conn).remote_addr) {}
+HttpExchange::HttpExchange(HttpRequestHead head, HttpStreamLimits limits, MHD_Connection* conn,
+                           int fd, int wake_fd)
+    : head_(std::move(head)),
+      limits_(limits),
+      request_id_(RequestIdFrom(head_)),
+      conn_(conn),
+      fd_(fd),
+      wake_fd_(wake_fd) {}
 
 std::vector<std::string> HttpExchange::HeaderValues(const char* name) const {
-  const mg_request_info& info = Info(conn_);
   std::vector<std::string> values;
-  for (int i = 0; i < info.num_headers; ++i) {
-    if (mg_strcasecmp(info.http_headers[i].name, name) == 0) {
-      values.emplace_back(info.http_headers[i].value);
-    }
+  for (const auto& [n, v] : head_.headers) {
+    if (absl::EqualsIgnoreCase(n, name)) values.push_back(v);
   }
   return values;
 }
 
 bool HttpExchange::PeerGone() {
-  if (!peer_) peer_.emplace(remote_addr_, Info(conn_).remote_port, Info(conn_).server_port);
-  return peer_->PeerGone();
+  MutexLock l(&mu_);
+  if (closed_) return true;
+  // The socket stays open until the request is marked closed, which this lock orders.
+  pollfd p{fd_, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-absl::optional<std::string> HttpExchange::ReadBody(int64_t limit, std::chrono::seconds deadline) {
-  const long long declared = Info(conn_).content_length;
-  std::string body;
-  // The connection is closed after a refusal: the rest of the body is not worth reading.
-  auto refuse = [&](ApiError e) {
-    mg_disable_connection_keep_alive(conn_);
-    SendError(e);
-    return absl::nullopt;
-  };
-  if (declared > limit) {
-    return refuse({413, absl::StrCat("the body is ", declared, " bytes; the limit is ", limit),
-                   "invalid_request_error", "", "request_too_large"});
-  }
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  char buf[16384];
-  for (;;) {
-    const int n = mg_read(conn_, buf, sizeof buf);
-    if (n <= 0) break;
-    body.append(buf, static_cast<size_t>(n));
-    if (static_cast<int64_t>(body.size()) > limit) {
-      return refuse({413, absl::StrCat("the body exceeds the limit of ", limit, " bytes"),
-                     "invalid_request_error", "", "request_too_large"});
-    }
-    if (std::chrono::steady_clock::now() > end) {
-      return refuse({408, absl::StrCat("the body took longer than ", deadline.count(), " s"),
-                     "invalid_request_error", "", "request_timeout"});
-    }
-  }
-  return body;
+void HttpExchange::ResumeLocked() {
+  if (!suspended_) return;
+  suspended_ = false;
+  MHD_resume_connection(conn_);
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
 }
 
-void HttpExchange::SendHeaders(int status, const std::string& content_type, int64_t length) {
-  status_ = status;
-  mg_response_header_start(conn_, status);
-  mg_response_header_add(conn_, "Content-Type", content_type.c_str(), -1);
-  mg_response_header_add(conn_, "x-request-id", request_id_.c_str(), -1);
-  if (length >= 0) {
-    mg_response_header_add(conn_, "Content-Length", std::to_string(length).c_str(), -1);
-  } else {
-    mg_response_header_add(conn_, "Cache-Control", "no-cache", -1);
-    mg_response_header_add(conn_, "X-Accel-Buffering", "no", -1);  // nginx: do not buffer events
-    mg_response_header_add(conn_, "Transfer-Encoding", "chunked", -1);
-  }
-  mg_response_header_send(conn_);
+void HttpExchange::ShutLocked() {
+  if (!closed_) shutdown(fd_, SHUT_RDWR);  // the socket stays open until closed_ is set
 }
 
 void HttpExchange::SendText(int status, const std::string& content_type, const std::string& body) {
-  SendHeaders(status, content_type, static_cast<int64_t>(body.size()));
-  if (method_ != "HEAD") mg_write(conn_, body.data(), body.size());
+  MutexLock l(&mu_);
+  if (answer_ != Answer::kNone) return;
+  answer_ = Answer::kWhole;
+  status_ = status;
+  content_type_ = content_type;
+  whole_ = body;
+  ResumeLocked();
 }
 
 void HttpExchange::SendJson(int status, const nlohmann::json& body) {
@@ -106,19 +84,119 @@ void HttpExchange::SendJson(int status, const nlohmann::json& body) {
 }
 
 bool HttpExchange::StartEvents() {
-  SendHeaders(200, "text/event-stream; charset=utf-8", -1);
-  return true;
+  MutexLock l(&mu_);
+  if (answer_ != Answer::kNone) return false;
+  answer_ = Answer::kEvents;
+  status_ = 200;
+  content_type_ = "text/event-stream; charset=utf-8";
+  ResumeLocked();
+  return !closed_;
 }
 
 bool HttpExchange::SendEvent(const std::string& data) {
-  if (write_failed_) return false;
-  const std::string event = absl::StrCat("data: ", data, "\n\n");
-  write_failed_ = mg_send_chunk(conn_, event.data(), static_cast<unsigned>(event.size())) <= 0;
-  return !write_failed_;
+  MutexLock l(&mu_);
+  if (answer_ != Answer::kEvents || closed_ || events_failed_) return false;
+  const auto stall_end = std::chrono::steady_clock::now() + limits_.stall_timeout;
+  while (static_cast<int64_t>(events_.size() - events_taken_) >= limits_.max_buffered_bytes &&
+         !closed_) {
+    const auto left = stall_end - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      stalled_ = true;
+      events_failed_ = true;
+      // The I/O thread is waiting to write, not to read from us: only a closed socket stops it.
+      ShutLocked();
+      return false;
+    }
+    drained_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+  }
+  if (closed_) return false;
+  if (events_taken_ > 0 && events_taken_ * 2 >= events_.size()) {
+    events_.erase(0, events_taken_);
+    events_taken_ = 0;
+  }
+  absl::StrAppend(&events_, "data: ", data, "\n\n");
+  ResumeLocked();
+  return true;
 }
 
 void HttpExchange::EndEvents() {
-  if (!write_failed_) mg_send_chunk(conn_, "", 0);
+  MutexLock l(&mu_);
+  events_ended_ = true;
+  ResumeLocked();
+}
+
+int HttpExchange::status() const {
+  MutexLock l(&mu_);
+  return status_;
+}
+
+void HttpExchange::set_client_gone() {
+  MutexLock l(&mu_);
+  client_gone_ = true;
+}
+
+bool HttpExchange::client_gone() const {
+  MutexLock l(&mu_);
+  return client_gone_;
+}
+
+int HttpExchange::FinalStatus(bool completed) {
+  if (early_status_ != 0) return early_status_;
+  MutexLock l(&mu_);
+  // 499: the client hung up before its answer was whole (nginx's code).
+  if (!completed || status_ == 0 || client_gone_ || events_failed_) return 499;
+  return status_;
+}
+
+bool HttpExchange::stalled() const {
+  MutexLock l(&mu_);
+  return stalled_;
+}
+
+void HttpExchange::MarkSuspended() {
+  MutexLock l(&mu_);
+  suspended_ = true;
+  MHD_suspend_connection(conn_);
+}
+
+void HttpExchange::FinishHandler() {
+  MutexLock l(&mu_);
+  handler_done_ = true;
+  if (answer_ == Answer::kEvents && !events_ended_) {
+    events_failed_ = true;  // the stream cannot end well: its connection closes
+    if (!suspended_) ShutLocked();
+  }
+  ResumeLocked();
+}
+
+void HttpExchange::MarkClosed() {
+  MutexLock l(&mu_);
+  closed_ = true;
+  drained_.SignalAll();
+}
+
+size_t HttpExchange::TakeEvents(char* out, size_t max, bool* end, bool* failed) {
+  MutexLock l(&mu_);
+  const size_t n = std::min(max, events_.size() - events_taken_);
+  if (n > 0) {
+    std::memcpy(out, events_.data() + events_taken_, n);
+    events_taken_ += n;
+    if (events_taken_ == events_.size()) {
+      events_.clear();
+      events_taken_ = 0;
+    }
+    drained_.SignalAll();
+    return n;
+  }
+  if (events_failed_) {
+    *failed = true;
+  } else if (events_ended_) {
+    *end = true;
+  } else {
+    suspended_ = true;  // SendEvent, EndEvents or FinishHandler resumes it
+    MHD_suspend_connection(conn_);
+  }
+  return 0;
 }
 
 }  // namespace walsh

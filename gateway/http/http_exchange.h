@@ -1,63 +1,121 @@
-// One HTTP request on a civetweb connection, from its handler's thread: the request's method,
-// path, headers and body (read up to a limit), and a response sent whole (JSON with a
-// Content-Length) or as a Server-Sent Events stream (chunked, one flush per event), always with
-// the request's x-request-id. Keep-alive works for both.
+// One HTTP request and its answer, shared by two threads: HttpServer's I/O thread, which read
+// the request and writes the answer to the socket, and the handler thread that answers it with
+// blocking calls. An answer is whole (JSON with a Content-Length) or a Server-Sent Events stream
+// (chunked), always with the request's x-request-id. Events wait in a buffer bounded in bytes:
+// while it is full, SendEvent blocks (so the handler stops reading its upstream) until the
+// client reads, hangs up, or stalls past the stall timeout.
 #ifndef WALSH_GATEWAY_HTTP_HTTP_EXCHANGE_H_
 #define WALSH_GATEWAY_HTTP_HTTP_EXCHANGE_H_
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/types/optional.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "gateway/http/api_error.h"
-#include "gateway/http/peer_socket.h"
 #include "nlohmann/json.hpp"
 
-struct mg_connection;
+struct MHD_Connection;
 
 namespace walsh {
 
+struct HttpRequestHead {
+  std::string method, path, remote_address;
+  std::vector<std::pair<std::string, std::string>> headers;  // in order, names as sent
+};
+
+struct HttpStreamLimits {
+  // Events not yet taken by the socket; the socket's send buffer is set to the same size.
+  int64_t max_buffered_bytes = 256 << 10;
+  std::chrono::milliseconds stall_timeout{30000};
+};
+
 class HttpExchange {
  public:
-  explicit HttpExchange(mg_connection* conn);
+  // `wake_fd` is the I/O thread's eventfd, written after each resume (libmicrohttpd driven
+  // from outside its own thread does not wake on a resume by itself).
+  HttpExchange(HttpRequestHead head, HttpStreamLimits limits, MHD_Connection* conn, int fd,
+               int wake_fd);
 
-  const std::string& method() const { return method_; }
-  const std::string& path() const { return path_; }
+  // The request (any thread).
+  const std::string& method() const { return head_.method; }
+  const std::string& path() const { return head_.path; }
   const std::string& request_id() const { return request_id_; }
-  std::string remote_address() const { return remote_addr_; }
-  // Every value of a request header, in order.
-  std::vector<std::string> HeaderValues(const char* name) const;
-  // Reads the body; nullopt (after answering 413, or 408 when it takes longer than `deadline`
-  // in all: a client trickling bytes would otherwise hold the thread) when it exceeds `limit`.
-  absl::optional<std::string> ReadBody(int64_t limit, std::chrono::seconds deadline);
-  // Whether the client has hung up (its socket is looked up on the first call).
-  bool PeerGone();
+  const std::string& remote_address() const { return head_.remote_address; }
+  std::vector<std::string> HeaderValues(const char* name) const;  // every value, in order
+  const std::string& body() const { return body_; }               // whole once the handler runs
 
-  void SendJson(int status, const nlohmann::json& body);
+  // Whether the client has hung up (or the connection ended) before the answer was whole.
+  bool PeerGone() ABSL_LOCKS_EXCLUDED(mu_);
+
+  void SendJson(int status, const nlohmann::json& body) ABSL_LOCKS_EXCLUDED(mu_);
   void SendError(const ApiError& e) { SendJson(e.http_status, e.ToJson()); }
-  void SendText(int status, const std::string& content_type, const std::string& body);
+  void SendText(int status, const std::string& content_type, const std::string& body)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Server-Sent Events: the headers once, then "data: ...\n\n" per event. False once the
-  // client can no longer be written to.
-  bool StartEvents();
-  bool SendEvent(const std::string& data);
-  void EndEvents();
+  // client is gone, or has read nothing for the stall timeout while the buffer was full.
+  bool StartEvents() ABSL_LOCKS_EXCLUDED(mu_);
+  bool SendEvent(const std::string& data) ABSL_LOCKS_EXCLUDED(mu_);
+  void EndEvents() ABSL_LOCKS_EXCLUDED(mu_);
 
-  int status() const { return status_; }  // what was sent; 0: nothing yet
+  int status() const ABSL_LOCKS_EXCLUDED(mu_);  // what was sent; 0: nothing yet
   // The client hung up before the whole answer was sent (metrics say 499).
-  void set_client_gone() { client_gone_ = true; }
-  bool client_gone() const { return client_gone_; }
+  void set_client_gone() ABSL_LOCKS_EXCLUDED(mu_);
+  bool client_gone() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool stalled() const ABSL_LOCKS_EXCLUDED(mu_);  // a stream was ended by the stall timeout
 
  private:
-  void SendHeaders(int status, const std::string& content_type, int64_t length);
+  friend class HttpServer;
+  friend struct HttpServerCallbacks;
+  enum class Answer { kNone, kWhole, kEvents };
 
-  mg_connection* conn_;
-  std::string method_, path_, request_id_, remote_addr_;
-  absl::optional<PeerSocket> peer_;
-  int status_ = 0;
-  bool write_failed_ = false;
-  bool client_gone_ = false;
+  // Wakes the I/O thread if it suspended the connection waiting for this exchange.
+  void ResumeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the connection under the I/O thread, which then finds it closed.
+  void ShutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // I/O thread: the body so far, before the handler runs.
+  std::string& mutable_body() { return body_; }
+  // I/O thread: the connection waits for the handler (or for more events).
+  void MarkSuspended() ABSL_LOCKS_EXCLUDED(mu_);
+  // Handler thread, when the handler returns: whatever it did not finish is ended.
+  void FinishHandler() ABSL_LOCKS_EXCLUDED(mu_);
+  // I/O thread: the request is over on the connection (answered, or the connection ended).
+  void MarkClosed() ABSL_LOCKS_EXCLUDED(mu_);
+  // I/O thread: copies up to `max` event bytes into `out`; 0 with `*end` unset: none yet.
+  size_t TakeEvents(char* out, size_t max, bool* end, bool* failed) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // I/O thread, when the request is over: the status its client got (499: it went away first).
+  int FinalStatus(bool completed) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const HttpRequestHead head_;
+  const HttpStreamLimits limits_;
+  const std::string request_id_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::string body_;
+  int early_status_ = 0;  // I/O thread: answered before the request was whole
+
+  mutable Mutex mu_;
+  CondVar drained_;  // event bytes were taken, or the connection ended
+  MHD_Connection* const conn_;
+  const int fd_;  // the connection's socket, for PeerGone
+  const int wake_fd_;
+  bool suspended_ ABSL_GUARDED_BY(mu_) = false;     // the I/O thread waits for us
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;        // the request is over on the connection
+  bool handler_done_ ABSL_GUARDED_BY(mu_) = false;  // the handler returned
+  Answer answer_ ABSL_GUARDED_BY(mu_) = Answer::kNone;
+  int status_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string content_type_ ABSL_GUARDED_BY(mu_);
+  std::string whole_ ABSL_GUARDED_BY(mu_);           // a whole answer's body
+  std::string events_ ABSL_GUARDED_BY(mu_);          // event bytes not yet taken
+  size_t events_taken_ ABSL_GUARDED_BY(mu_) = 0;     // of events_, already taken
+  bool events_ended_ ABSL_GUARDED_BY(mu_) = false;   // EndEvents(): the stream ends cleanly
+  bool events_failed_ ABSL_GUARDED_BY(mu_) = false;  // the stream ends without its last chunk
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace walsh

@@ -158,9 +158,7 @@ class Answer {
 }  // namespace
 
 void OpenAiServer::Generate(HttpExchange& x, bool chat) {
-  absl::optional<std::string> body = x.ReadBody(options_.max_body_bytes, options_.body_deadline);
-  if (!body) return;
-  auto parsed = chat ? ParseChatCompletionRequest(*body) : ParseCompletionRequest(*body);
+  auto parsed = chat ? ParseChatCompletionRequest(x.body()) : ParseCompletionRequest(x.body());
   if (const ApiError* e = absl::get_if<ApiError>(&parsed)) return x.SendError(*e);
   OpenAiRequest& r = absl::get<OpenAiRequest>(parsed);
   if (options_.chat_content_special_tokens) JoinChatPieces(r.generate);

@@ -1,7 +1,5 @@
 #include "gateway/http/openai_server.h"
 
-#include <civetweb.h>
-
 #include <algorithm>
 #include <cstring>
 #include <ctime>
@@ -13,9 +11,6 @@
 
 namespace walsh {
 namespace {
-
-// An idle keep-alive connection holds its thread this long (clients reuse sooner: Node's 4 s).
-constexpr int kKeepAliveTimeoutMs = 5000;
 
 // How often a request waiting for a routable worker looks again.
 constexpr auto kWorkerPoll = std::chrono::milliseconds(20);
@@ -43,42 +38,19 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
                                                                   WorkerPool* pool,
                                                                   GatewayMetrics* metrics) {
   std::unique_ptr<OpenAiServer> s(new OpenAiServer(std::move(options), grpc_server, pool, metrics));
-  // Plaintext only: Debian's civetweb 1.15 loads OpenSSL 3 at run time and calls
-  // SSL_get_peer_certificate, which OpenSSL 3 no longer exports (its first HTTPS request
-  // crashes), so TLS is a proxy's or an ingress's job (docs/openai.md §Limits).
-  mg_init_library(0);
-  const std::string threads = std::to_string(s->options_.max_connections);
-  const std::string keep_alive = std::to_string(kKeepAliveTimeoutMs);
-  // Headers and body go out as separate writes: without tcp_nodelay, Nagle holds the body
-  // for the client's delayed ACK (~40 ms per whole answer).
-  // clang-format off
-  const char* mg_options[] = {
-      "listening_ports", s->options_.listen.c_str(),
-      "num_threads", threads.c_str(),
-      "enable_keep_alive", "yes",
-      "keep_alive_timeout_ms", keep_alive.c_str(),
-      "tcp_nodelay", "1",
-      nullptr};
-  // clang-format on
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  s->ctx_ = mg_start(&callbacks, nullptr, mg_options);
-  if (s->ctx_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("--http-listen: cannot listen on ", s->options_.listen));
-  }
-  mg_set_request_handler(s->ctx_, "/", &OpenAiServer::Dispatch, s.get());
-  mg_server_port ports[4];
-  if (mg_get_server_ports(s->ctx_, 4, ports) < 1) {
-    return absl::UnavailableError("--http-listen: the server has no port");
-  }
-  s->port_ = ports[0].port;
+  OpenAiServer* self = s.get();
+  auto http = HttpServer::Start(
+      s->options_.http, [self](const HttpExchange& x) { return self->CheckHead(x); },
+      [self](HttpExchange& x) { self->Handle(x); },
+      [self](const HttpExchange& x, int status, double seconds) {
+        self->Record(x, status, seconds);
+      });
+  if (!http.ok()) return http.status();
+  s->http_ = std::move(*http);
   return s;
 }
 
-OpenAiServer::~OpenAiServer() {
-  if (ctx_ != nullptr) mg_stop(ctx_);
-}
+OpenAiServer::~OpenAiServer() { http_.reset(); }
 
 void OpenAiServer::WaitForHandlers(std::chrono::milliseconds timeout) {
   MutexLock l(&mu_);
@@ -89,36 +61,39 @@ void OpenAiServer::WaitForHandlers(std::chrono::milliseconds timeout) {
   }
 }
 
-int OpenAiServer::Dispatch(mg_connection* conn, void* self) {
-  auto* server = static_cast<OpenAiServer*>(self);
-  const auto start = std::chrono::steady_clock::now();
-  {
-    MutexLock l(&server->mu_);
-    ++server->handlers_;
-  }
-  HttpExchange x(conn);
+absl::optional<ApiError> OpenAiServer::CheckHead(const HttpExchange& x) const {
   const std::string route = RouteOf(x.path());
-  server->Serve(x, route);
-  // 499: the client hung up before its answer was whole (nginx's code).
-  const int code = x.status() == 0 || x.client_gone() ? 499 : x.status();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  server->metrics_->http_requests.counter({route, std::to_string(code)}).Inc();
-  server->metrics_->http_duration.histogram({route}).Observe(seconds);
+  const bool v1 =
+      route == "/v1/chat/completions" || route == "/v1/completions" || route == "/v1/models";
+  if (!v1) return absl::nullopt;
+  if (grpc::Status auth = Authorize(x); !auth.ok()) return FromGrpcStatus(auth, {});
+  return absl::nullopt;
+}
+
+void OpenAiServer::Handle(HttpExchange& x) {
+  {
+    MutexLock l(&mu_);
+    ++handlers_;
+  }
+  Serve(x, RouteOf(x.path()));
+  MutexLock l(&mu_);
+  if (--handlers_ == 0) idle_.SignalAll();
+}
+
+void OpenAiServer::Record(const HttpExchange& x, int status, double seconds) const {
+  const std::string route = RouteOf(x.path());
+  metrics_->http_requests.counter({route, std::to_string(status)}).Inc();
+  metrics_->http_duration.histogram({route}).Observe(seconds);
+  if (x.stalled()) metrics_->http_stalled_streams.Inc();
   if (route != "/health") {
     LogJson("info", "http_request",
             {{"request_id", x.request_id()},
-             {"client", server->ClientAddress(x)},
+             {"client", ClientAddress(x)},
              {"method", x.method()},
              {"route", route},
-             {"status", code},
+             {"status", status},
              {"seconds", seconds}});
   }
-  {
-    MutexLock l(&server->mu_);
-    if (--server->handlers_ == 0) server->idle_.SignalAll();
-  }
-  return code;
 }
 
 void OpenAiServer::Serve(HttpExchange& x, const std::string& route) {
@@ -136,8 +111,6 @@ void OpenAiServer::Serve(HttpExchange& x, const std::string& route) {
       x.SendError({503, "no worker is ready, or the gateway is draining",
                    "service_unavailable_error", "", ""});
     }
-  } else if (grpc::Status auth = Authorize(x); !auth.ok()) {
-    x.SendError(FromGrpcStatus(auth, {}));  // before the body is read or parsed
   } else if (route == "/v1/models") {
     ListModels(x);
   } else {

@@ -1,6 +1,6 @@
 // The gateway's OpenAI-compatible HTTP API (docs/openai.md): POST /v1/chat/completions,
-// POST /v1/completions, GET /v1/models and GET /health, served by civetweb (one thread per
-// open connection, --http-max-connections of them). Generation requests become Generate calls
+// POST /v1/completions, GET /v1/models and GET /health, over HTTP or HTTPS (HttpServer: idle
+// and slow connections hold no thread). Generation requests become Generate calls
 // on the gateway's own gRPC service over an in-process channel, so API keys, limits,
 // admission, routing, retries and migration are the gRPC path's, unchanged. A client that
 // hangs up cancels its call, which frees the worker's slot.
@@ -17,26 +17,21 @@
 #include "gateway/api_keys.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/http/http_exchange.h"
+#include "gateway/http/http_server.h"
 #include "gateway/http/openai_request.h"
 #include "gateway/trusted_proxies.h"
 #include "gateway/worker_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
-struct mg_context;
-struct mg_connection;
-
 namespace walsh {
 
 struct OpenAiServerOptions {
-  std::string listen;                             // host:port; port 0 picks a free one
-  int64_t max_connections = 128;                  // connections served at once (civetweb threads)
-  int64_t max_body_bytes = 3 << 20;               // beyond: 413 (gRPC messages stop at 4 MiB)
+  HttpServerOptions http;  // listen, TLS, connections, deadlines, body and stream buffer limits
   std::string served_model_name;                  // empty: the model's general.name
   std::chrono::milliseconds disconnect_poll{20};  // how often a waiting request checks its client
   std::function<bool()> ready;                    // /health: true while the gateway takes requests
   const ApiKeys* api_keys = nullptr;              // checked before a /v1 request's body is read
-  std::chrono::seconds body_deadline{30};         // the most a request body may take to arrive
   // How long a request waits for a routable worker before 503 (the gRPC path's --worker-wait-ms).
   std::chrono::milliseconds worker_wait{2000};
   // Recognize special tokens written in chat content, tools and arguments (as Hugging Face
@@ -56,7 +51,7 @@ class OpenAiServer {
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return http_->port(); }
   // Waits until no request is being handled, or `timeout` (the drain: after the gateway's
   // streams were ended, their handlers write the final events before the server stops).
   void WaitForHandlers(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
@@ -64,8 +59,11 @@ class OpenAiServer {
  private:
   OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, WorkerPool* pool,
                GatewayMetrics* metrics);
-  static int Dispatch(mg_connection* conn, void* self);
+  void Handle(HttpExchange& x) ABSL_LOCKS_EXCLUDED(mu_);
   void Serve(HttpExchange& x, const std::string& route);
+  // Before the body is read: a /v1 request without a valid key is refused.
+  absl::optional<ApiError> CheckHead(const HttpExchange& x) const;
+  void Record(const HttpExchange& x, int status, double seconds) const;
   void Generate(HttpExchange& x, bool chat);
   void ListModels(HttpExchange& x);
   grpc::Status Authorize(const HttpExchange& x) const;
@@ -84,9 +82,8 @@ class OpenAiServer {
   WorkerPool* pool_;
   GatewayMetrics* metrics_;
   std::unique_ptr<v1::Generator::Stub> stub_;
-  const int64_t started_ = 0;  // unix time, the models' "created"
-  mg_context* ctx_ = nullptr;
-  int port_ = 0;
+  const int64_t started_ = 0;         // unix time, the models' "created"
+  std::unique_ptr<HttpServer> http_;  // last: stopped first, while the rest still stands
 
   Mutex mu_;
   std::string info_fingerprint_ ABSL_GUARDED_BY(mu_);
