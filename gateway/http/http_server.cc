@@ -489,14 +489,21 @@ void HttpServer::AnswerAndClose(Connection& c, int status, const char* reason,
 }
 
 void HttpServer::Dispatch(std::shared_ptr<HttpExchange> x) {
-  MutexLock l(&mu_);
-  queue_.push_back(std::move(x));
-  if (idle_handlers_ == 0 && static_cast<int64_t>(handlers_.size()) < options_.max_handlers &&
-      !stopping_) {
-    handlers_.emplace_back([this] { RunHandlers(); });
-  } else {
-    work_.Signal();
+  {
+    MutexLock l(&mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(x));
+      if (idle_handlers_ == 0 && static_cast<int64_t>(handlers_.size()) < options_.max_handlers) {
+        handlers_.emplace_back([this] { RunHandlers(); });
+      } else {
+        work_.Signal();
+      }
+      return;
+    }
   }
+  // The handlers are gone or going: nothing may stay suspended when the daemon stops.
+  x->SendError({503, "the server is shutting down", "service_unavailable_error", "", ""});
+  x->FinishHandler();
 }
 
 void HttpServer::RunHandlers() {
