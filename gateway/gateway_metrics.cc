@@ -41,19 +41,7 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool)
       worker_healthy(r.AddGauge("walsh_gateway_worker_healthy",
                                 "1 if the worker is SERVING with the pool's model.", {"worker"})),
       worker_breaker(r.AddGauge("walsh_gateway_worker_breaker_state",
-                                "Circuit breaker: 0 closed, 1 open, 2 half-open.", {"worker"})),
-      http_requests(r.AddCounter("walsh_gateway_http_requests_total",
-                                 "HTTP API requests by route and status code (499: the client "
-                                 "hung up first).",
-                                 {"route", "code"})),
-      http_duration(r.AddHistogram("walsh_gateway_http_request_duration_seconds",
-                                   "From an HTTP API request's arrival to the end of its answer.",
-                                   LatencyBuckets(), {"route"})),
-      http_stalled_streams(
-          r.AddCounter("walsh_gateway_http_stalled_streams_total",
-                       "HTTP event streams closed because their client read nothing for "
-                       "--http-stall-timeout-seconds while their buffer was full.")
-              .counter()) {
+                                "Circuit breaker: 0 closed, 1 open, 2 half-open.", {"worker"})) {
   r.AddCollector([this, pool] {
     worker_inflight.Clear();
     worker_healthy.Clear();

@@ -22,10 +22,7 @@ struct GatewayMetrics {
   Gauge& queue_depth;
   MetricFamily& worker_inflight;  // per worker address (bounded by the pool)
   MetricFamily& worker_healthy;
-  MetricFamily& worker_breaker;   // 0 closed, 1 open, 2 half-open
-  MetricFamily& http_requests;    // OpenAI-compatible API: by route and HTTP status
-  MetricFamily& http_duration;    // by route
-  Counter& http_stalled_streams;  // event streams ended because the client stopped reading
+  MetricFamily& worker_breaker;  // 0 closed, 1 open, 2 half-open
 };
 
 }  // namespace walsh

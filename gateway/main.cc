@@ -16,6 +16,7 @@
 #include "common/tls_credentials.h"
 #include "gateway/api_keys.h"
 #include "gateway/gateway_service.h"
+#include "gateway/http/http_flags.h"
 #include "gateway/http/openai_server.h"
 #include "gateway/key_limiter.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -39,11 +40,7 @@ int Run(int argc, char** argv) {
   int64_t retry_rounds = 5, worker_wait_ms = 2000, max_worker_waits = 3, unary_timeout_ms = 10000;
   int64_t breaker_failures = 3, breaker_cool_down_ms = 2000, worker_check_timeout_ms = 500;
   double rate_limit = 0, rate_burst = 0;
-  std::string http_listen, served_model_name;
-  HttpServerOptions http_options;
-  int64_t http_idle_seconds = 60, http_header_seconds = 10, http_body_seconds = 30,
-          http_stall_seconds = 30;
-  bool chat_content_special_tokens = false;
+  HttpFlags http;
   std::vector<std::string> trusted_proxy_cidrs;
   FlagSet flags("walsh-gateway (--workers HOST:PORT,... | --workers-dns NAME:PORT) [flags]");
   flags.String("listen", &listen, "gRPC address for clients");
@@ -51,35 +48,10 @@ int Run(int argc, char** argv) {
   flags.String("probe-listen", &probe_listen,
                "plaintext address serving only grpc.health.v1 Check, for probes that cannot "
                "speak TLS (off by default)");
-  flags.String("http-listen", &http_listen,
-               "address of the OpenAI-compatible HTTP API (/v1/chat/completions, "
-               "/v1/completions, /v1/models, /health), HTTPS with --tls-cert-file; off by default");
-  flags.Int("http-max-connections", &http_options.max_connections,
-            "HTTP API connections open at once, idle ones included; more are closed on arrival");
-  flags.Int("http-max-connections-per-client", &http_options.max_connections_per_client,
-            "HTTP API connections open at once from one address");
-  flags.Int("http-handler-threads", &http_options.max_handlers,
-            "HTTP API requests answered at once (a thread each); more wait for one");
-  flags.Int("http-max-body-bytes", &http_options.max_body_bytes,
-            "largest HTTP API request body; beyond: 413 (gRPC's 4 MiB message limit is the "
-            "ceiling)");
-  flags.Int("http-idle-timeout-seconds", &http_idle_seconds,
-            "an HTTP connection that starts no request for this long is closed");
-  flags.Int("http-header-timeout-seconds", &http_header_seconds,
-            "an HTTP request's headers must arrive within this; beyond: 408");
-  flags.Int("http-body-timeout-seconds", &http_body_seconds,
-            "an HTTP request's body must arrive within this after its headers; beyond: 408");
-  flags.Int("http-max-buffered-bytes", &http_options.stream.max_buffered_bytes,
-            "event bytes an HTTP stream holds for a client that does not read; while full, the "
-            "stream's upstream is not read");
-  flags.Int("http-stall-timeout-seconds", &http_stall_seconds,
-            "an HTTP stream whose client reads nothing this long while its buffer is full is "
-            "closed and its slot freed");
-  flags.String("served-model-name", &served_model_name,
-               "the model's id in the HTTP API; empty: the model's general.name");
-  flags.Bool("chat-content-special-tokens", &chat_content_special_tokens,
-             "recognize special tokens such as <|im_start|> written in HTTP chat messages and "
-             "tools (off: they stay text, so a client cannot fake a turn)");
+  http.Register(
+      flags,
+      "address of the OpenAI-compatible HTTP API (/v1/chat/completions, "
+      "/v1/completions, /v1/models, /health), HTTPS with --tls-cert-file; off by default");
   flags.String("workers", &workers, "static worker addresses, comma-separated");
   flags.String("workers-dns", &workers_dns,
                "a DNS name:port resolving to the workers (re-resolved)");
@@ -173,21 +145,13 @@ int Run(int argc, char** argv) {
                  std::string(trusted_proxies.status().message()).c_str());
     return 2;
   }
-  for (const auto& [flag, value] :
-       {std::pair<const char*, int64_t>{"--http-max-connections", http_options.max_connections},
-        {"--http-max-connections-per-client", http_options.max_connections_per_client},
-        {"--http-handler-threads", http_options.max_handlers},
-        {"--http-max-body-bytes", http_options.max_body_bytes},
-        {"--http-idle-timeout-seconds", http_idle_seconds},
-        {"--http-header-timeout-seconds", http_header_seconds},
-        {"--http-body-timeout-seconds", http_body_seconds},
-        {"--http-max-buffered-bytes", http_options.stream.max_buffered_bytes},
-        {"--http-stall-timeout-seconds", http_stall_seconds}}) {
-    if (value < 1) {
-      std::fprintf(stderr, "walsh-gateway: %s must be at least 1\n", flag);
-      return 2;
-    }
+  absl::StatusOr<HttpServerOptions> http_options = http.Options(tls);
+  if (!http_options.ok()) {
+    std::fprintf(stderr, "walsh-gateway: %s\n",
+                 std::string(http_options.status().message()).c_str());
+    return 2;
   }
+
   if (worker_keepalive_ms != 0 && worker_keepalive_ms < 1000) {
     std::fprintf(stderr, "walsh-gateway: --worker-keepalive-ms must be 0 or at least 1000\n");
     return 2;
@@ -233,6 +197,7 @@ int Run(int argc, char** argv) {
 
   MetricsRegistry registry;
   GatewayMetrics metrics(registry, &pool);
+  HttpMetrics http_metrics(registry, "walsh_gateway_http");
   AddProcessMetrics(registry);
   auto metrics_server = MetricsHttpServer::Start(metrics_listen, &registry);
   if (!metrics_server.ok()) {
@@ -280,44 +245,35 @@ int Run(int argc, char** argv) {
     probe = std::move(*started);
   }
   std::atomic<bool> draining{false}, stop{false};
-  std::unique_ptr<OpenAiServer> http;
-  if (!http_listen.empty()) {
+  std::unique_ptr<OpenAiServer> http_face;
+  if (!http.listen.empty()) {
     OpenAiServerOptions ho;
-    ho.http = http_options;
-    ho.http.listen = http_listen;
-    ho.http.idle_timeout = std::chrono::seconds(http_idle_seconds);
-    ho.http.header_timeout = std::chrono::seconds(http_header_seconds);
-    ho.http.body_timeout = std::chrono::seconds(http_body_seconds);
-    ho.http.stream.stall_timeout = std::chrono::seconds(http_stall_seconds);
-    if (!tls.cert.empty()) {
-      auto cert = ReadPem(tls.cert, "--tls-cert-file");
-      auto key = ReadPem(tls.key, "--tls-key-file");
-      if (!cert.ok() || !key.ok()) {
-        std::fprintf(stderr, "walsh-gateway: %s\n",
-                     std::string((cert.ok() ? key : cert).status().message()).c_str());
-        return 2;
-      }
-      ho.http.tls_cert_pem = *cert;
-      ho.http.tls_key_pem = *key;
-    }
-    ho.served_model_name = served_model_name;
+    ho.http = *http_options;
+    ho.served_model_name = http.served_model_name;
     ho.api_keys = &keys;
     ho.worker_wait = std::chrono::milliseconds(worker_wait_ms);
-    ho.chat_content_special_tokens = chat_content_special_tokens;
+    ho.chat_content_special_tokens = http.chat_content_special_tokens;
     ho.trusted_proxies = *trusted_proxies;
     ho.ready = [&] { return !draining && !pool.Candidates().empty(); };
-    auto started = OpenAiServer::Start(std::move(ho), server.get(), &pool, &metrics);
+    ho.routable = [&] { return !pool.Candidates().empty(); };
+    ho.fingerprint = [&] { return pool.fingerprint(); };
+    // The gateway's own service trusts the address these name only with the call token.
+    ho.call_metadata = [](const std::string& client, std::multimap<std::string, std::string>* md) {
+      md->emplace(kHttpClientHeader, client);
+      md->emplace(kHttpCallTokenHeader, HttpCallToken());
+    };
+    auto started = OpenAiServer::Start(std::move(ho), server.get(), &http_metrics);
     if (!started.ok()) {
       LogJson("error", "listen_failed", {{"error", std::string(started.status().message())}});
       return 1;
     }
-    http = std::move(*started);
+    http_face = std::move(*started);
   }
   // "liveness": the process answers (Kubernetes livenessProbe), whatever its workers do.
   server->GetHealthCheckService()->SetServingStatus("liveness", true);
   LogJson("info", "listening",
           {{"grpc_port", port},
-           {"http_port", http ? http->port() : 0},
+           {"http_port", http_face ? http_face->port() : 0},
            {"metrics_port", (*metrics_server)->port()},
            {"policy", policy_name},
            {"tls", !tls.cert.empty()},
@@ -328,9 +284,9 @@ int Run(int argc, char** argv) {
             {{"listen", listen},
              {"message", "serving clients without TLS beyond loopback: set --tls-cert-file"}});
   }
-  if (http && tls.cert.empty() && !IsLoopbackAddress(http_listen)) {
+  if (http_face && tls.cert.empty() && !IsLoopbackAddress(http.listen)) {
     LogJson("warning", "plaintext",
-            {{"listen", http_listen},
+            {{"listen", http.listen},
              {"message", "serving the HTTP API without TLS beyond loopback: set --tls-cert-file"}});
   }
 
@@ -366,8 +322,8 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   service->CancelAll();
-  if (http) http->WaitForHandlers(std::chrono::seconds(2));  // their streams' last events
-  http.reset();
+  if (http_face) http_face->WaitForHandlers(std::chrono::seconds(2));  // streams' last events
+  http_face.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stop = true;
   health.join();

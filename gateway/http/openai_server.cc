@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
-#include "gateway/key_limiter.h"
 
 namespace walsh {
 namespace {
@@ -25,19 +24,17 @@ std::string RouteOf(const std::string& path) {
 
 }  // namespace
 
-OpenAiServer::OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, WorkerPool* pool,
-                           GatewayMetrics* metrics)
+OpenAiServer::OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server,
+                           HttpMetrics* metrics)
     : options_(std::move(options)),
-      pool_(pool),
       metrics_(metrics),
       stub_(v1::Generator::NewStub(grpc_server->InProcessChannel(grpc::ChannelArguments()))),
       started_(static_cast<int64_t>(std::time(nullptr))) {}
 
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOptions options,
                                                                   grpc::Server* grpc_server,
-                                                                  WorkerPool* pool,
-                                                                  GatewayMetrics* metrics) {
-  std::unique_ptr<OpenAiServer> s(new OpenAiServer(std::move(options), grpc_server, pool, metrics));
+                                                                  HttpMetrics* metrics) {
+  std::unique_ptr<OpenAiServer> s(new OpenAiServer(std::move(options), grpc_server, metrics));
   OpenAiServer* self = s.get();
   auto http = HttpServer::Start(
       s->options_.http, [self](const HttpExchange& x) { return self->CheckHead(x); },
@@ -82,9 +79,9 @@ void OpenAiServer::Handle(HttpExchange& x) {
 
 void OpenAiServer::Record(const HttpExchange& x, int status, double seconds) const {
   const std::string route = RouteOf(x.path());
-  metrics_->http_requests.counter({route, std::to_string(status)}).Inc();
-  metrics_->http_duration.histogram({route}).Observe(seconds);
-  if (x.stalled()) metrics_->http_stalled_streams.Inc();
+  metrics_->requests.counter({route, std::to_string(status)}).Inc();
+  metrics_->duration.histogram({route}).Observe(seconds);
+  if (x.stalled()) metrics_->stalled_streams.Inc();
   if (route != "/health") {
     LogJson("info", "http_request",
             {{"request_id", x.request_id()},
@@ -132,8 +129,7 @@ std::multimap<std::string, std::string> OpenAiServer::CallMetadata(const HttpExc
         std::all_of(value.begin(), value.end(), [](char ch) { return ch >= 0x20 && ch <= 0x7e; });
     if (printable) md.emplace("authorization", value);
   }
-  md.emplace(kHttpClientHeader, ClientAddress(x));
-  md.emplace(kHttpCallTokenHeader, HttpCallToken());
+  if (options_.call_metadata) options_.call_metadata(ClientAddress(x), &md);
   return md;
 }
 
@@ -156,7 +152,7 @@ grpc::Status OpenAiServer::CallModelInfo(HttpExchange& x, v1::ModelInfo* info) {
 
 bool OpenAiServer::WaitForWorker(HttpExchange& x) {
   const auto end = std::chrono::steady_clock::now() + options_.worker_wait;
-  while (pool_->Candidates().empty()) {
+  while (!options_.routable()) {
     if (std::chrono::steady_clock::now() >= end || x.PeerGone()) return false;
     std::this_thread::sleep_for(kWorkerPoll);
   }
@@ -167,7 +163,7 @@ absl::variant<v1::ModelInfo, ApiError> OpenAiServer::FleetModel(HttpExchange& x)
   if (!WaitForWorker(x)) {
     return ApiError{503, "no worker is ready", "service_unavailable_error", "", ""};
   }
-  const std::string fingerprint = pool_->fingerprint();
+  const std::string fingerprint = options_.fingerprint ? options_.fingerprint() : "";
   {
     MutexLock l(&mu_);
     if (!fingerprint.empty() && fingerprint == info_fingerprint_) return info_;

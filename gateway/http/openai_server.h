@@ -1,26 +1,27 @@
-// The gateway's OpenAI-compatible HTTP API (docs/openai.md): POST /v1/chat/completions,
+// The OpenAI-compatible HTTP API (docs/openai.md): POST /v1/chat/completions,
 // POST /v1/completions, GET /v1/models and GET /health, over HTTP or HTTPS (HttpServer: idle
-// and slow connections hold no thread). Generation requests become Generate calls
-// on the gateway's own gRPC service over an in-process channel, so API keys, limits,
-// admission, routing, retries and migration are the gRPC path's, unchanged. A client that
-// hangs up cancels its call, which frees the worker's slot.
+// and slow connections hold no thread). Generation requests become Generate calls on the
+// serving process's own walsh.v1 gRPC service over an in-process channel: the gateway's (so API
+// keys, limits, admission, routing, retries and migration are the gRPC path's, unchanged) or a
+// worker's (its own model server, for the Gateway API Inference Extension). A client that hangs
+// up cancels its call, which frees the worker's slot.
 #ifndef WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_
 #define WALSH_GATEWAY_HTTP_OPENAI_SERVER_H_
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "gateway/api_keys.h"
-#include "gateway/gateway_metrics.h"
 #include "gateway/http/http_exchange.h"
+#include "gateway/http/http_metrics.h"
 #include "gateway/http/http_server.h"
 #include "gateway/http/openai_request.h"
 #include "gateway/trusted_proxies.h"
-#include "gateway/worker_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
@@ -30,8 +31,15 @@ struct OpenAiServerOptions {
   HttpServerOptions http;  // listen, TLS, connections, deadlines, body and stream buffer limits
   std::string served_model_name;                  // empty: the model's general.name
   std::chrono::milliseconds disconnect_poll{20};  // how often a waiting request checks its client
-  std::function<bool()> ready;                    // /health: true while the gateway takes requests
-  const ApiKeys* api_keys = nullptr;              // checked before a /v1 request's body is read
+  std::function<bool()> ready;                    // /health: true while the process takes requests
+  std::function<bool()> routable;  // a generation can be sent now (else it waits worker_wait)
+  // The model's contract fingerprint as known now (empty: unknown): its info is asked once per
+  // fingerprint.
+  std::function<std::string()> fingerprint;
+  // Metadata added to every call, given the client's address (the gateway's per-client limits).
+  std::function<void(const std::string& client, std::multimap<std::string, std::string>*)>
+      call_metadata;
+  const ApiKeys* api_keys = nullptr;  // checked before a /v1 request's body is read
   // How long a request waits for a routable worker before 503 (the gRPC path's --worker-wait-ms).
   std::chrono::milliseconds worker_wait{2000};
   // Recognize special tokens written in chat content, tools and arguments (as Hugging Face
@@ -42,11 +50,11 @@ struct OpenAiServerOptions {
 
 class OpenAiServer {
  public:
-  // `grpc_server` is the gateway's started gRPC server (its in-process channel carries the calls).
+  // `grpc_server` is the process's started gRPC server, serving walsh.v1.Generator (its
+  // in-process channel carries the calls).
   static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(OpenAiServerOptions options,
                                                              grpc::Server* grpc_server,
-                                                             WorkerPool* pool,
-                                                             GatewayMetrics* metrics);
+                                                             HttpMetrics* metrics);
   ~OpenAiServer();  // stops listening and waits for every handler to return
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;
@@ -57,8 +65,7 @@ class OpenAiServer {
   void WaitForHandlers(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, WorkerPool* pool,
-               GatewayMetrics* metrics);
+  OpenAiServer(OpenAiServerOptions options, grpc::Server* grpc_server, HttpMetrics* metrics);
   void Handle(HttpExchange& x) ABSL_LOCKS_EXCLUDED(mu_);
   void Serve(HttpExchange& x, const std::string& route);
   // Before the body is read: a /v1 request without a valid key is refused.
@@ -79,8 +86,7 @@ class OpenAiServer {
   std::string ServedName(const v1::ModelInfo& info) const;
 
   const OpenAiServerOptions options_;
-  WorkerPool* pool_;
-  GatewayMetrics* metrics_;
+  HttpMetrics* metrics_;
   std::unique_ptr<v1::Generator::Stub> stub_;
   const int64_t started_ = 0;         // unix time, the models' "created"
   std::unique_ptr<HttpServer> http_;  // last: stopped first, while the rest still stands

@@ -145,7 +145,8 @@ describe("slow clients", () => {
       assert.match(e.answer, /^HTTP\/1\.1 408[^]*the body took longer than 4 s/);
       assert.ok(e.ms >= 3900 && e.ms < 9000, `408 after ${e.ms} ms`);
     }
-    assert.ok(await metric(gw.metrics_port,
+    // Counted when the server has closed each connection, just after its client saw the close.
+    await eventually("every 408 to be counted", async () => await metric(gw.metrics_port,
       'walsh_gateway_http_requests_total{route="/v1/chat/completions",code="408"}') >= 150);
   });
 

@@ -1,13 +1,17 @@
 // Checks deploy/ offline: every kustomize overlay renders (kubectl kustomize), every rendered
 // object validates against the Kubernetes schemas (kubernetes-models; Prometheus Operator
-// CRDs with @kubernetes-models/prometheus-operator), the invariants that break deployments
-// silently hold, and the Dockerfiles lint clean and copy only what the build produces.
+// CRDs with @kubernetes-models/prometheus-operator; the Gateway API Inference Extension's
+// InferencePool against its CRD in tests/data/gie, with ajv), the invariants that break
+// deployments silently hold, and the Dockerfiles lint clean and copy only what the build
+// produces.
 //   node tests/node/k8s_check.mjs SOURCE_DIR BUILD_DIR
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import YAML from "yaml";
+import Ajv from "ajv";
+import addFormats from "ajv-formats";
 
 const [src, build] = process.argv.slice(2);
 let passed = 0, failed = 0;
@@ -26,6 +30,21 @@ const models = {
   "autoscaling/v2/HorizontalPodAutoscaler": "kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler",
   "monitoring.coreos.com/v1/PodMonitor": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor",
   "monitoring.coreos.com/v1/ServiceMonitor": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor",
+};
+
+// CRDs without an npm model: their openAPIV3Schema, compiled by ajv (Kubernetes' x-kubernetes-*
+// extensions are not JSON Schema keywords, so strict mode is off; their CEL rules are checked
+// by hand below).
+const crd = (file, version) => {
+  const doc = YAML.parse(readFileSync(path.join(src, "tests/data", file), "utf8"));
+  const schema = doc.spec.versions.find((v) => v.name === version).schema.openAPIV3Schema;
+  const ajv = new Ajv({ strict: false, allErrors: true, formats: { int32: true, int64: true } });
+  addFormats(ajv);
+  return ajv.compile(schema);
+};
+const crdSchemas = {
+  "inference.networking.k8s.io/v1/InferencePool":
+    crd("gie/inference.networking.k8s.io_inferencepools.yaml", "v1"),
 };
 
 const flag = (args, name) => {
@@ -49,6 +68,12 @@ for (const overlay of overlays) {
   const objects = YAML.parseAllDocuments(rendered).map((d) => d.toJS()).filter(Boolean);
   for (const o of objects) {
     const key = `${o.apiVersion}/${o.kind}`;
+    if (crdSchemas[key]) {
+      const validate = crdSchemas[key];
+      check(validate(o), `${overlay}: ${o.kind}/${o.metadata.name} valid against its CRD: ` +
+            JSON.stringify(validate.errors));
+      continue;
+    }
     const mod = models[key];
     if (!mod) { check(false, `${overlay}: no schema for ${key}`); continue; }
     const { [o.kind]: Model } = await import(mod);
@@ -118,8 +143,8 @@ for (const overlay of overlays) {
   // The gateway finds the workers through the headless service's DNS name.
   const gwArgs = expand(gateway.spec.template.spec.containers[0].args);
 
-  // The HTTP API, where enabled: its port is the container's and the Service's "http" port, and
-  // it never sits plaintext beside a TLS gRPC port.
+  // The HTTP API, where enabled: its port is the container's and the Service's "http" port (with
+  // --tls-cert-file it is HTTPS, with the gRPC port's certificate).
   const httpListen = flag(gwArgs, "http-listen");
   if (httpListen) {
     const gwPort = (n) => gateway.spec.template.spec.containers[0].ports.find((p) => p.name === n);
@@ -128,8 +153,6 @@ for (const overlay of overlays) {
           `${overlay}: gateway --http-listen port equals its http containerPort`);
     check(svc?.spec.ports.some((p) => p.name === "http" && p.targetPort === "http"),
           `${overlay}: the gateway Service exposes the http port`);
-    check(!flag(gwArgs, "tls-cert-file"),
-          `${overlay}: a gateway serving TLS does not also serve the plaintext HTTP API`);
   }
   const dns = flag(gwArgs, "workers-dns");
   check(headless.spec.clusterIP === "None", `${overlay}: the worker service is headless`);
@@ -161,6 +184,23 @@ for (const overlay of overlays) {
           `${overlay}: nvidia.com/gpu requests and limits (${gpus}) equal --tp ${tp}`);
   } else {
     check(gpus === undefined && tp === 1, `${overlay}: CPU workers request no GPU and run --tp 1`);
+  }
+  // An InferencePool selects the worker pods on their own HTTP port (--http-listen).
+  const pool = objects.find((o) => o.kind === "InferencePool");
+  if (pool) {
+    const httpPort = wc.ports.find((p) => p.name === "http")?.containerPort;
+    check(flag(wArgs, "http-listen") && portOf(flag(wArgs, "http-listen")) === httpPort,
+          `${overlay}: workers of an InferencePool serve --http-listen on their http containerPort`);
+    check(pool.spec.targetPorts.length === 1 && pool.spec.targetPorts[0].number === httpPort,
+          `${overlay}: the InferencePool's targetPorts are the workers' http port`);
+    const labels = worker.spec.template.metadata.labels;
+    check(Object.entries(pool.spec.selector.matchLabels).every(([k, v]) => labels[k] === v),
+          `${overlay}: the InferencePool's selector matches the worker pods`);
+    const ref = pool.spec.endpointPickerRef;
+    check((ref.kind ?? "Service") !== "Service" || ref.port?.number > 0,
+          `${overlay}: the endpoint picker Service reference has a port (the CRD's CEL rule)`);
+    check(!flag(wArgs, "tls-client-ca-file"),
+          `${overlay}: InferencePool workers do not demand client certificates (walsh-worker refuses)`);
   }
   const mount = wc.volumeMounts.find((m) => m.mountPath === "/models");
   check(mount?.readOnly === true && flag(wArgs, "model").startsWith("/models/"),

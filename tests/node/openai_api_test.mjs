@@ -5,7 +5,7 @@
 //   WALSH_WORKER_BIN WALSH_GATEWAY_BIN WALSH_MKMODEL_BIN WALSH_SOURCE_DIR
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
@@ -344,6 +344,45 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
         assert.ok(body.choices || body.data, out);
       }
     }
+  });
+});
+
+describe("a worker's own HTTP face (a model server for the Gateway API Inference Extension)", () => {
+  test("serves the same API from the worker: models, chat streamed and whole, health, metrics",
+       async () => {
+    const file = path.join(work, "tiny-own.gguf");
+    execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file]);
+    const w = await startWalsh(WALSH_WORKER_BIN, ["--model", file, "--listen", "127.0.0.1:0",
+      "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+      "--served-model-name", "tiny-own"]);
+    assert.ok(w.http_port > 0, "the worker logs its HTTP port");
+    const c = new OpenAI({ apiKey: "unused", baseURL: `http://127.0.0.1:${w.http_port}/v1`,
+                           maxRetries: 0 });
+    assert.equal((await c.models.list()).data[0].id, "tiny-own");
+    const request = { model: "tiny-own", max_tokens: 12, temperature: 0, ignore_eos: true,
+                      messages: [{ role: "user", content: "Hello!" }] };
+    const whole = await c.chat.completions.create(request);
+    const streamed = await collectChat(await c.chat.completions.create({ ...request,
+                                                                          stream: true }));
+    assert.equal(streamed.content, whole.choices[0].message.content);
+    assert.equal(whole.usage.completion_tokens, 12);
+    assert.equal((await fetch(`http://127.0.0.1:${w.http_port}/health`)).status, 200);
+    assert.equal(await metric(w.metrics_port,
+      'walsh_worker_http_requests_total{route="/v1/chat/completions",code="200"}'), 2);
+    // The gauges the extension's endpoint picker scrapes are on the same /metrics.
+    const text = await (await fetch(`http://127.0.0.1:${w.metrics_port}/metrics`)).text();
+    for (const name of ["vllm:num_requests_waiting", "vllm:num_requests_running",
+                        "vllm:kv_cache_usage_perc", "vllm:cache_config_info"]) {
+      assert.ok(text.includes(name), name);
+    }
+  });
+
+  test("a worker that checks client certificates refuses an HTTP face beside it", () => {
+    const r = spawnSync(WALSH_WORKER_BIN, ["--model", "x.gguf", "--http-listen", "127.0.0.1:0",
+      "--tls-cert-file", "a.pem", "--tls-key-file", "a.key", "--tls-client-ca-file", "ca.pem"],
+      { encoding: "utf8" });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /--http-listen cannot go with --tls-client-ca-file/);
   });
 });
 

@@ -17,6 +17,9 @@
 #include "common/protobuf_log.h"
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
+#include "gateway/http/http_flags.h"
+#include "gateway/http/http_metrics.h"
+#include "gateway/http/openai_server.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -55,6 +58,7 @@ struct Flags {
   double speculative_min_acceptance = 0.3;
   int64_t debug_stall_rank = -1;  // walsh-worker-faults only
   ServerTlsFiles tls;
+  HttpFlags http;
 };
 
 void SetHealth(grpc::Server& server, bool serving) {
@@ -142,6 +146,10 @@ int Run(int argc, char** argv) {
 #ifdef WALSH_FAULT_INJECTION
   flags.Int("debug-stall-rank", &f.debug_stall_rank, "this rank stops answering");
 #endif
+  f.http.Register(flags,
+                  "address of the worker's own OpenAI-compatible HTTP API (as the gateway's: "
+                  "/v1/chat/completions, /v1/completions, /v1/models, /health), for the Gateway "
+                  "API Inference Extension; HTTPS with --tls-cert-file; off by default");
   flags.String("tls-cert-file", &f.tls.cert, "PEM certificate chain: serve over TLS");
   flags.String("tls-key-file", &f.tls.key, "PEM private key of --tls-cert-file");
   flags.String("tls-client-ca-file", &f.tls.client_ca,
@@ -172,6 +180,20 @@ int Run(int argc, char** argv) {
   if (f.constraint_threads < 0 || f.constraint_threads > 64) {
     std::fprintf(stderr, "walsh-worker: --constraint-threads must be 0..64, not %lld\n",
                  static_cast<long long>(f.constraint_threads));
+    return 2;
+  }
+
+  if (!f.http.listen.empty() && !f.tls.client_ca.empty()) {
+    // The gRPC port admits only certified clients; an HTTP face beside it would admit anyone.
+    std::fprintf(stderr,
+                 "walsh-worker: --http-listen cannot go with --tls-client-ca-file: the HTTP API "
+                 "does not check client certificates\n");
+    return 2;
+  }
+  absl::StatusOr<HttpServerOptions> http_options = f.http.Options(f.tls);
+  if (!http_options.ok()) {
+    std::fprintf(stderr, "walsh-worker: %s\n",
+                 std::string(http_options.status().message()).c_str());
     return 2;
   }
 
@@ -267,8 +289,29 @@ int Run(int argc, char** argv) {
   SetHealth(*server, false);
   // "liveness": the process answers (Kubernetes livenessProbe); readiness is "".
   server->GetHealthCheckService()->SetServingStatus("liveness", true);
+  // The worker's own OpenAI face: its calls go to this worker's Generator over an in-process
+  // channel, and it answers once the model serves (docs/operations.md §Gateway API Inference
+  // Extension).
+  std::atomic<bool> http_serving{false};
+  std::string model_fingerprint;  // set once the model is loaded, before http_serving
+  HttpMetrics http_metrics(registry, "walsh_worker_http");
+  std::unique_ptr<OpenAiServer> http_face;
+  if (!f.http.listen.empty()) {
+    OpenAiServerOptions ho;
+    ho.http = *http_options;
+    ho.served_model_name = f.http.served_model_name;
+    ho.chat_content_special_tokens = f.http.chat_content_special_tokens;
+    ho.ready = [&] { return http_serving.load(); };
+    ho.routable = [&] { return http_serving.load(); };
+    ho.fingerprint = [&] { return http_serving ? model_fingerprint : std::string(); };
+    auto started = OpenAiServer::Start(std::move(ho), server.get(), &http_metrics);
+    if (!started.ok()) return Fail("listen_failed", std::string(started.status().message()));
+    http_face = std::move(*started);
+  }
   LogJson("info", "listening",
-          {{"grpc_port", grpc_port}, {"metrics_port", (*metrics_server)->port()}});
+          {{"grpc_port", grpc_port},
+           {"metrics_port", (*metrics_server)->port()},
+           {"http_port", http_face ? http_face->port() : 0}});
 
   // Load: NOT_SERVING until the model is mapped, checked, bound and a canary step ran.
   const auto load_start = std::chrono::steady_clock::now();
@@ -366,6 +409,8 @@ int Run(int argc, char** argv) {
   ctx.prepare = &prepare;
   ctx.ready = true;
   SetHealth(*server, true);
+  model_fingerprint = fingerprint;
+  http_serving = true;
   LogJson("info", "serving",
           {{"model", f.model},
            {"fingerprint", fingerprint},
@@ -380,6 +425,7 @@ int Run(int argc, char** argv) {
     while (!stop_watch) {
       if ((*engine)->broken()) {
         SetHealth(*server, false);
+        http_serving = false;
         LogJson("error", "tp_group_broken", {{"error", "a collective timed out; not serving"}});
         return;
       }
@@ -393,6 +439,7 @@ int Run(int argc, char** argv) {
   // Drain: NOT_SERVING first, stop admitting, let in-flight streams finish within the grace.
   LogJson("info", "draining", {{"signal", sig}, {"grace_seconds", f.drain_grace_seconds}});
   SetHealth(*server, false);
+  http_serving = false;
   scheduler.StopAdmitting();
   prepare.Shutdown();  // what it still holds answers UNAVAILABLE at once
   const auto grace_end =
@@ -403,6 +450,8 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   scheduler.CancelAll(absl::UnavailableError("the worker is shutting down"));
+  if (http_face) http_face->WaitForHandlers(std::chrono::seconds(2));  // streams' last events
+  http_face.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   LogJson("info", "stopped");
   return 0;

@@ -1,0 +1,75 @@
+#include "gateway/http/http_flags.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace walsh {
+
+void HttpFlags::Register(FlagSet& flags, const std::string& listen_help) {
+  flags.String("http-listen", &listen, listen_help);
+  flags.Int("http-max-connections", &server.max_connections,
+            "HTTP API connections open at once, idle ones included; more are closed on arrival");
+  flags.Int("http-max-connections-per-client", &server.max_connections_per_client,
+            "HTTP API connections open at once from one address");
+  flags.Int("http-handler-threads", &server.max_handlers,
+            "HTTP API requests answered at once (a thread each); more wait for one");
+  flags.Int("http-max-body-bytes", &server.max_body_bytes,
+            "largest HTTP API request body; beyond: 413 (gRPC's 4 MiB message limit is the "
+            "ceiling)");
+  flags.Int("http-idle-timeout-seconds", &idle_seconds,
+            "an HTTP connection that starts no request for this long is closed");
+  flags.Int("http-header-timeout-seconds", &header_seconds,
+            "an HTTP request's headers must arrive within this; beyond: 408");
+  flags.Int("http-body-timeout-seconds", &body_seconds,
+            "an HTTP request's body must arrive within this after its headers; beyond: 408");
+  flags.Int("http-max-buffered-bytes", &server.stream.max_buffered_bytes,
+            "event bytes an HTTP stream holds for a client that does not read; while full, the "
+            "stream's upstream is not read");
+  flags.Int("http-stall-timeout-seconds", &stall_seconds,
+            "an HTTP stream whose client reads nothing this long while its buffer is full is "
+            "closed and its slot freed");
+  flags.String("served-model-name", &served_model_name,
+               "the model's id in the HTTP API; empty: the model's general.name");
+  flags.Bool("chat-content-special-tokens", &chat_content_special_tokens,
+             "recognize special tokens such as <|im_start|> written in HTTP chat messages and "
+             "tools (off: they stay text, so a client cannot fake a turn)");
+}
+
+absl::StatusOr<HttpServerOptions> HttpFlags::Options(const ServerTlsFiles& tls) const {
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"--http-max-connections", server.max_connections},
+        {"--http-max-connections-per-client", server.max_connections_per_client},
+        {"--http-handler-threads", server.max_handlers},
+        {"--http-max-body-bytes", server.max_body_bytes},
+        {"--http-idle-timeout-seconds", idle_seconds},
+        {"--http-header-timeout-seconds", header_seconds},
+        {"--http-body-timeout-seconds", body_seconds},
+        {"--http-max-buffered-bytes", server.stream.max_buffered_bytes},
+        {"--http-stall-timeout-seconds", stall_seconds}}) {
+    if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
+  }
+  if (server.stream.max_buffered_bytes > (1 << 30)) {
+    return absl::InvalidArgumentError("--http-max-buffered-bytes must be at most 1 GiB");
+  }
+  HttpServerOptions o = server;
+  o.listen = listen;
+  o.idle_timeout = std::chrono::seconds(idle_seconds);
+  o.header_timeout = std::chrono::seconds(header_seconds);
+  o.body_timeout = std::chrono::seconds(body_seconds);
+  o.stream.stall_timeout = std::chrono::seconds(stall_seconds);
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert-file and --tls-key-file go together");
+  }
+  if (!listen.empty() && !tls.cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(tls.cert, "--tls-cert-file");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(tls.key, "--tls-key-file");
+    if (!key.ok()) return key.status();
+    o.tls_cert_pem = *std::move(cert);
+    o.tls_key_pem = *std::move(key);
+  }
+  return o;
+}
+
+}  // namespace walsh

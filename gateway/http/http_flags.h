@@ -1,0 +1,32 @@
+// The HTTP face's flags, the same in walsh-gateway and walsh-worker (docs/openai.md): where it
+// listens, its connection caps, deadlines and stream buffers (§Connections), the model's name
+// and whether chat content may write special tokens.
+#ifndef WALSH_GATEWAY_HTTP_HTTP_FLAGS_H_
+#define WALSH_GATEWAY_HTTP_HTTP_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/cli_flags.h"
+#include "common/tls_credentials.h"
+#include "gateway/http/http_server.h"
+
+namespace walsh {
+
+struct HttpFlags {
+  std::string listen;        // empty: no HTTP face
+  HttpServerOptions server;  // the counts and byte sizes bind to it directly
+  int64_t idle_seconds = 60, header_seconds = 10, body_seconds = 30, stall_seconds = 30;
+  std::string served_model_name;  // empty: the model's general.name
+  bool chat_content_special_tokens = false;
+
+  void Register(FlagSet& flags, const std::string& listen_help);
+  // Every flag's range checked (the error names it) and the certificate read: HTTPS when `tls`
+  // has one.
+  absl::StatusOr<HttpServerOptions> Options(const ServerTlsFiles& tls) const;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_HTTP_HTTP_FLAGS_H_
