@@ -153,10 +153,14 @@ bool HttpExchange::stalled() const {
   return stalled_;
 }
 
-void HttpExchange::MarkSuspended() {
-  MutexLock l(&mu_);
+void HttpExchange::SuspendLocked() {
   suspended_ = true;
   MHD_suspend_connection(conn_);
+}
+
+void HttpExchange::MarkSuspended() {
+  MutexLock l(&mu_);
+  SuspendLocked();
 }
 
 void HttpExchange::FinishHandler() {
@@ -193,8 +197,7 @@ size_t HttpExchange::TakeEvents(char* out, size_t max, bool* end, bool* failed) 
   } else if (events_ended_) {
     *end = true;
   } else {
-    suspended_ = true;  // SendEvent, EndEvents or FinishHandler resumes it
-    MHD_suspend_connection(conn_);
+    SuspendLocked();  // SendEvent, EndEvents or FinishHandler resumes it
   }
   return 0;
 }

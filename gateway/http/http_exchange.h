@@ -74,6 +74,8 @@ class HttpExchange {
 
   // Wakes the I/O thread if it suspended the connection waiting for this exchange.
   void ResumeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // I/O thread: the connection waits until ResumeLocked (the one place it is resumed from).
+  void SuspendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the connection under the I/O thread, which then finds it closed.
   void ShutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -283,8 +283,7 @@ struct HttpServerCallbacks {
       whole.swap(x.whole_);
       if (answer == HttpExchange::Answer::kNone) {
         if (x.handler_done_) return MHD_NO;  // no answer (its client left): close
-        x.suspended_ = true;                 // woken early: wait on
-        MHD_suspend_connection(conn);
+        x.SuspendLocked();                   // woken early: wait on
         return MHD_YES;
       }
     }
