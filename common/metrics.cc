@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/buffer_budget.h"
 
 namespace walsh {
 namespace {
@@ -263,6 +264,26 @@ void AddProcessMetrics(MetricsRegistry& r) {
       closedir(d);
     }
     fds.Set(n);
+  });
+}
+
+void AddBufferMetrics(MetricsRegistry& r, const std::string& prefix, const BufferBudget* budget) {
+  Gauge& used = r.AddGauge(prefix + "_buffered_bytes",
+                           "Response bytes held for clients that have not read them yet.")
+                    .gauge();
+  Gauge& limit = r.AddGauge(prefix + "_buffered_bytes_limit",
+                            "--max-buffered-total: past it, new streams are refused (0: none).")
+                     .gauge();
+  Counter& refusals = r.AddCounter(prefix + "_buffer_refusals_total",
+                                   "Streams refused because --max-buffered-total was reached.")
+                          .counter();
+  auto seen = std::make_shared<int64_t>(0);
+  r.AddCollector([=, &used, &limit, &refusals] {
+    used.Set(static_cast<double>(budget->used()));
+    limit.Set(static_cast<double>(budget->limit()));
+    const int64_t now = budget->refusals();
+    refusals.Inc(static_cast<double>(now - *seen));
+    *seen = now;
   });
 }
 

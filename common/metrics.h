@@ -111,6 +111,11 @@ class MetricsRegistry {
 std::vector<double> LatencyBuckets();
 // process_* metrics as every Prometheus client exports them, from /proc/self.
 void AddProcessMetrics(MetricsRegistry& registry);
+class BufferBudget;
+// PREFIX_buffered_bytes, PREFIX_buffered_bytes_limit and PREFIX_buffer_refusals_total from the
+// process's buffer budget (common/buffer_budget.h), read at each scrape.
+void AddBufferMetrics(MetricsRegistry& registry, const std::string& prefix,
+                      const BufferBudget* budget);
 
 }  // namespace walsh
 

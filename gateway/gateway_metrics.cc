@@ -2,7 +2,7 @@
 
 namespace walsh {
 
-GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool)
+GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool, const BufferBudget* buffers)
     : requests(r.AddCounter("walsh_gateway_requests_total", "Generate calls by final status.",
                             {"code"})),
       time_to_first_token(r.AddHistogram("walsh_gateway_time_to_first_token_seconds",
@@ -32,6 +32,10 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool)
           r.AddCounter("walsh_gateway_migrations_total",
                        "Streams resumed on another worker after their worker failed mid-stream.")
               .counter()),
+      stalled_streams(r.AddCounter("walsh_gateway_stalled_streams_total",
+                                   "gRPC streams cancelled because their client read nothing for "
+                                   "--stall-timeout-seconds (or overflowed --max-buffered-bytes).")
+                          .counter()),
       inflight(
           r.AddGauge("walsh_gateway_inflight_streams", "Client streams being served.").gauge()),
       queue_depth(
@@ -42,6 +46,7 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool)
                                 "1 if the worker is SERVING with the pool's model.", {"worker"})),
       worker_breaker(r.AddGauge("walsh_gateway_worker_breaker_state",
                                 "Circuit breaker: 0 closed, 1 open, 2 half-open.", {"worker"})) {
+  if (buffers != nullptr) AddBufferMetrics(r, "walsh_gateway", buffers);
   r.AddCollector([this, pool] {
     worker_inflight.Clear();
     worker_healthy.Clear();

@@ -2,13 +2,15 @@
 #ifndef WALSH_GATEWAY_GATEWAY_METRICS_H_
 #define WALSH_GATEWAY_GATEWAY_METRICS_H_
 
+#include "common/buffer_budget.h"
 #include "common/metrics.h"
 #include "gateway/worker_pool.h"
 
 namespace walsh {
 
 struct GatewayMetrics {
-  GatewayMetrics(MetricsRegistry& r, WorkerPool* pool);
+  // `buffers`: the process's buffer budget, reported at each scrape (may be null).
+  GatewayMetrics(MetricsRegistry& r, WorkerPool* pool, const BufferBudget* buffers);
 
   MetricFamily& requests;  // by final gRPC status code name
   Histogram& time_to_first_token;
@@ -18,6 +20,7 @@ struct GatewayMetrics {
   Counter& upstream_attempts;
   Counter& retries;
   Counter& migrations;
+  Counter& stalled_streams;
   Gauge& inflight;
   Gauge& queue_depth;
   MetricFamily& worker_inflight;  // per worker address (bounded by the pool)

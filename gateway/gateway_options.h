@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "common/stream_writer.h"
 #include "gateway/api_keys.h"
 #include "gateway/key_limiter.h"
 #include "gateway/trusted_proxies.h"
@@ -14,7 +15,6 @@ namespace walsh {
 struct GatewayOptions {
   int64_t max_inflight = 256;             // streams proxied at once
   int64_t max_queue = 256;                // streams waiting for a slot; beyond: RESOURCE_EXHAUSTED
-  int64_t max_buffered_responses = 256;   // per stream, for a client that does not read
   int max_retries = 3;                    // before the first token
   int max_migrations = 5;                 // after it
   std::chrono::milliseconds backoff{25};  // base of the jittered exponential backoff
@@ -28,6 +28,9 @@ struct GatewayOptions {
   const ApiKeys* api_keys = nullptr;  // if set and enabled: every call needs a key
   KeyLimiter* limiter = nullptr;      // if set: per-client stream and rate limits
   TrustedProxies trusted_proxies;     // peers whose X-Forwarded-For names the client
+  // What a stream may hold for a client that does not read, and the process's total (its budget
+  // refuses new streams once reached).
+  StreamBufferLimits stream_buffers;
 };
 
 }  // namespace walsh

@@ -77,6 +77,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     metrics_->requests.counter({"UNAVAILABLE"}).Inc();
     return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining"));
   }
+  if (BufferBudget* budget = options_.stream_buffers.budget; budget != nullptr) {
+    if (const absl::Status b = budget->AdmitStream(); !b.ok()) {
+      metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
+      return new ErrorReactor(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(b.message())));
+    }
+  }
   ProxiedStream::Hooks hooks{[this](ProxiedStream* s) { OnClientGone(s); },
                              [this](ProxiedStream* s) { OnEnded(s); }};
   std::shared_ptr<ProxiedStream> stream = ProxiedStream::Create(

@@ -12,6 +12,7 @@
 #include "common/metrics_http_server.h"
 #include "common/probe_server.h"
 #include "common/protobuf_log.h"
+#include "common/stream_buffer_flags.h"
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
 #include "gateway/api_keys.h"
@@ -33,8 +34,8 @@ int Run(int argc, char** argv) {
   std::string policy_name = "least-outstanding", api_key, api_key_file, expected_fingerprint;
   ServerTlsFiles tls;
   ClientTlsFiles worker_tls;
-  int64_t max_inflight = 256, max_queue = 256, max_buffered_responses = 256, max_retries = 3,
-          max_migrations = 5;
+  int64_t max_inflight = 256, max_queue = 256, max_retries = 3, max_migrations = 5;
+  StreamBufferFlags buffers;
   int64_t drain_grace_seconds = 30, poll_ms = 250, dns_ms = 2000, worker_keepalive_ms = 10000;
   int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
   int64_t retry_rounds = 5, worker_wait_ms = 2000, max_worker_waits = 3, unary_timeout_ms = 10000;
@@ -67,9 +68,7 @@ int Run(int argc, char** argv) {
   flags.Int("max-inflight", &max_inflight, "client streams served at once");
   flags.Int("max-queue", &max_queue,
             "client streams waiting for a slot; beyond: RESOURCE_EXHAUSTED");
-  flags.Int("max-buffered-responses", &max_buffered_responses,
-            "responses a stream may hold for a client that does not read; beyond, it is cancelled "
-            "upstream and ends RESOURCE_EXHAUSTED");
+  buffers.Register(flags);
   flags.Int("max-retries", &max_retries, "retries on other workers before the first token");
   flags.Int("max-migrations", &max_migrations,
             "resumes on other workers after a mid-stream failure");
@@ -124,10 +123,13 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "walsh-gateway: give --workers or --workers-dns\n");
     return 2;
   }
-  if (max_inflight < 1 || max_queue < 0 || max_buffered_responses < 1) {
+  if (max_inflight < 1 || max_queue < 0) {
     std::fprintf(stderr,
-                 "walsh-gateway: --max-inflight and --max-buffered-responses must be at least 1, "
-                 "--max-queue at least 0\n");
+                 "walsh-gateway: --max-inflight must be at least 1, --max-queue at least 0\n");
+    return 2;
+  }
+  if (absl::Status s = buffers.Validate(); !s.ok()) {
+    std::fprintf(stderr, "walsh-gateway: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (retry_rounds < 0 || worker_wait_ms < 0 || max_worker_waits < 0 || unary_timeout_ms < 1 ||
@@ -196,7 +198,8 @@ int Run(int argc, char** argv) {
   WorkerPool pool(po);
 
   MetricsRegistry registry;
-  GatewayMetrics metrics(registry, &pool);
+  BufferBudget buffer_budget("the gateway", buffers.max_total);
+  GatewayMetrics metrics(registry, &pool, &buffer_budget);
   HttpMetrics http_metrics(registry, "walsh_gateway_http");
   AddProcessMetrics(registry);
   auto metrics_server = MetricsHttpServer::Start(metrics_listen, &registry);
@@ -207,7 +210,7 @@ int Run(int argc, char** argv) {
   GatewayOptions go;
   go.max_inflight = max_inflight;
   go.max_queue = max_queue;
-  go.max_buffered_responses = max_buffered_responses;
+  go.stream_buffers = buffers.Limits(&buffer_budget);
   go.max_retries = static_cast<int>(max_retries);
   go.max_migrations = static_cast<int>(max_migrations);
   go.retry_rounds = static_cast<int>(retry_rounds);
@@ -249,6 +252,7 @@ int Run(int argc, char** argv) {
   if (!http.listen.empty()) {
     OpenAiServerOptions ho;
     ho.http = *http_options;
+    ho.http.stream.budget = &buffer_budget;
     ho.served_model_name = http.served_model_name;
     ho.api_keys = &keys;
     ho.worker_wait = std::chrono::milliseconds(worker_wait_ms);

@@ -72,6 +72,7 @@ class ProxiedStream::UpstreamCall final : public grpc::ClientReadReactor<v1::Gen
     self_ = std::move(self);
     generate_ = std::move(request);
     worker_->generator->async()->Generate(&context, &generate_, this);
+    AddHold();  // until the last read: a held read resumes later, so OnDone must wait for it
     StartRead(&response_);
     StartCall();
   }
@@ -79,21 +80,27 @@ class ProxiedStream::UpstreamCall final : public grpc::ClientReadReactor<v1::Gen
     self_ = std::move(self);
     resume_ = std::move(request);
     worker_->worker->async()->Resume(&context, &resume_, this);
+    AddHold();
     StartRead(&response_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;
+    if (!ok) return RemoveHold();
     // A worker that answers is serving: a half-open breaker closes on its trial's first
     // response, not when that (maybe long) stream ends.
     if (!answered_) {
       answered_ = true;
       worker_->breaker.RecordAnswer();
     }
-    stream_->OnResponse(response_, worker_->address);
-    StartRead(&response_);
+    // A full client buffer holds the next read: HTTP/2 flow control then holds the worker.
+    if (stream_->OnResponse(response_, worker_->address) || !stream_->HoldReads()) {
+      StartRead(&response_);
+    }
   }
+  // Once per held read: when the client's buffer drains, or the stream is interrupted (the read
+  // then fails and the call ends).
+  void ResumeReads() { StartRead(&response_); }
   void OnDone(const grpc::Status& s) override {
     std::shared_ptr<UpstreamCall> self = std::move(self_);  // this dies with the last owner
     stream_->OnCallDone(worker_, s);
@@ -122,18 +129,23 @@ std::shared_ptr<ProxiedStream> ProxiedStream::Create(const Env& env,
       new ProxiedStream(env, std::move(request), context->deadline(), std::move(session),
                         std::move(client_slot), std::move(hooks)));
   // The writer reaches the stream only weakly: a stream that has ended owes its client nothing.
-  stream->writer_ =
-      StreamWriter::Create(context, static_cast<size_t>(env.options->max_buffered_responses),
-                           [weak = std::weak_ptr<ProxiedStream>(stream)](bool) {
-                             auto s = weak.lock();
-                             if (s == nullptr) return;
-                             {
-                               MutexLock l(&s->mu_);
-                               if (s->ended_) return;  // it owes the gateway nothing more
-                               s->client_gone_at_ = Clock::now();
-                             }
-                             s->hooks_.client_gone(s.get());
-                           });
+  const std::weak_ptr<ProxiedStream> weak = stream;
+  stream->writer_ = StreamWriter::Create(
+      context, env.options->stream_buffers,
+      [weak](bool stalled) {
+        auto s = weak.lock();
+        if (s == nullptr) return;
+        {
+          MutexLock l(&s->mu_);
+          if (s->ended_) return;  // it owes the gateway nothing more
+          s->client_gone_at_ = Clock::now();
+        }
+        if (stalled) s->env_.metrics->stalled_streams.Inc();
+        s->hooks_.client_gone(s.get());
+      },
+      [weak] {
+        if (auto s = weak.lock()) s->OnClientWritable();
+      });
   return stream;
 }
 
@@ -151,17 +163,45 @@ ProxiedStream::ProxiedStream(const Env& env, v1::GenerateRequest request,
   hint_ = RouteHint{PrefixAffinityKey(request_, env_.pool->affinity_window()), session_};
 }
 
+bool ProxiedStream::HoldReads() {
+  MutexLock l(&mu_);
+  if (writable_owed_) {  // the client's buffer drained between the push and now
+    writable_owed_ = false;
+    return false;
+  }
+  reads_held_ = true;
+  return true;
+}
+
+void ProxiedStream::OnClientWritable() {
+  std::shared_ptr<UpstreamCall> call;
+  {
+    MutexLock l(&mu_);
+    if (!reads_held_) {
+      writable_owed_ = true;
+      return;
+    }
+    reads_held_ = false;
+    call = call_;
+  }
+  if (call != nullptr) call->ResumeReads();
+}
+
 void ProxiedStream::Interrupt(const grpc::Status& why) {
   std::shared_ptr<UpstreamCall> call;
   std::shared_ptr<grpc::Alarm> alarm;
+  bool held;
   {
     MutexLock l(&mu_);
     if (!interrupted_) interrupted_ = why;
     call = call_;
     alarm = alarm_;
+    held = reads_held_;
+    reads_held_ = false;
   }
   // Outside the lock: either may run the pending callback on this thread.
   if (call != nullptr) call->context.TryCancel();
+  if (held && call != nullptr) call->ResumeReads();
   if (alarm != nullptr) alarm->Cancel();
 }
 
@@ -242,16 +282,15 @@ void ProxiedStream::StartCall(std::shared_ptr<WorkerEndpoint> w) {
   if (interrupted) call->context.TryCancel();  // Interrupt may have come before Begin
 }
 
-void ProxiedStream::OnResponse(v1::GenerateResponse& resp, const std::string& worker) {
+bool ProxiedStream::OnResponse(v1::GenerateResponse& resp, const std::string& worker) {
   if (resp.has_started()) {
-    if (started_) return;  // a resumed stream's Started: the client has its own
+    if (started_) return true;  // a resumed stream's Started: the client has its own
     started_ = true;
     prompt_ids_.assign(resp.started().prompt_ids().begin(), resp.started().prompt_ids().end());
     seed_ = resp.started().seed();
     if (!client_wants_prompt_) resp.mutable_started()->clear_prompt_ids();
     const std::pair<std::string, std::string> routed("x-walsh-worker", worker);
-    writer_->Push(resp, &routed);
-    return;
+    return writer_->Push(resp, &routed);
   }
   if (resp.has_tokens()) {
     const auto now = Clock::now();
@@ -265,7 +304,7 @@ void ProxiedStream::OnResponse(v1::GenerateResponse& resp, const std::string& wo
     for (const auto& t : resp.tokens().tokens()) emitted_.push_back(t.id());
   }
   if (resp.has_finished()) finished_ = true;
-  writer_->Push(resp);
+  return writer_->Push(resp);
 }
 
 void ProxiedStream::OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const grpc::Status& s) {

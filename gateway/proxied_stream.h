@@ -71,7 +71,12 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
 
   void Step() ABSL_LOCKS_EXCLUDED(mu_);
   void StartCall(std::shared_ptr<WorkerEndpoint> w) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnResponse(v1::GenerateResponse& resp, const std::string& worker);
+  // Passes a worker's response on; false when the client's buffer is full (common/stream_writer.h).
+  bool OnResponse(v1::GenerateResponse& resp, const std::string& worker);
+  // After OnResponse answered false: true if the upstream call must hold its next read until
+  // OnClientWritable, false if the buffer drained meanwhile.
+  bool HoldReads() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnClientWritable() ABSL_LOCKS_EXCLUDED(mu_);
   void OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const grpc::Status& s)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Sleep(Clock::duration d) ABSL_LOCKS_EXCLUDED(mu_);
@@ -106,6 +111,10 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
   std::shared_ptr<UpstreamCall> call_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::Alarm> alarm_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  // Backpressure: the current call holds its next read; or the client's buffer drained before
+  // the call could hold.
+  bool reads_held_ ABSL_GUARDED_BY(mu_) = false;
+  bool writable_owed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace walsh

@@ -19,6 +19,10 @@ WorkerEndpoint::WorkerEndpoint(std::string addr, const WorkerChannelOptions& opt
   // Fail fast on a dead worker instead of waiting for reconnect backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Backpressure: a stream whose client does not read stops being read here, and its worker must
+  // feel that within a window, not after BDP probing grew the window to megabytes of copies.
+  // Token streams need no more than the initial 64 KiB window.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   if (keepalive.count() > 0) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive.count()));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.count()));

@@ -2,7 +2,7 @@
 // HTTP request is admitted, authorized, limited, routed, retried and migrated exactly as a
 // gRPC client's. The stream's messages wait in a short queue for the HTTP thread; while it is
 // full no more are read, so a slow HTTP client slows its stream as a slow gRPC client does
-// (and past --max-buffered-responses the gateway ends it).
+// (and past --stall-timeout-seconds the gateway ends it).
 #ifndef WALSH_GATEWAY_HTTP_GENERATE_CALL_H_
 #define WALSH_GATEWAY_HTTP_GENERATE_CALL_H_
 

@@ -40,6 +40,12 @@ HttpExchange::HttpExchange(HttpRequestHead head, HttpStreamLimits limits, MHD_Co
       fd_(fd),
       wake_fd_(wake_fd) {}
 
+HttpExchange::~HttpExchange() {
+  if (limits_.budget != nullptr) {
+    limits_.budget->Release(static_cast<int64_t>(events_.size() - events_taken_));
+  }
+}
+
 std::vector<std::string> HttpExchange::HeaderValues(const char* name) const {
   std::vector<std::string> values;
   for (const auto& [n, v] : head_.headers) {
@@ -114,7 +120,11 @@ bool HttpExchange::SendEvent(const std::string& data) {
     events_.erase(0, events_taken_);
     events_taken_ = 0;
   }
+  const size_t before = events_.size();
   absl::StrAppend(&events_, "data: ", data, "\n\n");
+  if (limits_.budget != nullptr) {
+    limits_.budget->Add(static_cast<int64_t>(events_.size() - before));
+  }
   ResumeLocked();
   return true;
 }
@@ -185,6 +195,7 @@ size_t HttpExchange::TakeEvents(char* out, size_t max, bool* end, bool* failed) 
   if (n > 0) {
     std::memcpy(out, events_.data() + events_taken_, n);
     events_taken_ += n;
+    if (limits_.budget != nullptr) limits_.budget->Release(static_cast<int64_t>(n));
     if (events_taken_ == events_.size()) {
       events_.clear();
       events_taken_ = 0;

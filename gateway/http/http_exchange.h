@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/buffer_budget.h"
 #include "common/mutex.h"
 #include "gateway/http/api_error.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +32,7 @@ struct HttpStreamLimits {
   // Events not yet taken by the socket; the socket's send buffer is set to the same size.
   int64_t max_buffered_bytes = 256 << 10;
   std::chrono::milliseconds stall_timeout{30000};
+  BufferBudget* budget = nullptr;  // the process's total (--max-buffered-total), if any
 };
 
 class HttpExchange {
@@ -39,6 +41,7 @@ class HttpExchange {
   // from outside its own thread does not wake on a resume by itself).
   HttpExchange(HttpRequestHead head, HttpStreamLimits limits, MHD_Connection* conn, int fd,
                int wake_fd);
+  ~HttpExchange();
 
   // The request (any thread).
   const std::string& method() const { return head_.method; }

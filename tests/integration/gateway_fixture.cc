@@ -53,11 +53,13 @@ bool GatewayProcess::WaitForMetric(const std::string& series, double value, int 
   return false;
 }
 
-std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n) {
+std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n,
+                                                              bool reading) {
   std::vector<std::unique_ptr<v1::Generator::Stub>> stubs;
   for (int c = 0; c < n; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("walsh.test.connection", c);  // channels with equal arguments share one
+    if (!reading) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     stubs.push_back(v1::Generator::NewStub(
         grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
   }

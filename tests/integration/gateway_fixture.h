@@ -40,8 +40,11 @@ class GatewayProcess {
   int port_ = 0, metrics_port_ = 0;
 };
 
-// `n` stubs to `target`, each on a connection of its own.
-std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n);
+// `n` stubs to `target`, each on a connection of its own. For clients that will not read
+// (`reading` false), without BDP probing: their HTTP/2 windows stay at their initial 64 KiB, as
+// NonReadingStub's (worker_fixture.h).
+std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n,
+                                                              bool reading = true);
 
 // Generate streams opened with the async client API and never read: each stays one call in
 // flight until it is cancelled, its deadline passes or the server ends it.

@@ -25,6 +25,13 @@ using testing::RunGenerate;
 using testing::StreamResult;
 using testing::WorkerProcess;
 
+// Resident memory says nothing under AddressSanitizer: freed blocks sit in its quarantine.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMemoryIsMeaningful = false;
+#else
+constexpr bool kMemoryIsMeaningful = true;
+#endif
+
 v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, float temperature,
                             uint64_t seed) {
   v1::GenerateRequest r;
@@ -477,7 +484,10 @@ TEST(Gateway, RefusesFlagsOutOfRange) {
                                                         {"--retry-rounds", "-1"},
                                                         {"--max-worker-waits", "-2"},
                                                         {"--worker-wait-ms", "-5"},
-                                                        {"--max-inflight", "0"}}) {
+                                                        {"--max-inflight", "0"},
+                                                        {"--max-buffered-bytes", "100"},
+                                                        {"--max-buffered-total", "-1"},
+                                                        {"--stall-timeout-seconds", "-1"}}) {
     ChildProcess gw({WALSH_GATEWAY_BIN, "--workers", "127.0.0.1:1", "--listen", "127.0.0.1:0",
                      "--metrics-listen", "127.0.0.1:0", flag, value});
     EXPECT_EQ(gw.Wait(std::chrono::seconds(10)), 2) << flag;
@@ -778,13 +788,15 @@ TEST(WorkerSecurity, ResumeWithoutPromptIdsIsRefused) {
   EXPECT_NE(s.error_message().find("prompt_ids"), std::string::npos) << s.error_message();
 }
 
-// A client that never reads through the gateway: once --max-buffered-responses wait at the
-// gateway, the stream is cancelled upstream (the worker frees its slot) and ends
-// RESOURCE_EXHAUSTED naming the flag.
-TEST(GatewayAdmission, AClientThatStopsReadingIsCancelledUpstream) {
-  WorkerProcess w;
+// A client that never reads through the gateway: once --max-buffered-bytes wait at the gateway
+// it stops reading the worker, and HTTP/2 flow control carries the backpressure to the worker,
+// which stops decoding the stream (held). After --stall-timeout-seconds without a read the
+// gateway cancels it upstream (the worker frees its slot) and it ends RESOURCE_EXHAUSTED naming
+// the flag.
+TEST(GatewayAdmission, AClientThatStopsReadingHoldsItsWorkerThenIsCancelled) {
+  WorkerProcess w({"--max-buffered-bytes", "4096"});
   ASSERT_TRUE(w.ok());
-  GatewayProcess gw({w.target()}, {"--max-buffered-responses", "4"});
+  GatewayProcess gw({w.target()}, {"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "6"});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = testing::NonReadingStub(gw.target());
   grpc::ClientContext ctx;
@@ -792,14 +804,15 @@ TEST(GatewayAdmission, AClientThatStopsReadingIsCancelledUpstream) {
   req.set_logprobs(20);
   req.mutable_stopping()->set_ignore_eos(true);
   auto reader = stub->Generate(&ctx, req);
-  bool refused = false;
-  for (int i = 0; i < 600 && !refused; ++i) {
-    refused = testing::HttpGet(gw.metrics_port(), "/metrics")
-                  .find("walsh_gateway_requests_total{code=\"RESOURCE_EXHAUSTED\"} 1") !=
-              std::string::npos;
-    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  bool held = false;
+  for (int i = 0; i < 200 && !held; ++i) {
+    held = testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"),
+                             "walsh_worker_held_requests") == 1.0;
+    if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
-  ASSERT_TRUE(refused);
+  EXPECT_TRUE(held) << "the worker kept decoding a stream nobody read";
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_requests_total{code=\"RESOURCE_EXHAUSTED\"}", 1, 30));
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_stalled_streams_total", 1));
   const v1::Load load = testing::WaitForIdle(*w.Worker());
   EXPECT_EQ(load.running(), 0u);
   EXPECT_EQ(load.kv_pages_used(), 0u);
@@ -808,7 +821,79 @@ TEST(GatewayAdmission, AClientThatStopsReadingIsCancelledUpstream) {
   }
   const grpc::Status s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
-  EXPECT_NE(s.error_message().find("--max-buffered-responses"), std::string::npos);
+  EXPECT_NE(s.error_message().find("--stall-timeout-seconds"), std::string::npos);
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
+}
+
+// 200 streams that do not read, 400 tokens with 20 logprobs each: the gateway and the workers
+// together grow by less than 24 MiB (one copy, in the gateway, under its per-stream bound);
+// once --max-buffered-total is held, new streams are refused by that name; and when the clients
+// read at last, every stream ends OK.
+TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
+  // Without prefix caching: finished streams would leave cache entries that grow the workers
+  // (bounded by --prefix-cache-bytes, a cache and not a buffer).
+  const std::vector<std::string> worker_flags = {"--max-running", "128", "--max-queue", "256",
+                                                 "--no-prefix-caching"};
+  WorkerProcess a(worker_flags), b(worker_flags);
+  ASSERT_TRUE(a.ok() && b.ok());
+  GatewayProcess gw({a.target(), b.target()},
+                    {"--max-inflight", "256", "--max-buffered-total", std::to_string(2 << 20)});
+  ASSERT_TRUE(gw.WaitForWorkers(2));
+  const std::vector<pid_t> pids = {gw.process().pid(), a.process().pid(), b.process().pid()};
+  // 400 tokens with 20 logprobs, about 90 KB a stream: more than a client's 64 KiB window.
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 200; ++i) {
+    requests.push_back(Request("unread " + std::to_string(i), 400, 0.8f, 100 + i));
+    requests.back().set_logprobs(20);
+  }
+  {
+    // Warm-up, read at once: the same requests touch the KV pages, prefix-cache entries, state
+    // slots, threads and arenas that they need; those are bounded by the workers' flags, not by
+    // what clients leave unread.
+    testing::UnreadStreams warm(testing::Connections(gw.target(), 4), requests,
+                                std::chrono::system_clock::now() + std::chrono::minutes(3));
+    EXPECT_EQ(warm.Finish()[grpc::StatusCode::OK], 200);
+  }
+  std::vector<int64_t> before;
+  for (pid_t p : pids) before.push_back(testing::ResidentBytes(p));
+  testing::UnreadStreams unread(testing::Connections(gw.target(), 4, /*reading=*/false), requests,
+                                std::chrono::system_clock::now() + std::chrono::minutes(3));
+  // Every stream generated in full: the workers are idle and the bytes wait in the gateway.
+  for (auto* w : {&a, &b}) {
+    bool idle = false;
+    for (int i = 0; i < 1200 && !idle; ++i) {
+      grpc::ClientContext ctx;
+      v1::Load load;
+      idle = w->Worker()->GetLoad(&ctx, {}, &load).ok() && load.running() + load.waiting() == 0;
+      if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(idle) << w->target() << " still generating after 2 minutes";
+  }
+  int64_t growth = 0;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const int64_t now = testing::ResidentBytes(pids[i]);
+    std::printf("200 unread streams: %s resident %.1f MiB -> %.1f MiB\n",
+                i == 0 ? "gateway" : "worker", before[i] / 1048576.0, now / 1048576.0);
+
+    growth += now - before[i];
+  }
+  const std::optional<double> buffered = gw.Metric("walsh_gateway_buffered_bytes");
+  ASSERT_TRUE(buffered.has_value());
+  std::printf("200 unread streams: gateway buffers %.1f MiB; all three grew %.1f MiB\n",
+              *buffered / 1048576.0, growth / 1048576.0);
+  if (kMemoryIsMeaningful) EXPECT_LT(growth, 24 << 20);
+  ASSERT_GE(*buffered, 2 << 20) << "the test's streams must fill the total";
+  const StreamResult refused = RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffer_refusals_total", 1));
+  // The clients read at last: nothing accepted was lost (each stream ends OK, after its
+  // Finished).
+  std::map<grpc::StatusCode, int> codes = unread.Finish();
+  EXPECT_EQ(codes[grpc::StatusCode::OK], 200);
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
+  EXPECT_TRUE(RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1)).status.ok());
 }
 
 // A string field that is not UTF-8 (the C++ client serializes it anyway) gets INVALID_ARGUMENT

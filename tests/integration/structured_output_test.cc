@@ -33,8 +33,7 @@ v1::GenerateRequest Constrained(const std::string& schema, uint64_t seed, uint32
 }
 
 TEST(StructuredOutput, IndependentValidatorsAcceptEveryOutput) {
-  // The client reads 16 streams at once and checks nothing until all end: room to buffer.
-  WorkerProcess w({"--max-buffered-responses", "4096"});
+  WorkerProcess w;
   ASSERT_TRUE(w.ok());
   const auto r = RunProcess({WALSH_NODE_BIN, kSource + "/tests/node/structured_output_check.mjs",
                              w.target(), kSource + "/proto", kSource + "/tests/protos",

@@ -637,11 +637,24 @@ TEST(WorkerService, SigtermDrainsAndExitsZero) {
   EXPECT_EQ(w.process().Wait(std::chrono::seconds(15)), 0) << w.process().stderr_text();
 }
 
-// A client that opens a stream and never reads: once --max-buffered-responses are waiting, the
-// worker cancels its request (the slot and pages free while the client still holds the stream)
-// and the stream ends RESOURCE_EXHAUSTED naming the flag when the client reads at last.
-TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
-  WorkerProcess w({"--max-buffered-responses", "4"});
+// Polls the worker's /metrics until `series` reads `value` (or at most `value`, if `at_most`),
+// for about 30 s; whether it did.
+bool WaitForWorkerMetric(const WorkerProcess& w, const std::string& series, double value,
+                         bool at_most = false) {
+  for (int i = 0; i < 600; ++i) {
+    const auto v = testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"), series);
+    if (v && (*v == value || (at_most && *v < value))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// A client that opens a stream and never reads: once --max-buffered-bytes wait, the worker stops
+// decoding it (held, its slot kept); after --stall-timeout-seconds without a read it cancels the
+// request (slot and pages free while the client still holds the stream), and the stream ends
+// RESOURCE_EXHAUSTED naming the flag when the client reads at last.
+TEST(WorkerService, AClientThatStopsReadingIsHeldThenLosesItsSlot) {
+  WorkerProcess w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "3"});
   ASSERT_TRUE(w.ok());
   auto stub = testing::NonReadingStub(w.target());
   grpc::ClientContext ctx;
@@ -649,6 +662,12 @@ TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
   req.set_logprobs(20);  // large responses: HTTP/2 flow control stops the writes sooner
   req.mutable_stopping()->set_ignore_eos(true);
   auto reader = stub->Generate(&ctx, req);
+  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 1));
+  const std::optional<double> buffered = testing::MetricIn(
+      testing::HttpGet(w.metrics_port(), "/metrics"), "walsh_worker_buffered_bytes");
+  ASSERT_TRUE(buffered.has_value());
+  EXPECT_GE(*buffered, 4096);
+  EXPECT_LE(*buffered, 2 * 4096);  // held: one response past the limit at most
   ASSERT_TRUE(w.process()
                   .WaitForStderrLine(
                       [](const std::string& l) {
@@ -660,14 +679,82 @@ TEST(WorkerService, AClientThatStopsReadingLosesItsSlotNotTheWorkersMemory) {
   EXPECT_EQ(load.running(), 0u);
   EXPECT_EQ(load.kv_pages_used(), 0u);
   EXPECT_EQ(load.state_slots_used(), 0u);
-  // The client reads at last: what was sent (perhaps only Started), then the refusal.
+  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_stalled_streams_total", 1));
+  // What waited behind the write in flight is gone; that write stays until the client reads.
+  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffered_bytes", 4096, /*at_most=*/true));
+  // The client reads at last: what was sent, then the refusal.
   v1::GenerateResponse resp;
   int tokens = 0;
   while (reader->Read(&resp)) tokens += resp.has_tokens() ? resp.tokens().tokens_size() : 0;
   const grpc::Status s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
-  EXPECT_NE(s.error_message().find("--max-buffered-responses"), std::string::npos);
+  EXPECT_NE(s.error_message().find("--stall-timeout-seconds"), std::string::npos);
   EXPECT_LT(tokens, 3000);
+}
+
+// Backpressure loses nothing: a client that reads only after its stream was held gets every
+// token, the same tokens as a client that read all along.
+TEST(WorkerService, AHeldStreamResumesExactlyWhenItsClientReads) {
+  WorkerProcess w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "60"});
+  ASSERT_TRUE(w.ok());
+  v1::GenerateRequest req = Request("read me late", 600, 0.9f, 4242);
+  req.set_logprobs(20);
+  req.mutable_stopping()->set_ignore_eos(true);
+  auto stub = testing::NonReadingStub(w.target());
+  grpc::ClientContext ctx;
+  auto reader = stub->Generate(&ctx, req);
+  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 1));
+  std::vector<int32_t> late;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (!resp.has_tokens()) continue;
+    for (const auto& t : resp.tokens().tokens()) late.push_back(t.id());
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  const StreamResult read_along = RunGenerate(*w.Generator(), req);
+  ASSERT_TRUE(read_along.status.ok()) << read_along.status.error_message();
+  EXPECT_EQ(late.size(), 600u);
+  EXPECT_EQ(late, read_along.ids);
+}
+
+// The worker's total: while --max-buffered-total bytes wait for clients, a new stream is refused
+// by that name and counted; once the clients go, streams are admitted again.
+TEST(WorkerService, NewStreamsAreRefusedPastTheBufferedTotal) {
+  WorkerProcess w({"--max-buffered-bytes", "4096", "--max-buffered-total", "8192",
+                   "--stall-timeout-seconds", "60"});
+  ASSERT_TRUE(w.ok());
+  auto stub = testing::NonReadingStub(w.target());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>>> readers;
+  for (int i = 0; i < 2; ++i) {
+    v1::GenerateRequest req = Request("hold " + std::to_string(i), 3000, 0.0f, std::nullopt);
+    req.set_logprobs(20);
+    req.mutable_stopping()->set_ignore_eos(true);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub->Generate(contexts.back().get(), req));
+  }
+  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 2));
+  // A stream may be held for a moment while its transport catches up, then run on until its
+  // client's HTTP/2 window is full: retry until both are held for good.
+  StreamResult refused;
+  for (int i = 0; i < 100 && refused.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    refused = RunGenerate(*w.Generator(), Request("one more", 4, 0.0f, 1));
+  }
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffer_refusals_total", 1));
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : readers) {
+    v1::GenerateResponse resp;
+    while (r->Read(&resp)) {
+    }
+    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffered_bytes", 0));
+  EXPECT_TRUE(RunGenerate(*w.Generator(), Request("one more", 4, 0.0f, 1)).status.ok());
 }
 
 // libprotobuf's own complaints (here: a string field that is not UTF-8) reach the log as JSON

@@ -268,12 +268,12 @@ TEST(Soak, ManyStreamsKeepMemoryFlat) {
   fleet.ExpectIdle();
 }
 
-// Streams on one connection whose client never reads: each is cancelled once its gateway
-// buffer fills and ends RESOURCE_EXHAUSTED naming the flag; the workers free every slot and
-// page, and the gateway's memory stays bounded.
+// Streams on one connection whose client never reads: each fills its gateway buffer, is held,
+// and is cancelled after the stall timeout, ending RESOURCE_EXHAUSTED naming the flag; the
+// workers free every slot and page, and the gateway's memory stays bounded.
 TEST(Soak, NeverReadStreamsAreCancelledAndFreed) {
   const int64_t streams = EnvInt("WALSH_SOAK_NEVER_READ", 200);
-  Fleet fleet(streams, {"--max-buffered-responses", "8"});
+  Fleet fleet(streams, {"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "2"});
   ASSERT_TRUE(fleet.ok());
   const int64_t before = testing::ResidentBytes(fleet.gateway->process().pid());
   std::vector<v1::GenerateRequest> requests;

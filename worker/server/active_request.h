@@ -48,6 +48,9 @@ class ResponseSink {
   virtual void Finished(const RequestFinished& finished) = 0;
   // Ends it with an error: cancelled, past its deadline, refused, the engine failed.
   virtual void Failed(const absl::Status& status) = 0;
+  // False while the client has not read what was sent: the scheduler holds the request's next
+  // decode (keeping its place and cache) until the sink has room and wakes it.
+  virtual bool HasRoom() { return true; }
 };
 
 using Clock = std::chrono::steady_clock;

@@ -15,6 +15,7 @@
 #include "common/metrics_http_server.h"
 #include "common/probe_server.h"
 #include "common/protobuf_log.h"
+#include "common/stream_buffer_flags.h"
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
 #include "gateway/http/http_flags.h"
@@ -46,7 +47,7 @@ struct Flags {
   bool no_prefix_caching = false;
   int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
   int64_t prefix_cache_snapshot_interval = 512;
-  int64_t max_buffered_responses = 256;
+  StreamBufferFlags buffers;
   std::string device = "cpu";
   std::string kv_cache_dtype = "fp16";
   double gpu_memory_utilization = 0.9;
@@ -114,9 +115,7 @@ int Run(int argc, char** argv) {
             "so the first request that branches off a shared document hits");
   flags.Int("max-context", &f.max_context, "prompt + output tokens per request (0: the model's)");
   flags.Int("max-tokens", &f.max_tokens, "the largest max_tokens a request may ask for");
-  flags.Int("max-buffered-responses", &f.max_buffered_responses,
-            "responses a stream may hold for a client that does not read; beyond, its request is "
-            "cancelled and the stream ends RESOURCE_EXHAUSTED");
+  f.buffers.Register(flags);
   flags.Int("drain-grace-seconds", &f.drain_grace_seconds,
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
   flags.String("device", &f.device, "cpu or cuda (the first visible GPU)");
@@ -164,9 +163,9 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (f.model.empty() || f.threads < 1 || f.max_batch_tokens < 1 || f.max_running < 1 ||
-      f.max_queue < 0 || f.max_buffered_responses < 1 || f.kv_cache_mb < 1 ||
-      f.constraint_cache_mb < 1 || f.state_mb < 1 || f.max_tokens < 1 || f.prefix_cache_bytes < 0 ||
-      f.prefix_cache_min_tokens < 1 || f.prefix_cache_snapshot_interval < 0) {
+      f.max_queue < 0 || f.kv_cache_mb < 1 || f.constraint_cache_mb < 1 || f.state_mb < 1 ||
+      f.max_tokens < 1 || f.prefix_cache_bytes < 0 || f.prefix_cache_min_tokens < 1 ||
+      f.prefix_cache_snapshot_interval < 0) {
     std::fprintf(stderr, "walsh-worker: --model is required and the limits must be positive\n%s",
                  flags.Help().c_str());
     return 2;
@@ -188,6 +187,10 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr,
                  "walsh-worker: --http-listen cannot go with --tls-client-ca-file: the HTTP API "
                  "does not check client certificates\n");
+    return 2;
+  }
+  if (absl::Status s = f.buffers.Validate(); !s.ok()) {
+    std::fprintf(stderr, "walsh-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   absl::StatusOr<HttpServerOptions> http_options = f.http.Options(f.tls);
@@ -248,6 +251,8 @@ int Run(int argc, char** argv) {
 
   MetricsRegistry registry;
   WorkerMetrics metrics(registry);
+  BufferBudget buffer_budget("the worker", f.buffers.max_total);
+  AddBufferMetrics(registry, "walsh_worker", &buffer_budget);
   AddProcessMetrics(registry);
   auto metrics_server = MetricsHttpServer::Start(f.metrics_listen, &registry);
   if (!metrics_server.ok())
@@ -299,6 +304,7 @@ int Run(int argc, char** argv) {
   if (!f.http.listen.empty()) {
     OpenAiServerOptions ho;
     ho.http = *http_options;
+    ho.http.stream.budget = &buffer_budget;
     ho.served_model_name = f.http.served_model_name;
     ho.chat_content_special_tokens = f.http.chat_content_special_tokens;
     ho.ready = [&] { return http_serving.load(); };
@@ -405,7 +411,8 @@ int Run(int argc, char** argv) {
   ctx.limits = {vocab, context, f.max_tokens, tokenizer.get(), constraints.get()};
   ctx.model_info = info;
   ctx.scheduler = &scheduler;
-  ctx.max_buffered_responses = f.max_buffered_responses;
+  ctx.stream_buffers = f.buffers.Limits(&buffer_budget);
+  ctx.stalled_streams = &metrics.stalled_streams;
   ctx.prepare = &prepare;
   ctx.ready = true;
   SetHealth(*server, true);

@@ -62,6 +62,7 @@ absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
     r->tokens = r->prompt;
     for (int32_t id : r->generation->output()) r->tokens.push_back(id);
     waiting_.push_back(std::move(r));
+    ++wakes_;
   }
   cv_.SignalAll();
   return absl::OkStatus();
@@ -72,7 +73,13 @@ void Scheduler::StopAdmitting() {
   admitting_ = false;
 }
 
-void Scheduler::Wake() { cv_.SignalAll(); }
+void Scheduler::Wake() {
+  {
+    MutexLock l(&mu_);
+    ++wakes_;
+  }
+  cv_.SignalAll();
+}
 
 void Scheduler::CancelAll(const absl::Status& status) {
   MutexLock l(&mu_);
@@ -80,6 +87,7 @@ void Scheduler::CancelAll(const absl::Status& status) {
   // Running requests are ended by the loop at its next step; mark them.
   cancel_all_status_ = status;
   cancel_all_ = true;
+  ++wakes_;
   cv_.SignalAll();
 }
 
@@ -103,8 +111,12 @@ void Scheduler::Loop() {
   for (;;) {
     while (!(stop_ || !waiting_.empty() || !running_.empty() || cancel_all_)) cv_.Wait(&mu_);
     if (stop_) return;
+    const uint64_t wakes = wakes_;
     Step();
     DeliverEvents();
+    // Nothing ran but held requests: wait for a sink with room (its writer wakes us), a cancel or
+    // a new request; deadlines are looked at again within 100 ms.
+    if (only_held_ && wakes_ == wakes) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
   }
 }
 
@@ -300,6 +312,7 @@ void Scheduler::UpdateGauges() {
 }
 
 void Scheduler::Step() {
+  only_held_ = false;
   DropFinished();
   // Right after a preemption, let the running batch make progress before admitting again.
   if (!preempted_this_step_) Admit();
@@ -317,6 +330,7 @@ void Scheduler::Step() {
   std::vector<BatchCandidate> candidates;
   std::vector<DraftRequest> asks;
   std::vector<size_t> asked;  // asks[j] drafts for running_[asked[j]]
+  int64_t held = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     ActiveRequest& r = *running_[i];
     while (!r.snapshot_points.empty() &&
@@ -325,6 +339,11 @@ void Scheduler::Step() {
     }
     const int64_t remaining = static_cast<int64_t>(r.tokens.size() - r.fed);
     const bool decode = remaining == 1 && !r.generation->output().empty();
+    if (decode && !r.sink->HasRoom()) {  // its client has not read: no more output for now
+      ++held;
+      candidates.push_back({.remaining = 0, .decode = false, .until_snapshot = -1});
+      continue;
+    }
     if (const int64_t limit = decode && speculate ? DraftLimit(r, planes_free) : 0; limit > 0) {
       asks.push_back({.key = r.arrival, .tokens = r.tokens, .max_tokens = limit});
       asked.push_back(i);
@@ -390,7 +409,11 @@ void Scheduler::Step() {
       members.push_back(&r);
     }
   }
-  if (batch.empty()) return;
+  metrics_->held_requests.Set(static_cast<double>(held));
+  if (batch.empty()) {
+    only_held_ = held > 0;
+    return;
+  }
   // The step's pages (and a speculative step's state planes) are reserved before it runs, so it
   // cannot run out of them mid-way. When the pool cannot give them, the last to arrive gives way
   // and the next step is planned again; a request running alone that outgrows the whole pool

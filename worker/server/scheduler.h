@@ -119,6 +119,10 @@ class Scheduler {
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status cancel_all_status_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Backpressure: the last step found nothing to run but requests whose clients have not read
+  // (ResponseSink::HasRoom); it then waits for a wake (counted, so none is missed) or 100 ms.
+  bool only_held_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t wakes_ ABSL_GUARDED_BY(mu_) = 0;
   // Sink calls decided under mu_ and made after it is released, in the order decided.
   std::vector<std::function<void()>> outbox_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

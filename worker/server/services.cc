@@ -63,6 +63,8 @@ class StreamSink final : public ResponseSink {
 
   void Failed(const absl::Status& status) override { writer_->Complete(ToGrpc(status)); }
 
+  bool HasRoom() override { return writer_->HasRoom(); }
+
  private:
   std::shared_ptr<StreamWriter> writer_;
 };
@@ -178,22 +180,25 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   // The writer reaches the request only weakly: the request owns the writer through its sink.
   auto slot = std::make_shared<RequestSlot>();
   Scheduler* scheduler = ctx->scheduler;
+  if (BufferBudget* budget = ctx->stream_buffers.budget; budget != nullptr) {
+    if (const absl::Status b = budget->AdmitStream(); !b.ok()) return new ErrorReactor(ToGrpc(b));
+  }
   auto writer = StreamWriter::Create(
-      context, static_cast<size_t>(ctx->max_buffered_responses),
-      [slot, scheduler, max_buffered = ctx->max_buffered_responses](bool stalled) {
+      context, ctx->stream_buffers,
+      [slot, scheduler, stalled_streams = ctx->stalled_streams](bool stalled) {
         std::shared_ptr<ActiveRequest> r;
         {
           MutexLock l(&slot->mu);
           r = slot->request.lock();
         }
+        if (stalled && stalled_streams != nullptr) stalled_streams->Inc();
         if (r == nullptr) return;  // still being prepared: Prepare sees the cancellation
         r->cancelled = true;
-        if (stalled) {
-          LogJson("warning", "client_not_reading",
-                  {{"request_id", r->request_id}, {"buffered", max_buffered}});
-        }
+        if (stalled) LogJson("warning", "client_not_reading", {{"request_id", r->request_id}});
         scheduler->Wake();
-      });
+      },
+      // A stream that was full has room again: the scheduler decodes it at its next step.
+      [scheduler] { scheduler->Wake(); });
   if (ctx->prepare == nullptr) {
     Prepare(ctx, writer, slot, p);
   } else if (!ctx->prepare->TrySubmit([ctx, writer, slot, p = std::move(p)](bool shutting_down) {

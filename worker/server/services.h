@@ -6,6 +6,8 @@
 #include <atomic>
 #include <string>
 
+#include "common/metrics.h"
+#include "common/stream_writer.h"
 #include "walsh/v1/generator.grpc.pb.h"
 #include "worker/model/tokenizer.h"
 #include "worker/server/prepare_pool.h"
@@ -21,9 +23,10 @@ struct ServiceContext {
   ValidationLimits limits;
   v1::ModelInfo model_info;
   std::atomic<uint64_t> next_request{1};
-  // Responses one stream may hold while its client does not read; beyond, the request is
-  // cancelled (its slot freed) and the stream ends RESOURCE_EXHAUSTED.
-  int64_t max_buffered_responses = 256;
+  // What one stream may hold while its client does not read (when full, the scheduler stops
+  // decoding it), its stall timeout, and the process's total, which refuses new streams.
+  StreamBufferLimits stream_buffers;
+  Counter* stalled_streams = nullptr;  // cancelled for not reading (may be null)
   // Where Generate and Resume tokenize and compile their constraint (null: on the gRPC thread).
   PreparePool* prepare = nullptr;
 };

@@ -37,6 +37,14 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       preemptions(r.AddCounter("walsh_worker_preemptions_total",
                                "Sequences preempted (state freed, recomputed later) for KV pages.")
                       .counter()),
+      stalled_streams(r.AddCounter("walsh_worker_stalled_streams_total",
+                                   "Streams cancelled because their client read nothing for "
+                                   "--stall-timeout-seconds (or overflowed --max-buffered-bytes).")
+                          .counter()),
+      held_requests(r.AddGauge("walsh_worker_held_requests",
+                               "Running requests not decoded because their client has not read "
+                               "--max-buffered-bytes of their output.")
+                        .gauge()),
       kv_pages_used(r.AddGauge("walsh_worker_kv_pages_used", "KV cache pages in use.").gauge()),
       kv_pages_total(
           r.AddGauge("walsh_worker_kv_pages_capacity", "KV cache pages in the pool.").gauge()),

@@ -22,6 +22,8 @@ struct WorkerMetrics {
   Histogram& step_duration;
   Histogram& batch_size;
   Counter& preemptions;
+  Counter& stalled_streams;
+  Gauge& held_requests;
   Gauge& kv_pages_used;
   Gauge& kv_pages_total;
   Gauge& state_slots_used;
