@@ -59,7 +59,10 @@ std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string&
   for (int c = 0; c < n; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("walsh.test.connection", c);  // channels with equal arguments share one
-    if (!reading) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    if (!reading) {
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 10);
+    }
     stubs.push_back(v1::Generator::NewStub(
         grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
   }

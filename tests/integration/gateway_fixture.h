@@ -41,8 +41,8 @@ class GatewayProcess {
 };
 
 // `n` stubs to `target`, each on a connection of its own. For clients that will not read
-// (`reading` false), without BDP probing: their HTTP/2 windows stay at their initial 64 KiB, as
-// NonReadingStub's (worker_fixture.h).
+// (`reading` false), without BDP probing and with 16 KiB stream windows: what they do not read
+// stays in the server (the worst case for its memory).
 std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n,
                                                               bool reading = true);
 

@@ -825,25 +825,27 @@ TEST(GatewayAdmission, AClientThatStopsReadingHoldsItsWorkerThenIsCancelled) {
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
 }
 
-// 200 streams that do not read, 400 tokens with 20 logprobs each: the gateway and the workers
+// 200 streams that do not read, 200 tokens with 20 logprobs each: the gateway and the workers
 // together grow by less than 24 MiB (one copy, in the gateway, under its per-stream bound);
 // once --max-buffered-total is held, new streams are refused by that name; and when the clients
 // read at last, every stream ends OK.
 TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
-  // Without prefix caching: finished streams would leave cache entries that grow the workers
-  // (bounded by --prefix-cache-bytes, a cache and not a buffer).
-  const std::vector<std::string> worker_flags = {"--max-running", "128", "--max-queue", "256",
-                                                 "--no-prefix-caching"};
+  // Caches are not buffers: without prefix caching (finished streams would leave entries that
+  // grow the workers up to --prefix-cache-bytes), and with KV and state pools just large enough
+  // for 128 running streams, so that the warm-up touches them and reuse does not page in more.
+  const std::vector<std::string> worker_flags = {
+      "--max-running", "128", "--max-queue", "256", "--no-prefix-caching",
+      "--kv-cache-mb", "24",  "--state-mb",  "34"};
   WorkerProcess a(worker_flags), b(worker_flags);
   ASSERT_TRUE(a.ok() && b.ok());
   GatewayProcess gw({a.target(), b.target()},
                     {"--max-inflight", "256", "--max-buffered-total", std::to_string(2 << 20)});
   ASSERT_TRUE(gw.WaitForWorkers(2));
   const std::vector<pid_t> pids = {gw.process().pid(), a.process().pid(), b.process().pid()};
-  // 400 tokens with 20 logprobs, about 90 KB a stream: more than a client's 64 KiB window.
+  // 200 tokens with 20 logprobs, about 45 KB a stream: more than the clients' 16 KiB windows.
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 200; ++i) {
-    requests.push_back(Request("unread " + std::to_string(i), 400, 0.8f, 100 + i));
+    requests.push_back(Request("unread " + std::to_string(i), 200, 0.8f, 100 + i));
     requests.back().set_logprobs(20);
   }
   {
