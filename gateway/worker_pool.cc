@@ -137,6 +137,13 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   if (serving != w.serving.load()) {
     LogJson("info", serving ? "worker_serving" : "worker_not_serving", {{"worker", w.address}});
   }
+  // Why a worker cannot be checked (refused, a TLS handshake, a wrong name) is logged once per
+  // distinct error, not on every poll.
+  if (!hs.ok() && hs.error_message() != w.check_error) {
+    LogJson("warning", "worker_check_failed",
+            {{"worker", w.address}, {"error", hs.error_message()}});
+  }
+  w.check_error = hs.ok() ? std::string() : hs.error_message();
   w.serving = serving;
   if (!serving) return;
   // The fingerprint is checked on every poll, not only the first: a worker restarted at a known

@@ -54,6 +54,7 @@ struct WorkerEndpoint {
   std::atomic<bool> known{false};               // fingerprint checked
   std::atomic<int64_t> waiting{0}, running{0};  // from GetLoad
   std::atomic<int64_t> affinity_window{0};      // from ModelInfo (0: unknown or refused)
+  std::string check_error;  // the last failed health check's error, logged once (polling thread)
 
   bool Routable() { return serving && known && !refused; }
 };

@@ -647,8 +647,15 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
                             {"--worker-tls-ca-file", pki + "ca.pem", "--worker-tls-cert-file",
                              pki + "client.pem", "--worker-tls-key-file", pki + "client.key",
                              "--worker-tls-server-name", "walsh-worker.example"});
-  // Nothing to wait for: the check is that nothing happens in a window of several polls.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // It polled the worker, and the check failed (logged with its reason); it is not healthy.
+  EXPECT_TRUE(wrong_name.process()
+                  .WaitForStderrLine(
+                      [&](const std::string& l) {
+                        return l.find("\"event\":\"worker_check_failed\"") != std::string::npos &&
+                               l.find(target) != std::string::npos;
+                      },
+                      std::chrono::seconds(30))
+                  .has_value());
   EXPECT_EQ(wrong_name.Metric("walsh_gateway_worker_healthy{worker=\"" + target + "\"}"), 0);
 }
 

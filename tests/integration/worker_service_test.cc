@@ -593,9 +593,30 @@ TEST(WorkerService, AStalledRankTurnsTheWorkerNotServing) {
   EXPECT_TRUE(not_serving);
 }
 
+// Polls the worker's /metrics until `series` reads `value` (or at most `value`, if `at_most`),
+// for about 30 s; whether it did.
+bool WaitForWorkerMetric(const WorkerProcess& w, const std::string& series, double value,
+                         bool at_most = false) {
+  for (int i = 0; i < 600; ++i) {
+    const auto v = testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"), series);
+    if (v && (*v == value || (at_most && *v < value))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// SIGTERM drains: health turns NOT_SERVING, streams that can finish within
+// --drain-grace-seconds finish whole, one that cannot (its client reads nothing, so the worker
+// holds it) is ended, and the process exits 0.
 TEST(WorkerService, SigtermDrainsAndExitsZero) {
-  WorkerProcess w({"--drain-grace-seconds", "5"});
+  WorkerProcess w({"--drain-grace-seconds", "5", "--max-buffered-bytes", "4096"});
   ASSERT_TRUE(w.ok());
+  auto held_stub = testing::NonReadingStub(w.target());
+  grpc::ClientContext held_ctx;
+  v1::GenerateRequest held_req = Request("never read", 4000, 0.0f, std::nullopt);
+  held_req.set_logprobs(20);
+  auto held = held_stub->Generate(&held_ctx, held_req);
+  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 1));
   auto stub = w.Generator();
   std::vector<StreamResult> results(4);
   std::vector<std::thread> threads;
@@ -630,23 +651,16 @@ TEST(WorkerService, SigtermDrainsAndExitsZero) {
   for (auto& t : threads) t.join();
   EXPECT_TRUE(saw_not_serving);
   for (const StreamResult& r : results) {
-    EXPECT_TRUE(r.status.ok() || r.status.error_code() == grpc::StatusCode::UNAVAILABLE)
-        << r.status.error_message();
-    if (r.status.ok()) EXPECT_EQ(r.finish_reason, "length");
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.ids.size(), 150u);
+    EXPECT_EQ(r.finish_reason, "length");
   }
   EXPECT_EQ(w.process().Wait(std::chrono::seconds(15)), 0) << w.process().stderr_text();
-}
-
-// Polls the worker's /metrics until `series` reads `value` (or at most `value`, if `at_most`),
-// for about 30 s; whether it did.
-bool WaitForWorkerMetric(const WorkerProcess& w, const std::string& series, double value,
-                         bool at_most = false) {
-  for (int i = 0; i < 600; ++i) {
-    const auto v = testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"), series);
-    if (v && (*v == value || (at_most && *v < value))) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  v1::GenerateResponse resp;
+  bool finished = false;
+  while (held->Read(&resp)) finished = finished || resp.has_finished();
+  EXPECT_FALSE(finished);
+  EXPECT_FALSE(held->Finish().ok());
 }
 
 // A client that opens a stream and never reads: once --max-buffered-bytes wait, the worker stops
