@@ -4,18 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reactor.h"
 #include "common/raw_messages.h"
 
 namespace walsh {
-namespace {
-
-class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  explicit ErrorReactor(const grpc::Status& s) { Finish(s); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
 
 GatewayService::GatewayService(WorkerPool* pool, RoutingPolicy* policy, GatewayMetrics* metrics,
                                GatewayOptions options)

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reactor.h"
 #include "common/json_log.h"
 #include "common/raw_messages.h"
 #include "common/stream_writer.h"
@@ -77,13 +78,6 @@ grpc::Status Unavailable(const ServiceContext& ctx, bool needs_tokenizer) {
   }
   return grpc::Status::OK;
 }
-
-// A reactor that fails at once (validation errors, a full queue).
-class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  explicit ErrorReactor(const grpc::Status& s) { Finish(s); }
-  void OnDone() override { delete this; }
-};
 
 // The request a stream's writer cancels once it exists (set when preparation made it).
 struct RequestSlot {
