@@ -41,13 +41,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
       !options.quantize_activations && options.kv_cache_dtype == KvCacheDtype::kFp16
           ? KvCacheDtype::kF32
           : options.kv_cache_dtype;
-  const int64_t page_bytes = KvPagePool::PageBytes(
-      options.page_size, std::max<int64_t>(engine->model_->attention_layers(), 1),
-      KvBytes(kv_dtype, c.head_count_kv * c.key_length));
+  // Sized at TP = 1, from the same geometry each rank allocates its share of.
+  const CacheGeometry whole =
+      Qwen35Graph::GeometryOf(*engine->model_, c.head_count_kv, c.ssm_group_count,
+                              c.ssm_time_step_rank, 0, options.page_size, 0);
+  const int64_t page_bytes = KvPagePool::PageBytes(whole.page_size, whole.attention_layers,
+                                                   KvBytes(kv_dtype, whole.kv_dim));
   const int64_t slot_bytes =
-      StateSlotPool::SlotBytes(std::max<int64_t>(engine->model_->gdn_layers(), 1),
-                               (c.ssm_conv_kernel - 1) * c.gdn_conv_dim(),
-                               c.ssm_time_step_rank * c.ssm_state_size * c.ssm_state_size);
+      StateSlotPool::SlotBytes(whole.gdn_layers, whole.conv_floats, whole.recurrent_floats);
   const bool uses_kv = engine->model_->attention_layers() > 0;
   const bool snapshots = options.prefix_caching && uses_kv;
   ASSIGN_OR_RETURN(const CachePlan caches,

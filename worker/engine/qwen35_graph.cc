@@ -156,18 +156,24 @@ Qwen35Graph::Qwen35Graph(const Model& model, Backend& backend, bool quantize_act
 }
 
 CacheGeometry Qwen35Graph::Geometry(int64_t pages, int64_t page_size, int64_t slots) const {
-  const Qwen35Config& c = model_.config();
+  return GeometryOf(model_, shard_.kv_heads.size(), shard_.key_heads.size(),
+                    shard_.value_heads.size(), pages, page_size, slots);
+}
+
+CacheGeometry Qwen35Graph::GeometryOf(const Model& model, int64_t kv_heads, int64_t key_heads,
+                                      int64_t value_heads, int64_t pages, int64_t page_size,
+                                      int64_t slots) {
+  const Qwen35Config& c = model.config();
   const int64_t shd = c.ssm_state_size;
   CacheGeometry g;
   g.pages = pages;
   g.page_size = page_size;
-  g.attention_layers = std::max<int64_t>(model_.attention_layers(), 1);
-  g.kv_dim = shard_.kv_heads.size() * c.key_length;
+  g.attention_layers = std::max<int64_t>(model.attention_layers(), 1);
+  g.kv_dim = kv_heads * c.key_length;
   g.slots = slots;
-  g.gdn_layers = std::max<int64_t>(model_.gdn_layers(), 1);
-  g.conv_floats =
-      (c.ssm_conv_kernel - 1) * (2 * shard_.key_heads.size() + shard_.value_heads.size()) * shd;
-  g.recurrent_floats = shard_.value_heads.size() * shd * shd;
+  g.gdn_layers = std::max<int64_t>(model.gdn_layers(), 1);
+  g.conv_floats = (c.ssm_conv_kernel - 1) * (2 * key_heads + value_heads) * shd;
+  g.recurrent_floats = value_heads * shd * shd;
   return g;
 }
 

@@ -33,6 +33,11 @@ class Qwen35Graph {
 
   // The sizes of this rank's KV pages and state slots (its heads only).
   CacheGeometry Geometry(int64_t pages, int64_t page_size, int64_t slots) const;
+  // The one place cache shapes are computed: for a rank holding these many KV heads and GDN key
+  // and value heads (the whole model's counts give the TP = 1 sizes the cache plan uses).
+  static CacheGeometry GeometryOf(const Model& model, int64_t kv_heads, int64_t key_heads,
+                                  int64_t value_heads, int64_t pages, int64_t page_size,
+                                  int64_t slots);
 
   // One step over `plan`; on rank 0, the logits of plan.logit_tokens, row after row, into
   // *logits (other ranks leave it untouched).
