@@ -18,7 +18,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& format, int threads, int64
       ("walsh-bench-small-" + format + "-" + std::to_string(::getpid()) + ".gguf");
   auto model = SyntheticModel::Create(
       {.preset = "small",
-       .format = format == "pq2_0" ? WeightFormat::kPq2_0 : WeightFormat::kPtq1_0});
+       .format = format == "pq2_0" ? TernaryFormat::kPq2_0 : TernaryFormat::kPtq1_0});
   if (!model.ok() || !(*model)->WritePacked(path).ok()) return nullptr;
   auto file = LoadModelFile(path);
   std::filesystem::remove(path);  // the mapping stays valid

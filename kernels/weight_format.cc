@@ -12,6 +12,8 @@ constexpr TernaryFormatTraits kFormats[] = {
      8.0 * sizeof(block_ptq1_0) / kTernaryBlockElems, Q8Layout::kPtq1Lanes},
 };
 
+static_assert(sizeof(kFormats) / sizeof(kFormats[0]) == kTernaryFormatCount);
+
 }  // namespace
 
 const TernaryFormatTraits& FormatTraits(TernaryFormat format) {

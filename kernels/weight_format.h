@@ -1,8 +1,8 @@
 // The one device-neutral table of the packed ternary weight formats: what each ternary ggml type
 // is (block size and bytes, bits per weight, the activation layout its kernels read). Every
-// backend, kernel launcher and tool asks here about a ternary type (the GGUF reader's own table,
-// worker/model/ggml_types.h, only sizes tensors of every type). A type missing from the table is
-// refused by whoever met it, never decoded as another format (docs/format.md §2, §3).
+// backend, kernel launcher, tool and the GGUF reader's type table (worker/model/ggml_types.h,
+// which sizes tensors of every type) asks here about a ternary type. A type missing from the
+// table is refused by whoever met it, never decoded as another format (docs/format.md §2, §3).
 #ifndef WALSH_KERNELS_WEIGHT_FORMAT_H_
 #define WALSH_KERNELS_WEIGHT_FORMAT_H_
 
@@ -13,6 +13,8 @@
 namespace walsh {
 
 enum class TernaryFormat : uint8_t { kPq2_0, kPtq1_0 };
+// FormatTraits(TernaryFormat(i)) for i below this is every format.
+constexpr int kTernaryFormatCount = static_cast<int>(TernaryFormat::kPtq1_0) + 1;
 
 struct TernaryFormatTraits {
   TernaryFormat format;

@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
   walsh::SyntheticModelOptions opts;
   opts.preset = preset;
   if (format == "pq2_0") {
-    opts.format = walsh::WeightFormat::kPq2_0;
+    opts.format = walsh::TernaryFormat::kPq2_0;
   } else if (format == "ptq1_0") {
-    opts.format = walsh::WeightFormat::kPtq1_0;
+    opts.format = walsh::TernaryFormat::kPtq1_0;
   } else {
     return Fail("--format must be pq2_0 or ptq1_0, not \"" + format + "\"");
   }

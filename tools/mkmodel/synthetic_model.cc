@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<SyntheticModel>> SyntheticModel::Create(
   } else {
     vocab = BuildSyntheticVocab(m->preset_.regular_tokens, c.vocab_size);
   }
-  const uint32_t qtype = opts.format == WeightFormat::kPq2_0 ? kGgmlPq2_0 : kGgmlPtq1_0;
+  const uint32_t qtype = FormatTraits(opts.format).ggml_type;
 
   // Tensor table, from the same inventory the loader checks against.
   GgufWriter& w = m->writer_;

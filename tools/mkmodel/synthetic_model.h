@@ -11,18 +11,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/weight_format.h"
 #include "tools/mkmodel/presets.h"
 #include "worker/model/gguf_writer.h"
 #include "worker/model/prism_contract.h"
 
 namespace walsh {
 
-enum class WeightFormat { kPq2_0, kPtq1_0 };
 enum class SignSource { kRandom, kReal };
 
 struct SyntheticModelOptions {
   std::string preset = "tiny";
-  WeightFormat format = WeightFormat::kPq2_0;
+  TernaryFormat format = TernaryFormat::kPq2_0;
   uint64_t seed = 1;
   SignSource signs = SignSource::kRandom;
   // The released 27B sign vectors (fixtures/prism/ternary_bonsai_hadamard.json); empty means

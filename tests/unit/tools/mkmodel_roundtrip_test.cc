@@ -66,13 +66,13 @@ void ExpectRoundTrip(const SyntheticModelOptions& opts) {
 
 TEST(MkmodelRoundTrip, Tiny) { ExpectRoundTrip({.preset = "tiny"}); }
 TEST(MkmodelRoundTrip, TinyPtq1) {
-  ExpectRoundTrip({.preset = "tiny", .format = WeightFormat::kPtq1_0, .seed = 9});
+  ExpectRoundTrip({.preset = "tiny", .format = TernaryFormat::kPtq1_0, .seed = 9});
 }
 TEST(MkmodelRoundTrip, Small) { ExpectRoundTrip({.preset = "small"}); }
 TEST(MkmodelRoundTrip, Bonsai27bShape) {
   // The real 27B widths, names and sign vectors, with 4 layers instead of 64.
   ExpectRoundTrip(
-      {.preset = "27b", .format = WeightFormat::kPtq1_0, .signs = SignSource::kReal, .layers = 4});
+      {.preset = "27b", .format = TernaryFormat::kPtq1_0, .signs = SignSource::kReal, .layers = 4});
 }
 
 TEST(MkmodelInventory, Bonsai27bMatchesTheReleasedFile) {
@@ -125,8 +125,8 @@ TEST(Mkmodel, SameArgumentsGiveIdenticalFiles) {
 }
 
 TEST(Mkmodel, BothFormatsEncodeTheSameNetwork) {
-  auto pq = SyntheticModel::Create({.preset = "tiny", .format = WeightFormat::kPq2_0});
-  auto ptq = SyntheticModel::Create({.preset = "tiny", .format = WeightFormat::kPtq1_0});
+  auto pq = SyntheticModel::Create({.preset = "tiny", .format = TernaryFormat::kPq2_0});
+  auto ptq = SyntheticModel::Create({.preset = "tiny", .format = TernaryFormat::kPtq1_0});
   ASSERT_TRUE(pq.ok() && ptq.ok());
   TempDir dir;
   ASSERT_TRUE((*pq)->WritePacked(dir.File("pq.gguf")).ok());

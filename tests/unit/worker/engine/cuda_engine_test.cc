@@ -122,7 +122,7 @@ class CudaEngine : public ::testing::TestWithParam<std::string> {
     }
     auto m = SyntheticModel::Create(
         {.preset = name.substr(0, name.find('_')),
-         .format = name.ends_with("ptq1_0") ? WeightFormat::kPtq1_0 : WeightFormat::kPq2_0,
+         .format = name.ends_with("ptq1_0") ? TernaryFormat::kPtq1_0 : TernaryFormat::kPq2_0,
          .seed = 5});
     ASSERT_TRUE(m.ok()) << m.status();
     path_ = dir_.File("m.gguf");

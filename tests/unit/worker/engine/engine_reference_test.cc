@@ -200,7 +200,7 @@ double KlDivergence(const Vec& p, const float* q) {
   return kl;
 }
 
-void CheckFoldIdentity(const std::string& preset, WeightFormat format, int tokens) {
+void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int tokens) {
   auto model = SyntheticModel::Create({.preset = preset, .format = format, .seed = 21});
   ASSERT_TRUE(model.ok());
   testing::TempDir dir;
@@ -259,7 +259,7 @@ void CheckFoldIdentity(const std::string& preset, WeightFormat format, int token
       }
     }
     std::printf("%s %s %s: max relative logit error %.2e, mean KL %.2e, argmax %d/%d\n",
-                preset.c_str(), format == WeightFormat::kPq2_0 ? "pq2_0" : "ptq1_0",
+                preset.c_str(), format == TernaryFormat::kPq2_0 ? "pq2_0" : "ptq1_0",
                 quantize ? "int8" : "fp32", worst_rel, kl / tokens, agree, checked);
     if (!quantize) {
       EXPECT_LE(worst_rel, 1e-4);
@@ -270,9 +270,9 @@ void CheckFoldIdentity(const std::string& preset, WeightFormat format, int token
   }
 }
 
-TEST(FoldIdentity, TinyPq2) { CheckFoldIdentity("tiny", WeightFormat::kPq2_0, 64); }
-TEST(FoldIdentity, TinyPtq1) { CheckFoldIdentity("tiny", WeightFormat::kPtq1_0, 64); }
-TEST(FoldIdentity, Small) { CheckFoldIdentity("small", WeightFormat::kPq2_0, 12); }
+TEST(FoldIdentity, TinyPq2) { CheckFoldIdentity("tiny", TernaryFormat::kPq2_0, 64); }
+TEST(FoldIdentity, TinyPtq1) { CheckFoldIdentity("tiny", TernaryFormat::kPtq1_0, 64); }
+TEST(FoldIdentity, Small) { CheckFoldIdentity("small", TernaryFormat::kPq2_0, 12); }
 
 }  // namespace
 }  // namespace walsh

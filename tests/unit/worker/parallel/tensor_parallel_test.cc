@@ -116,12 +116,12 @@ void CheckBitIdentical(const SyntheticModelOptions& opts, const std::vector<int3
   const std::string path = dir.File("m.gguf");
   ASSERT_TRUE((*m)->WritePacked(path).ok());
   CheckBitIdentical(path, prompt,
-                    opts.preset + (opts.format == WeightFormat::kPq2_0 ? " pq2_0" : " ptq1_0"));
+                    opts.preset + (opts.format == TernaryFormat::kPq2_0 ? " pq2_0" : " ptq1_0"));
 }
 
 TEST(TensorParallel, TinyBitIdentical) {
   CheckBitIdentical({.preset = "tiny"}, {5, 9, 200, 31, 7, 400});
-  CheckBitIdentical({.preset = "tiny", .format = WeightFormat::kPtq1_0}, {5, 9, 200, 31, 7, 400});
+  CheckBitIdentical({.preset = "tiny", .format = TernaryFormat::kPtq1_0}, {5, 9, 200, 31, 7, 400});
 }
 TEST(TensorParallel, PeerModelBitIdentical) {
   // Value heads not grouped by the contract: ssm_out's input is gathered and reordered.
@@ -135,12 +135,13 @@ TEST(TensorParallel, PeerModelBitIdenticalWithQuantizedKv) {
   }
 }
 TEST(TensorParallel, SmallBitIdentical) {
-  CheckBitIdentical({.preset = "small", .format = WeightFormat::kPtq1_0}, {5, 9, 200, 31, 7, 4000});
+  CheckBitIdentical({.preset = "small", .format = TernaryFormat::kPtq1_0},
+                    {5, 9, 200, 31, 7, 4000});
 }
 TEST(TensorParallel, Bonsai27bShapeBitIdentical) {
   // The real widths 5120 / 6144 / 17408 (17 FFN rotation blocks: uneven over 2, 4, 8 ranks).
   CheckBitIdentical({.preset = "27b", .signs = SignSource::kReal, .layers = 4}, {17, 248045, 9000});
-  CheckBitIdentical({.preset = "27b", .format = WeightFormat::kPtq1_0, .layers = 4}, {3, 100000});
+  CheckBitIdentical({.preset = "27b", .format = TernaryFormat::kPtq1_0, .layers = 4}, {3, 100000});
 }
 
 void ExpectPartition(const std::vector<Span>& parts, int64_t total, const char* what) {
