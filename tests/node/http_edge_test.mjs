@@ -180,22 +180,29 @@ describe("connection limits", () => {
 });
 
 describe("a stream whose client stops reading", () => {
-  test("is closed after --http-stall-timeout-seconds and frees the worker's slot", async () => {
-    const file = path.join(work, "tiny.gguf");
+  // A worker, a gateway with `gatewayFlags`, and a streamed chat whose client never reads: each
+  // token's event carries 20 alternatives, megabytes in all, more than the sockets hold.
+  async function unreadStream(name, gatewayFlags) {
+    const file = path.join(work, `${name}.gguf`);
     execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file]);
     const worker = await startWalsh(WALSH_WORKER_BIN, ["--model", file, "--listen", "127.0.0.1:0",
       "--metrics-listen", "127.0.0.1:0"]);
-    const gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, [
-      "--http-max-buffered-bytes", "16384", "--http-stall-timeout-seconds", "2"]);
-    // Each token's event carries 20 alternatives: megabytes, more than the sockets hold.
+    const gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, gatewayFlags);
     const body = JSON.stringify({ model: "", stream: true, max_tokens: 4000, ignore_eos: true,
       logprobs: true, top_logprobs: 20, messages: [{ role: "user", content: "hi" }] });
-    const s = net.connect(gw.http_port, "127.0.0.1", () => {
-      s.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json" +
-              `\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
-      s.pause();  // never reads
+    const socket = net.connect(gw.http_port, "127.0.0.1", () => {
+      socket.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" +
+                   "Content-Type: application/json\r\n" +
+                   `Content-Length: ${body.length}\r\n\r\n${body}`);
+      socket.pause();  // never reads
     });
-    s.on("error", () => {});
+    socket.on("error", () => {});
+    return { worker, gw, socket };
+  }
+
+  test("is closed after --http-stall-timeout-seconds and frees the worker's slot", async () => {
+    const { worker, gw, socket } = await unreadStream("tiny-stall",
+      ["--http-max-buffered-bytes", "16384", "--http-stall-timeout-seconds", "2"]);
     await eventually("the stalled stream to be closed", async () =>
       await metric(gw.metrics_port, "walsh_gateway_http_stalled_streams_total") === 1, 60000);
     await eventually("the worker's slot to be free", async () =>
@@ -203,25 +210,13 @@ describe("a stream whose client stops reading", () => {
       await metric(gw.metrics_port, "walsh_gateway_inflight_streams") === 0);
     assert.equal(await metric(gw.metrics_port,
       'walsh_gateway_http_requests_total{route="/v1/chat/completions",code="499"}'), 1);
-    s.destroy();
+    socket.destroy();
   });
 
   test("holds bytes of --max-buffered-total: new requests get 429 naming it until it goes",
     async () => {
-      const file = path.join(work, "tiny-total.gguf");
-      execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file]);
-      const worker = await startWalsh(WALSH_WORKER_BIN, ["--model", file, "--listen",
-        "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
-      const gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, [
-        "--http-max-buffered-bytes", "16384", "--max-buffered-total", "16384"]);
-      const body = JSON.stringify({ model: "", stream: true, max_tokens: 4000, ignore_eos: true,
-        logprobs: true, top_logprobs: 20, messages: [{ role: "user", content: "hi" }] });
-      const s = net.connect(gw.http_port, "127.0.0.1", () => {
-        s.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json" +
-                `\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
-        s.pause();  // never reads
-      });
-      s.on("error", () => {});
+      const { gw, socket } = await unreadStream("tiny-total",
+        ["--http-max-buffered-bytes", "16384", "--max-buffered-total", "16384"]);
       await eventually("the unread stream to hold the total", async () =>
         await metric(gw.metrics_port, "walsh_gateway_buffered_bytes") >= 16384, 60000);
       const ask = () => fetch(`http://127.0.0.1:${gw.http_port}/v1/chat/completions`, {
@@ -232,7 +227,7 @@ describe("a stream whose client stops reading", () => {
       assert.equal(refused.status, 429);
       assert.match((await refused.json()).error.message, /--max-buffered-total/);
       assert.equal(await metric(gw.metrics_port, "walsh_gateway_buffer_refusals_total"), 1);
-      s.destroy();  // the stream goes, and its bytes with it
+      socket.destroy();  // the stream goes, and its bytes with it
       await eventually("the bytes to be released", async () =>
         await metric(gw.metrics_port, "walsh_gateway_buffered_bytes") === 0, 60000);
       assert.equal((await ask()).status, 200);
