@@ -9,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/engine/engine_options.h"
 #include "worker/model/ggml_types.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 namespace {
@@ -51,15 +52,15 @@ double Bits(uint64_t bytes, uint64_t elements) {
 }
 
 std::string TokenizerLine(const GgufFile& g) {
-  const GgufValue* tokens = g.FindKey("tokenizer.ggml.tokens");
+  const GgufValue* tokens = g.FindKey(gguf_keys::kTokenizerGgmlTokens);
   if (tokens == nullptr) return "none";
   auto str = [&](const char* key) {
     const GgufValue* v = g.FindKey(key);
     return v != nullptr && v->type() == GgufType::kString ? v->str() : std::string("?");
   };
-  const GgufValue* merges = g.FindKey("tokenizer.ggml.merges");
-  return absl::StrCat(str("tokenizer.ggml.model"), " / pre ", str("tokenizer.ggml.pre"), ", ",
-                      tokens->elems().size(), " tokens, ",
+  const GgufValue* merges = g.FindKey(gguf_keys::kTokenizerGgmlMerges);
+  return absl::StrCat(str(gguf_keys::kTokenizerGgmlModel), " / pre ",
+                      str(gguf_keys::kTokenizerGgmlPre), ", ", tokens->elems().size(), " tokens, ",
                       merges != nullptr ? merges->elems().size() : 0, " merges");
 }
 

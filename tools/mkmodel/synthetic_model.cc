@@ -17,6 +17,7 @@
 #include "tools/mkmodel/rng.h"
 #include "tools/mkmodel/synthetic_vocab.h"
 #include "worker/model/ggml_types.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 namespace {
@@ -197,7 +198,7 @@ absl::StatusOr<std::unique_ptr<SyntheticModel>> SyntheticModel::Create(
     }
     fold.signs = std::move(real.signs);
   } else {
-    Rng rng(Mix64(opts.seed ^ HashName("prism.hadamard.sign_values")));
+    Rng rng(Mix64(opts.seed ^ HashName(gguf_keys::kPrismHadamardSignValues)));
     for (int64_t width : widths) {
       std::vector<int8_t>& s = fold.signs[width];
       for (int64_t i = 0; i < width; ++i) s.push_back((rng.Next() >> 63) ? 1 : -1);
@@ -205,38 +206,39 @@ absl::StatusOr<std::unique_ptr<SyntheticModel>> SyntheticModel::Create(
   }
 
   const ModelPreset& p = m->preset_;
-  w.SetKv("general.architecture", GgufValue::String("qwen35"));
-  w.SetKv("general.name", GgufValue::String(absl::StrCat("walsh synthetic ", p.name)));
-  w.SetKv("general.alignment", GgufValue::U32(32));
-  if (qtype == kGgmlPq2_0) w.SetKv("general.file_type", GgufValue::U32(141));
-  w.SetKv("general.walsh.synthetic_seed", GgufValue::Uint(GgufType::kUint64, opts.seed));
+  w.SetKv(gguf_keys::kGeneralArchitecture, GgufValue::String("qwen35"));
+  w.SetKv(gguf_keys::kGeneralName, GgufValue::String(absl::StrCat("walsh synthetic ", p.name)));
+  w.SetKv(gguf_keys::kGeneralAlignment, GgufValue::U32(32));
+  if (qtype == kGgmlPq2_0) w.SetKv(gguf_keys::kGeneralFileType, GgufValue::U32(141));
+  w.SetKv(gguf_keys::kGeneralWalshSyntheticSeed, GgufValue::Uint(GgufType::kUint64, opts.seed));
   WriteQwen35Config(c, w);
 
-  w.SetKv("prism.hadamard.version", GgufValue::U32(1));
-  w.SetKv("prism.hadamard.block_size", GgufValue::U32(fold.block_size));
-  w.SetKv("prism.hadamard.transform", GgufValue::String(kPrismTransform));
-  w.SetKv("prism.hadamard.axis", GgufValue::String(kPrismAxis));
-  w.SetKv("prism.hadamard.sign_mode", GgufValue::String("explicit"));
+  w.SetKv(gguf_keys::kPrismHadamardVersion, GgufValue::U32(1));
+  w.SetKv(gguf_keys::kPrismHadamardBlockSize, GgufValue::U32(fold.block_size));
+  w.SetKv(gguf_keys::kPrismHadamardTransform, GgufValue::String(kPrismTransform));
+  w.SetKv(gguf_keys::kPrismHadamardAxis, GgufValue::String(kPrismAxis));
+  w.SetKv(gguf_keys::kPrismHadamardSignMode, GgufValue::String("explicit"));
   std::vector<int32_t> widths32(widths.begin(), widths.end()), values;
   for (int64_t width : widths) {
     for (int8_t s : fold.signs[width]) values.push_back(s);
   }
-  w.SetKv("prism.hadamard.sign_widths", GgufValue::I32Array(widths32));
-  w.SetKv("prism.hadamard.sign_values", GgufValue::I32Array(values));
-  w.SetKv("prism.hadamard.weight_names", GgufValue::StringArray(fold.folded_names));
-  w.SetKv("prism.hadamard.inverse_weight_names", GgufValue::StringArray({"token_embd.weight"}));
-  w.SetKv("prism.hadamard.gdn_v_grouped", GgufValue::Bool(true));
+  w.SetKv(gguf_keys::kPrismHadamardSignWidths, GgufValue::I32Array(widths32));
+  w.SetKv(gguf_keys::kPrismHadamardSignValues, GgufValue::I32Array(values));
+  w.SetKv(gguf_keys::kPrismHadamardWeightNames, GgufValue::StringArray(fold.folded_names));
+  w.SetKv(gguf_keys::kPrismHadamardInverseWeightNames,
+          GgufValue::StringArray({"token_embd.weight"}));
+  w.SetKv(gguf_keys::kPrismHadamardGdnVGrouped, GgufValue::Bool(true));
 
-  w.SetKv("tokenizer.ggml.model", GgufValue::String("gpt2"));
-  w.SetKv("tokenizer.ggml.pre", GgufValue::String(pre));
-  w.SetKv("tokenizer.ggml.tokens", GgufValue::StringArray(vocab.tokens));
-  w.SetKv("tokenizer.ggml.token_type", GgufValue::I32Array(vocab.token_types));
-  w.SetKv("tokenizer.ggml.merges", GgufValue::StringArray(vocab.merges));
-  w.SetKv("tokenizer.ggml.bos_token_id", GgufValue::U32(vocab.endoftext_id));
-  w.SetKv("tokenizer.ggml.eos_token_id", GgufValue::U32(vocab.im_end_id));
-  w.SetKv("tokenizer.ggml.padding_token_id", GgufValue::U32(vocab.pad_id));
-  w.SetKv("tokenizer.ggml.add_bos_token", GgufValue::Bool(false));
-  w.SetKv("tokenizer.chat_template", GgufValue::String(ChatMlTemplate()));
+  w.SetKv(gguf_keys::kTokenizerGgmlModel, GgufValue::String("gpt2"));
+  w.SetKv(gguf_keys::kTokenizerGgmlPre, GgufValue::String(pre));
+  w.SetKv(gguf_keys::kTokenizerGgmlTokens, GgufValue::StringArray(vocab.tokens));
+  w.SetKv(gguf_keys::kTokenizerGgmlTokenType, GgufValue::I32Array(vocab.token_types));
+  w.SetKv(gguf_keys::kTokenizerGgmlMerges, GgufValue::StringArray(vocab.merges));
+  w.SetKv(gguf_keys::kTokenizerGgmlBosTokenId, GgufValue::U32(vocab.endoftext_id));
+  w.SetKv(gguf_keys::kTokenizerGgmlEosTokenId, GgufValue::U32(vocab.im_end_id));
+  w.SetKv(gguf_keys::kTokenizerGgmlPaddingTokenId, GgufValue::U32(vocab.pad_id));
+  w.SetKv(gguf_keys::kTokenizerGgmlAddBosToken, GgufValue::Bool(false));
+  w.SetKv(gguf_keys::kTokenizerChatTemplate, GgufValue::String(ChatMlTemplate()));
   return m;
 }
 
@@ -282,11 +284,12 @@ absl::Status SyntheticModel::WriteDense(const std::string& path) const {
   }
   GgufWriter dense;
   for (const auto& [key, value] : writer_.kvs()) {
-    if (!absl::StartsWith(key, "prism.hadamard.") && key != "general.file_type") {
+    if (!absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix) &&
+        key != gguf_keys::kGeneralFileType) {
       dense.SetKv(key, value);
     }
   }
-  dense.SetKv("general.walsh.dense_reference", GgufValue::Bool(true));
+  dense.SetKv(gguf_keys::kGeneralWalshDenseReference, GgufValue::Bool(true));
   for (const GgufTensorSpec& t : writer_.tensors()) {
     RETURN_IF_ERROR(dense.AddTensor(t.name, t.ne, kGgmlF32));
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/ops.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 namespace {
@@ -29,9 +30,9 @@ absl::Status CheckSameVocabulary(const Model& target, const Model& draft) {
                                                    target.config().vocab_size));
   }
   ASSIGN_OR_RETURN(const std::vector<std::string> want,
-                   target.gguf().GetStringArray("tokenizer.ggml.tokens"));
+                   target.gguf().GetStringArray(gguf_keys::kTokenizerGgmlTokens));
   ASSIGN_OR_RETURN(const std::vector<std::string> have,
-                   draft.gguf().GetStringArray("tokenizer.ggml.tokens"));
+                   draft.gguf().GetStringArray(gguf_keys::kTokenizerGgmlTokens));
   if (have == want) return absl::OkStatus();
   std::string difference;
   const auto [d, t] = std::mismatch(have.begin(), have.end(), want.begin(), want.end());

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/model/ggml_types.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 namespace {
@@ -224,7 +225,7 @@ absl::Status GgufFile::ParseAll() {
     kvs_.emplace_back(std::move(key), std::move(value));
   }
 
-  if (const GgufValue* a = FindKey("general.alignment")) {
+  if (const GgufValue* a = FindKey(gguf_keys::kGeneralAlignment)) {
     if (a->type() != GgufType::kUint32) {
       return absl::InvalidArgumentError(absl::StrCat("key 'general.alignment' has type ",
                                                      GgufTypeName(a->type()), ", expected UINT32"));

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_file.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 namespace {
@@ -153,7 +154,7 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<uint64_t> ne, u
 absl::Status GgufWriter::WriteTo(GgufByteSink& out, const TensorFiller& fill) const {
   uint64_t alignment = kGgufDefaultAlignment;
   for (const auto& kv : kvs_) {
-    if (kv.first == "general.alignment") alignment = kv.second.raw_uint();
+    if (kv.first == gguf_keys::kGeneralAlignment) alignment = kv.second.raw_uint();
   }
   if (alignment == 0) return absl::InvalidArgumentError("general.alignment is 0");
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 
@@ -11,7 +12,7 @@ absl::StatusOr<ModelFile> ValidateModelFile(std::unique_ptr<GgufFile> gguf) {
   ASSIGN_OR_RETURN(
       m.contract, ParsePrismContract(*gguf, m.config.ssm_group_count, m.config.ssm_time_step_rank));
   RETURN_IF_ERROR(CheckQwen35Inventory(*gguf, m.config, !m.contract.tied_output));
-  if (const GgufValue* tokens = gguf->FindKey("tokenizer.ggml.tokens")) {
+  if (const GgufValue* tokens = gguf->FindKey(gguf_keys::kTokenizerGgmlTokens)) {
     if (tokens->type() != GgufType::kArray || tokens->elem_type() != GgufType::kString) {
       return absl::InvalidArgumentError("key 'tokenizer.ggml.tokens' is not an ARRAY of STRING");
     }

@@ -6,14 +6,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/model/gguf_keys.h"
 
 namespace walsh {
 namespace {
 
-constexpr char kPrefix[] = "prism.hadamard.";
-
 absl::Status Refuse(absl::string_view key, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("key 'prism.hadamard.", key, "' ", why));
+  return absl::InvalidArgumentError(absl::StrCat("key '", key, "' ", why));
 }
 
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -28,9 +27,12 @@ bool IsFoldableName(const std::string& name) {
 }
 
 constexpr const char* kKnownKeys[] = {
-    "version",       "tied_output", "block_size",  "transform",    "axis",
-    "sign_mode",     "sign_widths", "sign_values", "weight_names", "inverse_weight_names",
-    "gdn_v_grouped",
+    gguf_keys::kPrismHadamardVersion,     gguf_keys::kPrismHadamardTiedOutput,
+    gguf_keys::kPrismHadamardBlockSize,   gguf_keys::kPrismHadamardTransform,
+    gguf_keys::kPrismHadamardAxis,        gguf_keys::kPrismHadamardSignMode,
+    gguf_keys::kPrismHadamardSignWidths,  gguf_keys::kPrismHadamardSignValues,
+    gguf_keys::kPrismHadamardWeightNames, gguf_keys::kPrismHadamardInverseWeightNames,
+    gguf_keys::kPrismHadamardGdnVGrouped,
 };
 
 }  // namespace
@@ -56,9 +58,9 @@ absl::StatusOr<PrismContract> ParsePrismContract(const GgufFile& file, int64_t g
                                                  int64_t gdn_value_heads) {
   bool any = false;
   absl::flat_hash_set<std::string> known;
-  for (const char* k : kKnownKeys) known.insert(absl::StrCat(kPrefix, k));
+  for (const char* k : kKnownKeys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
-    if (!absl::StartsWith(key, kPrefix)) continue;
+    if (!absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix)) continue;
     any = true;
     if (!known.contains(key)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -72,73 +74,83 @@ absl::StatusOr<PrismContract> ParsePrismContract(const GgufFile& file, int64_t g
   }
 
   PrismContract c;
-  ASSIGN_OR_RETURN(c.version, file.GetInt("prism.hadamard.version", INT64_MIN, INT64_MAX));
+  ASSIGN_OR_RETURN(c.version, file.GetInt(gguf_keys::kPrismHadamardVersion, INT64_MIN, INT64_MAX));
   if (c.version != 1 && c.version != 2) {
-    return Refuse("version", absl::StrCat("is ", c.version, "; only 1 and 2 are understood"));
+    return Refuse(gguf_keys::kPrismHadamardVersion,
+                  absl::StrCat("is ", c.version, "; only 1 and 2 are understood"));
   }
-  if (file.FindKey("prism.hadamard.tied_output") != nullptr) {
-    ASSIGN_OR_RETURN(c.tied_output, file.GetBool("prism.hadamard.tied_output"));
+  if (file.FindKey(gguf_keys::kPrismHadamardTiedOutput) != nullptr) {
+    ASSIGN_OR_RETURN(c.tied_output, file.GetBool(gguf_keys::kPrismHadamardTiedOutput));
   }
   if (c.tied_output != (c.version == 2)) {
-    return Refuse("tied_output",
+    return Refuse(gguf_keys::kPrismHadamardTiedOutput,
                   absl::StrCat("is ", c.tied_output ? "true" : "false", " but version is ",
                                c.version, "; version 2 if and only if tied_output"));
   }
   if (c.tied_output && file.FindTensor("output.weight") != nullptr) {
-    return Refuse("tied_output", "is true but the file has a separate tensor 'output.weight'");
+    return Refuse(gguf_keys::kPrismHadamardTiedOutput,
+                  "is true but the file has a separate tensor 'output.weight'");
   }
-  ASSIGN_OR_RETURN(c.block_size, file.GetInt("prism.hadamard.block_size", INT64_MIN, INT64_MAX));
+  ASSIGN_OR_RETURN(c.block_size,
+                   file.GetInt(gguf_keys::kPrismHadamardBlockSize, INT64_MIN, INT64_MAX));
   if (!IsPowerOfTwo(c.block_size) || c.block_size > (int64_t{1} << 20)) {
-    return Refuse("block_size", absl::StrCat("is ", c.block_size, ", not a power of two"));
+    return Refuse(gguf_keys::kPrismHadamardBlockSize,
+                  absl::StrCat("is ", c.block_size, ", not a power of two"));
   }
-  ASSIGN_OR_RETURN(std::string transform, file.GetString("prism.hadamard.transform"));
+  ASSIGN_OR_RETURN(std::string transform, file.GetString(gguf_keys::kPrismHadamardTransform));
   if (transform != kPrismTransform) {
-    return Refuse("transform", absl::StrCat("is \"", transform, "\"; only \"", kPrismTransform,
-                                            "\" is understood"));
+    return Refuse(
+        gguf_keys::kPrismHadamardTransform,
+        absl::StrCat("is \"", transform, "\"; only \"", kPrismTransform, "\" is understood"));
   }
-  ASSIGN_OR_RETURN(std::string axis, file.GetString("prism.hadamard.axis"));
+  ASSIGN_OR_RETURN(std::string axis, file.GetString(gguf_keys::kPrismHadamardAxis));
   if (axis != kPrismAxis) {
-    return Refuse("axis",
+    return Refuse(gguf_keys::kPrismHadamardAxis,
                   absl::StrCat("is \"", axis, "\"; only \"", kPrismAxis, "\" is understood"));
   }
-  ASSIGN_OR_RETURN(std::string sign_mode, file.GetString("prism.hadamard.sign_mode"));
+  ASSIGN_OR_RETURN(std::string sign_mode, file.GetString(gguf_keys::kPrismHadamardSignMode));
   if (sign_mode == "explicit") {
     c.sign_mode = PrismSignMode::kExplicit;
   } else if (sign_mode == "identity") {
     c.sign_mode = PrismSignMode::kIdentity;
   } else {
-    return Refuse("sign_mode",
+    return Refuse(gguf_keys::kPrismHadamardSignMode,
                   absl::StrCat("is \"", sign_mode, "\"; expected \"explicit\" or \"identity\""));
   }
-  if (file.FindKey("prism.hadamard.gdn_v_grouped") != nullptr) {
-    ASSIGN_OR_RETURN(c.gdn_v_grouped, file.GetBool("prism.hadamard.gdn_v_grouped"));
+  if (file.FindKey(gguf_keys::kPrismHadamardGdnVGrouped) != nullptr) {
+    ASSIGN_OR_RETURN(c.gdn_v_grouped, file.GetBool(gguf_keys::kPrismHadamardGdnVGrouped));
   }
 
   if (c.sign_mode == PrismSignMode::kIdentity) {
-    for (const char* k : {"sign_widths", "sign_values"}) {
-      if (file.FindKey(absl::StrCat(kPrefix, k)) != nullptr) {
+    for (const char* k :
+         {gguf_keys::kPrismHadamardSignWidths, gguf_keys::kPrismHadamardSignValues}) {
+      if (file.FindKey(k) != nullptr) {
         return Refuse(k, "is present but sign_mode is \"identity\" (no sign vectors)");
       }
     }
   } else {
-    ASSIGN_OR_RETURN(c.sign_widths, file.GetIntArray("prism.hadamard.sign_widths"));
-    if (c.sign_widths.empty()) return Refuse("sign_widths", "is empty");
+    ASSIGN_OR_RETURN(c.sign_widths, file.GetIntArray(gguf_keys::kPrismHadamardSignWidths));
+    if (c.sign_widths.empty()) return Refuse(gguf_keys::kPrismHadamardSignWidths, "is empty");
     int64_t total = 0;
     for (int64_t w : c.sign_widths) {
       if (w <= 0 || w % c.block_size != 0 || w > (int64_t{1} << 26)) {
-        return Refuse("sign_widths", absl::StrCat("has width ", w, ", not a positive multiple of ",
-                                                  "block_size ", c.block_size));
+        return Refuse(gguf_keys::kPrismHadamardSignWidths,
+                      absl::StrCat("has width ", w, ", not a positive multiple of ", "block_size ",
+                                   c.block_size));
       }
       if (c.signs.count(w) != 0) {
-        return Refuse("sign_widths", absl::StrCat("lists width ", w, " twice"));
+        return Refuse(gguf_keys::kPrismHadamardSignWidths,
+                      absl::StrCat("lists width ", w, " twice"));
       }
       c.signs[w] = {};
       total += w;
     }
-    ASSIGN_OR_RETURN(std::vector<int64_t> values, file.GetIntArray("prism.hadamard.sign_values"));
+    ASSIGN_OR_RETURN(std::vector<int64_t> values,
+                     file.GetIntArray(gguf_keys::kPrismHadamardSignValues));
     if (static_cast<int64_t>(values.size()) != total) {
-      return Refuse("sign_values", absl::StrCat("has ", values.size(),
-                                                " values, but sign_widths add up to ", total));
+      return Refuse(
+          gguf_keys::kPrismHadamardSignValues,
+          absl::StrCat("has ", values.size(), " values, but sign_widths add up to ", total));
     }
     size_t pos = 0;
     for (int64_t w : c.sign_widths) {
@@ -146,7 +158,7 @@ absl::StatusOr<PrismContract> ParsePrismContract(const GgufFile& file, int64_t g
       s.reserve(w);
       for (int64_t i = 0; i < w; ++i, ++pos) {
         if (values[pos] != 1 && values[pos] != -1) {
-          return Refuse("sign_values",
+          return Refuse(gguf_keys::kPrismHadamardSignValues,
                         absl::StrCat("element ", pos, " is ", values[pos], ", not +1 or -1"));
         }
         s.push_back(static_cast<int8_t>(values[pos]));
@@ -155,20 +167,20 @@ absl::StatusOr<PrismContract> ParsePrismContract(const GgufFile& file, int64_t g
   }
 
   ASSIGN_OR_RETURN(std::vector<std::string> names,
-                   file.GetStringArray("prism.hadamard.weight_names"));
-  if (names.empty()) return Refuse("weight_names", "is empty");
+                   file.GetStringArray(gguf_keys::kPrismHadamardWeightNames));
+  if (names.empty()) return Refuse(gguf_keys::kPrismHadamardWeightNames, "is empty");
   for (const std::string& name : names) {
     if (c.folded_index_.count(name) != 0) {
-      return Refuse("weight_names", absl::StrCat("lists '", name, "' twice"));
+      return Refuse(gguf_keys::kPrismHadamardWeightNames, absl::StrCat("lists '", name, "' twice"));
     }
     if (!IsFoldableName(name)) {
-      return Refuse("weight_names", absl::StrCat("lists '", name,
-                                                 "', which is not a foldable "
-                                                 "matmul weight name"));
+      return Refuse(gguf_keys::kPrismHadamardWeightNames, absl::StrCat("lists '", name,
+                                                                       "', which is not a foldable "
+                                                                       "matmul weight name"));
     }
     const GgufTensorInfo* t = file.FindTensor(name);
     if (t == nullptr) {
-      return Refuse("weight_names",
+      return Refuse(gguf_keys::kPrismHadamardWeightNames,
                     absl::StrCat("lists '", name, "', but the file has no such tensor"));
     }
     FoldedWeight fw{name, static_cast<int64_t>(t->ne[0]), false};
@@ -201,24 +213,24 @@ absl::StatusOr<PrismContract> ParsePrismContract(const GgufFile& file, int64_t g
     c.folded.push_back(std::move(fw));
   }
 
-  if (file.FindKey("prism.hadamard.inverse_weight_names") != nullptr) {
-    ASSIGN_OR_RETURN(c.inverse, file.GetStringArray("prism.hadamard.inverse_weight_names"));
+  if (file.FindKey(gguf_keys::kPrismHadamardInverseWeightNames) != nullptr) {
+    ASSIGN_OR_RETURN(c.inverse, file.GetStringArray(gguf_keys::kPrismHadamardInverseWeightNames));
     for (const std::string& name : c.inverse) {
       if (name != "token_embd.weight") {
-        return Refuse("inverse_weight_names",
+        return Refuse(gguf_keys::kPrismHadamardInverseWeightNames,
                       absl::StrCat("lists '", name, "'; only 'token_embd.weight' is allowed"));
       }
     }
     if (c.inverse.size() > 1)
-      return Refuse("inverse_weight_names", "lists 'token_embd.weight' twice");
+      return Refuse(gguf_keys::kPrismHadamardInverseWeightNames, "lists 'token_embd.weight' twice");
     if (c.folded_index_.count("token_embd.weight") != 0) {
-      return Refuse("inverse_weight_names",
+      return Refuse(gguf_keys::kPrismHadamardInverseWeightNames,
                     "lists 'token_embd.weight', which weight_names lists as well");
     }
     for (const std::string& name : c.inverse) {
       const GgufTensorInfo* t = file.FindTensor(name);
       if (t == nullptr) {
-        return Refuse("inverse_weight_names",
+        return Refuse(gguf_keys::kPrismHadamardInverseWeightNames,
                       absl::StrCat("lists '", name, "', but the file has no such tensor"));
       }
       const int64_t width = static_cast<int64_t>(t->ne[0]);

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/weight_format.h"
 #include "worker/model/ggml_types.h"
+#include "worker/model/gguf_keys.h"
 #include "worker/model/gguf_writer.h"
 
 namespace walsh {
@@ -21,38 +22,38 @@ absl::Status Invalid(absl::string_view key, absl::string_view why) {
 
 // The qwen35.* keys walsh understands; any other is refused so nothing changes the math unseen.
 constexpr const char* kKnownKeys[] = {
-    "block_count",
-    "context_length",
-    "embedding_length",
-    "feed_forward_length",
-    "attention.head_count",
-    "attention.head_count_kv",
-    "attention.key_length",
-    "attention.value_length",
-    "attention.layer_norm_rms_epsilon",
-    "rope.dimension_count",
-    "rope.dimension_sections",
-    "rope.freq_base",
-    "full_attention_interval",
-    "ssm.conv_kernel",
-    "ssm.state_size",
-    "ssm.group_count",
-    "ssm.time_step_rank",
-    "ssm.inner_size",
+    gguf_keys::kQwen35BlockCount,
+    gguf_keys::kQwen35ContextLength,
+    gguf_keys::kQwen35EmbeddingLength,
+    gguf_keys::kQwen35FeedForwardLength,
+    gguf_keys::kQwen35AttentionHeadCount,
+    gguf_keys::kQwen35AttentionHeadCountKv,
+    gguf_keys::kQwen35AttentionKeyLength,
+    gguf_keys::kQwen35AttentionValueLength,
+    gguf_keys::kQwen35AttentionLayerNormRmsEpsilon,
+    gguf_keys::kQwen35RopeDimensionCount,
+    gguf_keys::kQwen35RopeDimensionSections,
+    gguf_keys::kQwen35RopeFreqBase,
+    gguf_keys::kQwen35FullAttentionInterval,
+    gguf_keys::kQwen35SsmConvKernel,
+    gguf_keys::kQwen35SsmStateSize,
+    gguf_keys::kQwen35SsmGroupCount,
+    gguf_keys::kQwen35SsmTimeStepRank,
+    gguf_keys::kQwen35SsmInnerSize,
 };
 
 }  // namespace
 
 absl::StatusOr<Qwen35Config> ParseQwen35Config(const GgufFile& file) {
-  ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+  ASSIGN_OR_RETURN(std::string arch, file.GetString(gguf_keys::kGeneralArchitecture));
   if (arch != "qwen35") {
-    return Invalid("general.architecture",
+    return Invalid(gguf_keys::kGeneralArchitecture,
                    absl::StrCat("is \"", arch, "\"; walsh serves only \"qwen35\""));
   }
   absl::flat_hash_set<std::string> known;
-  for (const char* k : kKnownKeys) known.insert(absl::StrCat("qwen35.", k));
+  for (const char* k : kKnownKeys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
-    if (absl::StartsWith(key, "qwen35.") && !known.contains(key)) {
+    if (absl::StartsWith(key, gguf_keys::kQwen35Prefix) && !known.contains(key)) {
       return Invalid(key,
                      absl::StrCat("(value ", value.DebugString(),
                                   ") is not part of the qwen35 architecture walsh implements"));
@@ -60,75 +61,79 @@ absl::StatusOr<Qwen35Config> ParseQwen35Config(const GgufFile& file) {
   }
 
   Qwen35Config c;
-  ASSIGN_OR_RETURN(c.block_count, file.GetInt("qwen35.block_count", 1, 4096));
-  ASSIGN_OR_RETURN(c.context_length, file.GetInt("qwen35.context_length", 1, int64_t{1} << 30));
-  ASSIGN_OR_RETURN(c.embedding_length, file.GetInt("qwen35.embedding_length", 1, kMaxDim));
-  ASSIGN_OR_RETURN(c.feed_forward_length, file.GetInt("qwen35.feed_forward_length", 1, kMaxDim));
-  ASSIGN_OR_RETURN(c.head_count, file.GetInt("qwen35.attention.head_count", 1, 4096));
-  ASSIGN_OR_RETURN(c.head_count_kv, file.GetInt("qwen35.attention.head_count_kv", 1, 4096));
-  ASSIGN_OR_RETURN(c.key_length, file.GetInt("qwen35.attention.key_length", 1, 65536));
-  ASSIGN_OR_RETURN(c.value_length, file.GetInt("qwen35.attention.value_length", 1, 65536));
-  ASSIGN_OR_RETURN(double eps, file.GetFloat("qwen35.attention.layer_norm_rms_epsilon"));
+  ASSIGN_OR_RETURN(c.block_count, file.GetInt(gguf_keys::kQwen35BlockCount, 1, 4096));
+  ASSIGN_OR_RETURN(c.context_length,
+                   file.GetInt(gguf_keys::kQwen35ContextLength, 1, int64_t{1} << 30));
+  ASSIGN_OR_RETURN(c.embedding_length, file.GetInt(gguf_keys::kQwen35EmbeddingLength, 1, kMaxDim));
+  ASSIGN_OR_RETURN(c.feed_forward_length,
+                   file.GetInt(gguf_keys::kQwen35FeedForwardLength, 1, kMaxDim));
+  ASSIGN_OR_RETURN(c.head_count, file.GetInt(gguf_keys::kQwen35AttentionHeadCount, 1, 4096));
+  ASSIGN_OR_RETURN(c.head_count_kv, file.GetInt(gguf_keys::kQwen35AttentionHeadCountKv, 1, 4096));
+  ASSIGN_OR_RETURN(c.key_length, file.GetInt(gguf_keys::kQwen35AttentionKeyLength, 1, 65536));
+  ASSIGN_OR_RETURN(c.value_length, file.GetInt(gguf_keys::kQwen35AttentionValueLength, 1, 65536));
+  ASSIGN_OR_RETURN(double eps, file.GetFloat(gguf_keys::kQwen35AttentionLayerNormRmsEpsilon));
   c.rms_epsilon = static_cast<float>(eps);
-  ASSIGN_OR_RETURN(c.rope_dimension_count, file.GetInt("qwen35.rope.dimension_count", 2, 65536));
+  ASSIGN_OR_RETURN(c.rope_dimension_count,
+                   file.GetInt(gguf_keys::kQwen35RopeDimensionCount, 2, 65536));
   ASSIGN_OR_RETURN(std::vector<int64_t> sections,
-                   file.GetIntArray("qwen35.rope.dimension_sections"));
-  ASSIGN_OR_RETURN(double freq_base, file.GetFloat("qwen35.rope.freq_base"));
+                   file.GetIntArray(gguf_keys::kQwen35RopeDimensionSections));
+  ASSIGN_OR_RETURN(double freq_base, file.GetFloat(gguf_keys::kQwen35RopeFreqBase));
   c.rope_freq_base = static_cast<float>(freq_base);
   ASSIGN_OR_RETURN(c.full_attention_interval,
-                   file.GetInt("qwen35.full_attention_interval", 1, 4096));
-  ASSIGN_OR_RETURN(c.ssm_conv_kernel, file.GetInt("qwen35.ssm.conv_kernel", 1, 64));
-  ASSIGN_OR_RETURN(c.ssm_state_size, file.GetInt("qwen35.ssm.state_size", 1, 65536));
-  ASSIGN_OR_RETURN(c.ssm_group_count, file.GetInt("qwen35.ssm.group_count", 1, 4096));
-  ASSIGN_OR_RETURN(c.ssm_time_step_rank, file.GetInt("qwen35.ssm.time_step_rank", 1, 4096));
-  ASSIGN_OR_RETURN(c.ssm_inner_size, file.GetInt("qwen35.ssm.inner_size", 1, kMaxDim));
+                   file.GetInt(gguf_keys::kQwen35FullAttentionInterval, 1, 4096));
+  ASSIGN_OR_RETURN(c.ssm_conv_kernel, file.GetInt(gguf_keys::kQwen35SsmConvKernel, 1, 64));
+  ASSIGN_OR_RETURN(c.ssm_state_size, file.GetInt(gguf_keys::kQwen35SsmStateSize, 1, 65536));
+  ASSIGN_OR_RETURN(c.ssm_group_count, file.GetInt(gguf_keys::kQwen35SsmGroupCount, 1, 4096));
+  ASSIGN_OR_RETURN(c.ssm_time_step_rank, file.GetInt(gguf_keys::kQwen35SsmTimeStepRank, 1, 4096));
+  ASSIGN_OR_RETURN(c.ssm_inner_size, file.GetInt(gguf_keys::kQwen35SsmInnerSize, 1, kMaxDim));
 
   if (!(eps > 0 && eps < 1)) {
-    return Invalid("qwen35.attention.layer_norm_rms_epsilon",
+    return Invalid(gguf_keys::kQwen35AttentionLayerNormRmsEpsilon,
                    absl::StrCat("is ", eps, ", not in (0, 1)"));
   }
   if (!(freq_base > 1)) {
-    return Invalid("qwen35.rope.freq_base", absl::StrCat("is ", freq_base, ", not > 1"));
+    return Invalid(gguf_keys::kQwen35RopeFreqBase, absl::StrCat("is ", freq_base, ", not > 1"));
   }
   if (c.head_count % c.head_count_kv != 0) {
     return Invalid(
-        "qwen35.attention.head_count_kv",
+        gguf_keys::kQwen35AttentionHeadCountKv,
         absl::StrCat("is ", c.head_count_kv, ", which does not divide head_count ", c.head_count));
   }
   if (c.key_length != c.value_length) {
-    return Invalid("qwen35.attention.value_length",
+    return Invalid(gguf_keys::kQwen35AttentionValueLength,
                    absl::StrCat("is ", c.value_length, ", but walsh needs it equal to key_length ",
                                 c.key_length));
   }
   if (c.rope_dimension_count % 2 != 0 || c.rope_dimension_count > c.key_length) {
-    return Invalid("qwen35.rope.dimension_count",
+    return Invalid(gguf_keys::kQwen35RopeDimensionCount,
                    absl::StrCat("is ", c.rope_dimension_count,
                                 ", not an even number <= key_length ", c.key_length));
   }
   if (sections.size() != 4) {
-    return Invalid("qwen35.rope.dimension_sections",
+    return Invalid(gguf_keys::kQwen35RopeDimensionSections,
                    absl::StrCat("has ", sections.size(), " entries, expected 4"));
   }
   int64_t section_sum = 0;
   for (size_t i = 0; i < 4; ++i) {
-    if (sections[i] < 0) return Invalid("qwen35.rope.dimension_sections", "has a negative entry");
+    if (sections[i] < 0)
+      return Invalid(gguf_keys::kQwen35RopeDimensionSections, "has a negative entry");
     c.rope_sections[i] = sections[i];
     section_sum += sections[i];
   }
   if (section_sum != c.rope_dimension_count / 2) {
     return Invalid(
-        "qwen35.rope.dimension_sections",
+        gguf_keys::kQwen35RopeDimensionSections,
         absl::StrCat("[", absl::StrJoin(sections, ", "), "] sum to ", section_sum,
                      ", expected rope.dimension_count / 2 = ", c.rope_dimension_count / 2));
   }
   if (c.ssm_time_step_rank % c.ssm_group_count != 0) {
-    return Invalid("qwen35.ssm.time_step_rank",
+    return Invalid(gguf_keys::kQwen35SsmTimeStepRank,
                    absl::StrCat("is ", c.ssm_time_step_rank, ", not a multiple of ssm.group_count ",
                                 c.ssm_group_count));
   }
   if (c.ssm_inner_size != c.ssm_time_step_rank * c.ssm_state_size) {
     return Invalid(
-        "qwen35.ssm.inner_size",
+        gguf_keys::kQwen35SsmInnerSize,
         absl::StrCat("is ", c.ssm_inner_size, ", expected time_step_rank x state_size = ",
                      c.ssm_time_step_rank * c.ssm_state_size));
   }
@@ -250,26 +255,26 @@ absl::Status CheckQwen35Inventory(const GgufFile& file, const Qwen35Config& conf
 }
 
 void WriteQwen35Config(const Qwen35Config& c, GgufWriter& w) {
-  w.SetKv("general.architecture", GgufValue::String("qwen35"));
-  w.SetKv("qwen35.block_count", GgufValue::U32(c.block_count));
-  w.SetKv("qwen35.context_length", GgufValue::U32(c.context_length));
-  w.SetKv("qwen35.embedding_length", GgufValue::U32(c.embedding_length));
-  w.SetKv("qwen35.feed_forward_length", GgufValue::U32(c.feed_forward_length));
-  w.SetKv("qwen35.attention.head_count", GgufValue::U32(c.head_count));
-  w.SetKv("qwen35.attention.head_count_kv", GgufValue::U32(c.head_count_kv));
-  w.SetKv("qwen35.attention.key_length", GgufValue::U32(c.key_length));
-  w.SetKv("qwen35.attention.value_length", GgufValue::U32(c.value_length));
-  w.SetKv("qwen35.attention.layer_norm_rms_epsilon", GgufValue::F32(c.rms_epsilon));
-  w.SetKv("qwen35.rope.dimension_count", GgufValue::U32(c.rope_dimension_count));
+  w.SetKv(gguf_keys::kGeneralArchitecture, GgufValue::String("qwen35"));
+  w.SetKv(gguf_keys::kQwen35BlockCount, GgufValue::U32(c.block_count));
+  w.SetKv(gguf_keys::kQwen35ContextLength, GgufValue::U32(c.context_length));
+  w.SetKv(gguf_keys::kQwen35EmbeddingLength, GgufValue::U32(c.embedding_length));
+  w.SetKv(gguf_keys::kQwen35FeedForwardLength, GgufValue::U32(c.feed_forward_length));
+  w.SetKv(gguf_keys::kQwen35AttentionHeadCount, GgufValue::U32(c.head_count));
+  w.SetKv(gguf_keys::kQwen35AttentionHeadCountKv, GgufValue::U32(c.head_count_kv));
+  w.SetKv(gguf_keys::kQwen35AttentionKeyLength, GgufValue::U32(c.key_length));
+  w.SetKv(gguf_keys::kQwen35AttentionValueLength, GgufValue::U32(c.value_length));
+  w.SetKv(gguf_keys::kQwen35AttentionLayerNormRmsEpsilon, GgufValue::F32(c.rms_epsilon));
+  w.SetKv(gguf_keys::kQwen35RopeDimensionCount, GgufValue::U32(c.rope_dimension_count));
   std::vector<int32_t> sections(c.rope_sections.begin(), c.rope_sections.end());
-  w.SetKv("qwen35.rope.dimension_sections", GgufValue::I32Array(sections));
-  w.SetKv("qwen35.rope.freq_base", GgufValue::F32(c.rope_freq_base));
-  w.SetKv("qwen35.full_attention_interval", GgufValue::U32(c.full_attention_interval));
-  w.SetKv("qwen35.ssm.conv_kernel", GgufValue::U32(c.ssm_conv_kernel));
-  w.SetKv("qwen35.ssm.state_size", GgufValue::U32(c.ssm_state_size));
-  w.SetKv("qwen35.ssm.group_count", GgufValue::U32(c.ssm_group_count));
-  w.SetKv("qwen35.ssm.time_step_rank", GgufValue::U32(c.ssm_time_step_rank));
-  w.SetKv("qwen35.ssm.inner_size", GgufValue::U32(c.ssm_inner_size));
+  w.SetKv(gguf_keys::kQwen35RopeDimensionSections, GgufValue::I32Array(sections));
+  w.SetKv(gguf_keys::kQwen35RopeFreqBase, GgufValue::F32(c.rope_freq_base));
+  w.SetKv(gguf_keys::kQwen35FullAttentionInterval, GgufValue::U32(c.full_attention_interval));
+  w.SetKv(gguf_keys::kQwen35SsmConvKernel, GgufValue::U32(c.ssm_conv_kernel));
+  w.SetKv(gguf_keys::kQwen35SsmStateSize, GgufValue::U32(c.ssm_state_size));
+  w.SetKv(gguf_keys::kQwen35SsmGroupCount, GgufValue::U32(c.ssm_group_count));
+  w.SetKv(gguf_keys::kQwen35SsmTimeStepRank, GgufValue::U32(c.ssm_time_step_rank));
+  w.SetKv(gguf_keys::kQwen35SsmInnerSize, GgufValue::U32(c.ssm_inner_size));
 }
 
 }  // namespace walsh

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/model/byte_unicode.h"
+#include "worker/model/gguf_keys.h"
 #include "worker/model/utf8.h"
 
 namespace walsh {
@@ -53,12 +54,12 @@ Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  ASSIGN_OR_RETURN(std::string model, file.GetString("tokenizer.ggml.model"));
+  ASSIGN_OR_RETURN(std::string model, file.GetString(gguf_keys::kTokenizerGgmlModel));
   if (model != "gpt2") {
     return absl::UnimplementedError(absl::StrCat("key 'tokenizer.ggml.model' is \"", model,
                                                  "\"; walsh implements byte-level BPE (\"gpt2\")"));
   }
-  ASSIGN_OR_RETURN(t->pre_, file.GetString("tokenizer.ggml.pre"));
+  ASSIGN_OR_RETURN(t->pre_, file.GetString(gguf_keys::kTokenizerGgmlPre));
   const char* pattern = nullptr;
   if (t->pre_ == "qwen35") pattern = kQwen35Split;
   if (t->pre_ == "qwen2") pattern = kQwen2Split;
@@ -66,9 +67,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     return absl::UnimplementedError(absl::StrCat("key 'tokenizer.ggml.pre' is \"", t->pre_,
                                                  "\"; walsh knows \"qwen35\" and \"qwen2\""));
   }
-  ASSIGN_OR_RETURN(t->tokens_, file.GetStringArray("tokenizer.ggml.tokens"));
-  if (file.FindKey("tokenizer.ggml.token_type") != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<int64_t> types, file.GetIntArray("tokenizer.ggml.token_type"));
+  ASSIGN_OR_RETURN(t->tokens_, file.GetStringArray(gguf_keys::kTokenizerGgmlTokens));
+  if (file.FindKey(gguf_keys::kTokenizerGgmlTokenType) != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> types,
+                     file.GetIntArray(gguf_keys::kTokenizerGgmlTokenType));
     if (types.size() != t->tokens_.size()) {
       return absl::InvalidArgumentError(
           "key 'tokenizer.ggml.token_type' has a different length "
@@ -103,7 +105,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     }
     t->byte_token_[b] = it->second;
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> merges, file.GetStringArray("tokenizer.ggml.merges"));
+  ASSIGN_OR_RETURN(std::vector<std::string> merges,
+                   file.GetStringArray(gguf_keys::kTokenizerGgmlMerges));
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& m = merges[rank];
     const size_t space = m.find(' ', 1);
@@ -127,8 +130,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     return absl::OkStatus();
   };
   int32_t eos = -1;
-  RETURN_IF_ERROR(id_key("tokenizer.ggml.bos_token_id", &t->bos_id_));
-  RETURN_IF_ERROR(id_key("tokenizer.ggml.eos_token_id", &eos));
+  RETURN_IF_ERROR(id_key(gguf_keys::kTokenizerGgmlBosTokenId, &t->bos_id_));
+  RETURN_IF_ERROR(id_key(gguf_keys::kTokenizerGgmlEosTokenId, &eos));
   if (eos >= 0) t->eos_ids_.push_back(eos);
   for (const char* extra : {"<|im_end|>", "<|endoftext|>"}) {
     const int32_t id = t->FindToken(extra);
@@ -136,8 +139,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
       t->eos_ids_.push_back(id);
     }
   }
-  if (file.FindKey("tokenizer.ggml.add_bos_token") != nullptr) {
-    ASSIGN_OR_RETURN(t->add_bos_, file.GetBool("tokenizer.ggml.add_bos_token"));
+  if (file.FindKey(gguf_keys::kTokenizerGgmlAddBosToken) != nullptr) {
+    ASSIGN_OR_RETURN(t->add_bos_, file.GetBool(gguf_keys::kTokenizerGgmlAddBosToken));
   }
   if (t->add_bos_ && t->bos_id_ < 0) {
     return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "common/sha256.h"
 #include "worker/model/ggml_types.h"
+#include "worker/model/gguf_keys.h"
 #include "worker/model/gguf_writer.h"
 
 namespace walsh {
@@ -11,8 +12,9 @@ std::string ContractFingerprint(const GgufFile& file) {
   // The metadata that defines the math and the text: serialized canonically as a GGUF header.
   GgufWriter meta;
   for (const auto& [key, value] : file.kvs()) {
-    if (absl::StartsWith(key, "prism.hadamard.") || absl::StartsWith(key, "tokenizer.") ||
-        absl::StartsWith(key, "qwen35.") || key == "general.architecture") {
+    if (absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix) ||
+        absl::StartsWith(key, gguf_keys::kTokenizerPrefix) ||
+        absl::StartsWith(key, gguf_keys::kQwen35Prefix) || key == gguf_keys::kGeneralArchitecture) {
       meta.SetKv(key, value);
     }
   }
@@ -45,7 +47,7 @@ v1::ModelInfo BuildModelInfo(const ModelFile& file, const Tokenizer* tokenizer, 
     for (int32_t id : tokenizer->eos_ids()) info.add_eos_token_ids(id);
   }
   info.set_contract_fingerprint(fingerprint);
-  if (auto name = file.gguf->GetString("general.name"); name.ok()) info.set_name(*name);
+  if (auto name = file.gguf->GetString(gguf_keys::kGeneralName); name.ok()) info.set_name(*name);
   return info;
 }
 
