@@ -2,7 +2,7 @@
 
 #include "absl/types/optional.h"
 #include "gateway/http/json_shape.h"
-#include "gateway/http/qwen_chat_template.h"
+#include "common/qwen_chat_template.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {

@@ -11,7 +11,7 @@
 
 #include "absl/types/variant.h"
 #include "gateway/http/api_error.h"
-#include "gateway/http/qwen_chat_template.h"
+#include "common/qwen_chat_template.h"
 #include "walsh/v1/generator.pb.h"
 
 namespace walsh {

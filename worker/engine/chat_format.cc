@@ -1,6 +1,7 @@
 #include "worker/engine/chat_format.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/qwen_chat_template.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {
@@ -8,19 +9,20 @@ namespace walsh {
 absl::StatusOr<std::vector<PromptPiece>> FormatChatMlPieces(
     const std::vector<ChatMessage>& messages, bool enable_thinking) {
   if (messages.empty()) return absl::InvalidArgumentError("messages: at least one is needed");
-  std::vector<PromptPiece> out;
-  auto markup = [&](std::string s) { out.push_back({std::move(s), true}); };
+  ChatPrompt prompt;
+  prompt.enable_thinking = enable_thinking;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", m.role,
                                                      "\" is not system, user, assistant or tool"));
     }
-    markup(absl::StrCat(i > 0 ? "<|im_end|>\n" : "", "<|im_start|>", m.role, "\n"));
-    out.push_back({m.content, false});
+    prompt.turns.push_back({.role = m.role, .content = m.content});
   }
-  markup(absl::StrCat("<|im_end|>\n<|im_start|>assistant\n",
-                      enable_thinking ? "" : "<think>\n\n</think>\n\n"));
+  std::vector<PromptPiece> out;
+  for (PromptPart& part : RenderQwenChatParts(prompt)) {
+    out.push_back({std::move(part.text), part.markup});
+  }
   return out;
 }
 

@@ -1,7 +1,8 @@
-// ChatML prompts in the form the Qwen chat template renders: each message as
-// "<|im_start|>{role}\n{content}<|im_end|>\n", then "<|im_start|>assistant\n", with an empty
-// "<think>\n\n</think>\n\n" block when thinking is off. (The file's Jinja template is not
-// interpreted: Debian has no well-kept C++ Jinja library; this is its output for plain chats.)
+// The worker's chat requests rendered by the one Qwen chat template renderer
+// (common/qwen_chat_template.h): each message as "<|im_start|>{role}\n{content}<|im_end|>\n"
+// (tool results as <tool_response> blocks of a user turn), then "<|im_start|>assistant\n", with an
+// empty "<think>\n\n</think>\n\n" block when thinking is off. (The file's Jinja template is not
+// interpreted: Debian has no well-kept C++ Jinja library; this is its output.)
 #ifndef WALSH_WORKER_ENGINE_CHAT_FORMAT_H_
 #define WALSH_WORKER_ENGINE_CHAT_FORMAT_H_
 

@@ -170,6 +170,18 @@ TEST(ChatFormat, ChatMlWithThinkingOnAndOff) {
   EXPECT_FALSE(FormatChatMl({{"robot", "x"}}, false).ok());
 }
 
+// Tool results render as the Qwen template renders them (consecutive results in one user turn),
+// not as a turn of a "tool" role the model was never trained on.
+TEST(ChatFormat, ToolResultsAreToolResponsesOfAUserTurn) {
+  auto prompt = FormatChatMl(
+      {{"user", "Weather?"}, {"assistant", "Checking."}, {"tool", "22 C"}, {"tool", "noon"}}, true);
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(*prompt,
+            "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\nChecking.<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n22 C\n</tool_response>\n<tool_response>\nnoon\n"
+            "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST_F(TinyModel, WalshRunEndToEnd) {
   using testing::RunProcess;
   const auto text = RunProcess({WALSH_RUN_BIN, "--model", path_, "--prompt", "The quick brown fox",

@@ -2,10 +2,11 @@
 // §Prompt): ChatML turns; tools listed in the system turn inside <tools></tools>; an assistant's
 // tool calls as <tool_call>{"name": ..., "arguments": ...}</tool_call>; consecutive tool results
 // as one user turn of <tool_response> blocks; then the assistant's turn, with an empty think
-// block when thinking is off. For plain chats the text equals the worker's own ChatML
-// (worker/engine/chat_format.h), so a chat sent over HTTP and over gRPC is the same prompt.
-#ifndef WALSH_GATEWAY_HTTP_QWEN_CHAT_TEMPLATE_H_
-#define WALSH_GATEWAY_HTTP_QWEN_CHAT_TEMPLATE_H_
+// block when thinking is off. The one renderer: the gateway's HTTP face and the worker's chat
+// requests (worker/engine/chat_format.h) both render through it, so a chat sent over HTTP and
+// over gRPC is the same prompt.
+#ifndef WALSH_COMMON_QWEN_CHAT_TEMPLATE_H_
+#define WALSH_COMMON_QWEN_CHAT_TEMPLATE_H_
 
 #include <string>
 #include <vector>
@@ -54,4 +55,4 @@ std::string RenderQwenChat(const ChatPrompt& prompt);  // the parts joined
 
 }  // namespace walsh
 
-#endif  // WALSH_GATEWAY_HTTP_QWEN_CHAT_TEMPLATE_H_
+#endif  // WALSH_COMMON_QWEN_CHAT_TEMPLATE_H_

@@ -1,4 +1,4 @@
-#include "gateway/http/qwen_chat_template.h"
+#include "common/qwen_chat_template.h"
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
