@@ -833,9 +833,8 @@ TEST(GatewayAdmission, AClientThatStopsReadingHoldsItsWorkerThenIsCancelled) {
 }
 
 // 200 streams that do not read, 200 tokens with 20 logprobs each: the gateway and the workers
-// together grow by less than 24 MiB (one copy, in the gateway, under its per-stream bound);
-// once --max-buffered-total is held, new streams are refused by that name; and when the clients
-// read at last, every stream ends OK.
+// together grow by less than 24 MiB (one copy, in the gateway, under its per-stream bound), and
+// when the clients read at last every stream ends OK.
 TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   // Caches are not buffers: without prefix caching (finished streams would leave entries that
   // grow the workers up to --prefix-cache-bytes), and with KV and state pools just large enough
@@ -845,8 +844,7 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
       "--kv-cache-mb", "24",  "--state-mb",  "34"};
   WorkerProcess a(worker_flags), b(worker_flags);
   ASSERT_TRUE(a.ok() && b.ok());
-  GatewayProcess gw({a.target(), b.target()},
-                    {"--max-inflight", "256", "--max-buffered-total", std::to_string(2 << 20)});
+  GatewayProcess gw({a.target(), b.target()}, {"--max-inflight", "256"});
   ASSERT_TRUE(gw.WaitForWorkers(2));
   const std::vector<pid_t> pids = {gw.process().pid(), a.process().pid(), b.process().pid()};
   // 200 tokens with 20 logprobs, about 45 KB a stream: more than the clients' 16 KiB windows.
@@ -867,23 +865,27 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   for (pid_t p : pids) before.push_back(testing::ResidentBytes(p));
   testing::UnreadStreams unread(testing::Connections(gw.target(), 4, /*reading=*/false), requests,
                                 std::chrono::system_clock::now() + std::chrono::minutes(3));
-  // Every stream generated in full: the workers are idle and the bytes wait in the gateway.
-  for (auto* w : {&a, &b}) {
-    bool idle = false;
-    for (int i = 0; i < 1200 && !idle; ++i) {
-      grpc::ClientContext ctx;
-      v1::Load load;
-      idle = w->Worker()->GetLoad(&ctx, {}, &load).ok() && load.running() + load.waiting() == 0;
-      if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Every stream generated in full (the warm-up's and these): the workers are done with them and
+  // the bytes wait in the gateway.
+  auto wait_generated = [&](double requests) {
+    for (int i = 0; i < 1200; ++i) {
+      double finished = 0;
+      for (auto* w : {&a, &b}) {
+        finished += testing::MetricIn(testing::HttpGet(w->metrics_port(), "/metrics"),
+                                      "walsh_worker_requests_total{finish_reason=\"length\"}")
+                        .value_or(0);
+      }
+      if (finished == requests) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ASSERT_TRUE(idle) << w->target() << " still generating after 2 minutes";
-  }
+    return false;
+  };
+  ASSERT_TRUE(wait_generated(400)) << "the workers did not finish 400 requests in 2 minutes";
   int64_t growth = 0;
   for (size_t i = 0; i < pids.size(); ++i) {
     const int64_t now = testing::ResidentBytes(pids[i]);
     std::printf("200 unread streams: %s resident %.1f MiB -> %.1f MiB\n",
                 i == 0 ? "gateway" : "worker", before[i] / 1048576.0, now / 1048576.0);
-
     growth += now - before[i];
   }
   const std::optional<double> buffered = gw.Metric("walsh_gateway_buffered_bytes");
@@ -891,16 +893,47 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   std::printf("200 unread streams: gateway buffers %.1f MiB; all three grew %.1f MiB\n",
               *buffered / 1048576.0, growth / 1048576.0);
   if (kMemoryIsMeaningful) EXPECT_LT(growth, 24 << 20);
-  ASSERT_GE(*buffered, 2 << 20) << "the test's streams must fill the total";
-  const StreamResult refused = RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1));
+  EXPECT_GE(*buffered, 2 << 20);  // the one copy is the gateway's
+  // The clients read at last: nothing accepted was lost (each stream ends OK, after its
+  // Finished).
+  EXPECT_EQ(unread.Finish()[grpc::StatusCode::OK], 200);
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
+}
+
+// The gateway's total: while --max-buffered-total bytes wait for clients that do not read, a new
+// stream is refused by that name and counted; once those clients go, streams are admitted again.
+TEST(GatewayAdmission, NewStreamsAreRefusedPastTheBufferedTotal) {
+  WorkerProcess w;
+  ASSERT_TRUE(w.ok());
+  GatewayProcess gw({w.target()}, {"--max-buffered-bytes", "4096", "--max-buffered-total", "8192"});
+  ASSERT_TRUE(gw.WaitForWorkers(1));
+  auto stub = testing::NonReadingStub(gw.target());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>>> readers;
+  for (int i = 0; i < 2; ++i) {
+    v1::GenerateRequest req = Request("hold " + std::to_string(i), 3000, 0.0f, 1);
+    req.set_logprobs(20);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub->Generate(contexts.back().get(), req));
+  }
+  // The streams fill their buffers as their transports fill: retry until the total is held.
+  StreamResult refused;
+  for (int i = 0; i < 300 && refused.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    refused = RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1));
+  }
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
       << refused.status.error_message();
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffer_refusals_total", 1));
-  // The clients read at last: nothing accepted was lost (each stream ends OK, after its
-  // Finished).
-  std::map<grpc::StatusCode, int> codes = unread.Finish();
-  EXPECT_EQ(codes[grpc::StatusCode::OK], 200);
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : readers) {
+    v1::GenerateResponse resp;
+    while (r->Read(&resp)) {
+    }
+    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
   EXPECT_TRUE(RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1)).status.ok());
 }
