@@ -1,5 +1,7 @@
 #include "common/stream_writer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/raw_messages.h"
 
@@ -113,7 +115,7 @@ void StreamWriter::OnWriteDone(bool ok) {
       check_at = stall_check_at_;
     } else {
       writing_ = false;
-      if (finish_pending_ && !finished_) {
+      if (finish_pending_ && !finished_ && !tearing_down_) {
         finished_ = finish = true;
         status = status_;
       }
@@ -194,19 +196,31 @@ void StreamWriter::SetStallAlarm(std::shared_ptr<grpc::Alarm> alarm, Clock::time
 }
 
 void StreamWriter::OnStallCheck() {
-  bool stalled = false;
+  bool stalled = false, abandon = false;
   std::shared_ptr<grpc::Alarm> fired, arm;
   Clock::time_point check_at;
   {
     MutexLock l(&mu_);
     fired = std::move(stall_alarm_);
-    if (finished_ || cancelled_ || !writing_) return;
-    if (Clock::now() - progress_ >= limits_.stall_timeout) {
-      stalled = StopStalledLocked(absl::StrCat(
-          "the client read nothing for ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(limits_.stall_timeout).count() /
-              1000.0,
-          " s (--stall-timeout-seconds)"));
+    if (finished_ || !writing_) return;
+    if (abandoning_) {
+      abandon = tearing_down_ = true;  // the grace passed and the write is still stuck
+    } else if (cancelled_ && !stalled_) {
+      return;  // the client cancelled: gRPC fails the write itself
+    } else if (stalled_ || Clock::now() - progress_ >= limits_.stall_timeout) {
+      if (!stalled_) {
+        stalled = StopStalledLocked(absl::StrCat(
+            "the client read nothing for ",
+            std::chrono::duration_cast<std::chrono::milliseconds>(limits_.stall_timeout).count() /
+                1000.0,
+            " s (--stall-timeout-seconds)"));
+      }
+      // A client that reads at last gets this status (or the overflow's); one that never does
+      // holds the call and its write until the grace ends it.
+      abandoning_ = true;
+      arm = stall_alarm_ = std::make_shared<grpc::Alarm>();
+      check_at =
+          Clock::now() + std::max<Clock::duration>(limits_.stall_timeout, std::chrono::seconds(10));
     } else {
       arm = ArmStallLocked();
       check_at = stall_check_at_;
@@ -214,6 +228,21 @@ void StreamWriter::OnStallCheck() {
   }
   if (stalled) RunHook(true);
   if (arm != nullptr) SetStallAlarm(std::move(arm), check_at);
+  if (!abandon) return;
+  // Finish has not been called (finished_ was false and tearing_down_ keeps OnWriteDone from it),
+  // so the context is alive; the stuck write then completes, failed, perhaps inline.
+  context_->TryCancel();
+  bool finish = false;
+  grpc::Status status;
+  {
+    MutexLock l(&mu_);
+    tearing_down_ = false;
+    if (!writing_ && !finished_) {
+      finished_ = finish = true;
+      status = status_;
+    }
+  }
+  if (finish) Finish(status);
 }
 
 void StreamWriter::RunHook(bool stalled) {

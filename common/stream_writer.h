@@ -103,6 +103,10 @@ class StreamWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   bool metadata_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  // After a stall the client gets a grace to read its status; then the call is cancelled, and
+  // while that runs (outside the lock) the write's completion leaves Finish to the canceller.
+  bool abandoning_ ABSL_GUARDED_BY(mu_) = false;
+  bool tearing_down_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
   // Not guarded: set in Create before the writer is shared; OnDone moves it out under mu_.
   std::shared_ptr<StreamWriter> self_;

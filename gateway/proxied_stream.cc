@@ -165,7 +165,8 @@ ProxiedStream::ProxiedStream(const Env& env, v1::GenerateRequest request,
 
 bool ProxiedStream::HoldReads() {
   MutexLock l(&mu_);
-  if (writable_owed_) {  // the client's buffer drained between the push and now
+  if (interrupted_) return false;  // read on: the cancelled call's read fails and the call ends
+  if (writable_owed_) {            // the client's buffer drained between the push and now
     writable_owed_ = false;
     return false;
   }

@@ -706,6 +706,24 @@ TEST(WorkerService, AClientThatStopsReadingIsHeldThenLosesItsSlot) {
   EXPECT_LT(tokens, 3000);
 }
 
+// A client that never reads and never goes: past the stall, it has a grace (10 s at least) to
+// read its status; then the call is cancelled and the write it left stuck is freed.
+TEST(WorkerService, AStalledCallIsCancelledAfterItsGrace) {
+  WorkerProcess w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "2"});
+  ASSERT_TRUE(w.ok());
+  auto stub = testing::NonReadingStub(w.target());
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req = Request("never read", 3000, 0.0f, std::nullopt);
+  req.set_logprobs(20);
+  auto reader = stub->Generate(&ctx, req);
+  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_stalled_streams_total", 1));
+  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffered_bytes", 0));
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 // Backpressure loses nothing: a client that reads only after its stream was held gets every
 // token, the same tokens as a client that read all along.
 TEST(WorkerService, AHeldStreamResumesExactlyWhenItsClientReads) {
