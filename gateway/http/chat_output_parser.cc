@@ -1,8 +1,8 @@
 #include "gateway/http/chat_output_parser.h"
 
 #include "absl/types/optional.h"
-#include "gateway/http/json_shape.h"
 #include "common/qwen_chat_template.h"
+#include "gateway/http/json_shape.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {

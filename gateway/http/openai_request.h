@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/types/variant.h"
-#include "gateway/http/api_error.h"
 #include "common/qwen_chat_template.h"
+#include "gateway/http/api_error.h"
 #include "walsh/v1/generator.pb.h"
 
 namespace walsh {

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/qwen_chat_template.h"
 #include "gateway/http/api_error.h"
 #include "gateway/http/chat_output_parser.h"
 #include "gateway/http/openai_request.h"
-#include "common/qwen_chat_template.h"
 #include "gtest/gtest.h"
 #include "worker/engine/chat_format.h"
 
