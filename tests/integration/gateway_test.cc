@@ -811,13 +811,8 @@ TEST(GatewayAdmission, AClientThatStopsReadingHoldsItsWorkerThenIsCancelled) {
   req.set_logprobs(20);
   req.mutable_stopping()->set_ignore_eos(true);
   auto reader = stub->Generate(&ctx, req);
-  bool held = false;
-  for (int i = 0; i < 200 && !held; ++i) {
-    held = testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"),
-                             "walsh_worker_held_requests") == 1.0;
-    if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  EXPECT_TRUE(held) << "the worker kept decoding a stream nobody read";
+  EXPECT_TRUE(w.WaitForMetric("walsh_worker_held_requests", 1, 5))
+      << "the worker kept decoding a stream nobody read";
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_requests_total{code=\"RESOURCE_EXHAUSTED\"}", 1, 30));
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_stalled_streams_total", 1));
   const v1::Load load = testing::WaitForIdle(*w.Worker());
@@ -867,20 +862,14 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
                                 std::chrono::system_clock::now() + std::chrono::minutes(3));
   // Every stream generated in full (the warm-up's and these): the workers are done with them and
   // the bytes wait in the gateway.
-  auto wait_generated = [&](double requests) {
-    for (int i = 0; i < 1200; ++i) {
-      double finished = 0;
-      for (auto* w : {&a, &b}) {
-        finished += testing::MetricIn(testing::HttpGet(w->metrics_port(), "/metrics"),
-                                      "walsh_worker_requests_total{finish_reason=\"length\"}")
-                        .value_or(0);
-      }
-      if (finished == requests) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  };
-  ASSERT_TRUE(wait_generated(400)) << "the workers did not finish 400 requests in 2 minutes";
+  bool generated = false;
+  for (int i = 0; i < 1200 && !generated; ++i) {
+    generated = a.Metric("walsh_worker_requests_total{finish_reason=\"length\"}").value_or(0) +
+                    b.Metric("walsh_worker_requests_total{finish_reason=\"length\"}").value_or(0) ==
+                400;
+    if (!generated) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(generated) << "the workers did not finish 400 requests in 2 minutes";
   int64_t growth = 0;
   for (size_t i = 0; i < pids.size(); ++i) {
     const int64_t now = testing::ResidentBytes(pids[i]);

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/gateway_fixture.h"
 #include "tools/mkmodel/synthetic_model.h"
 
 namespace walsh::testing {
@@ -53,6 +54,18 @@ std::unique_ptr<v1::Worker::Stub> WorkerProcess::Worker() const {
 }
 std::unique_ptr<grpc::health::v1::Health::Stub> WorkerProcess::Health() const {
   return grpc::health::v1::Health::NewStub(channel_);
+}
+
+std::optional<double> WorkerProcess::Metric(const std::string& series) const {
+  return MetricIn(HttpGet(metrics_port_, "/metrics"), series);
+}
+
+bool WorkerProcess::WaitForMetric(const std::string& series, double value, int seconds) const {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (Metric(series) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request) {

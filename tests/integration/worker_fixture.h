@@ -3,6 +3,7 @@
 #define WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ class WorkerProcess {
   std::unique_ptr<v1::Generator::Stub> Generator() const;
   std::unique_ptr<v1::Worker::Stub> Worker() const;
   std::unique_ptr<grpc::health::v1::Health::Stub> Health() const;
+  // As GatewayProcess's: one series of its /metrics now, and a poll until it reads `value`.
+  std::optional<double> Metric(const std::string& series) const;
+  bool WaitForMetric(const std::string& series, double value, int seconds = 30) const;
 
  private:
   std::unique_ptr<ChildProcess> process_;

@@ -593,18 +593,6 @@ TEST(WorkerService, AStalledRankTurnsTheWorkerNotServing) {
   EXPECT_TRUE(not_serving);
 }
 
-// Polls the worker's /metrics until `series` reads `value` (or at most `value`, if `at_most`),
-// for about 30 s; whether it did.
-bool WaitForWorkerMetric(const WorkerProcess& w, const std::string& series, double value,
-                         bool at_most = false) {
-  for (int i = 0; i < 600; ++i) {
-    const auto v = testing::MetricIn(testing::HttpGet(w.metrics_port(), "/metrics"), series);
-    if (v && (*v == value || (at_most && *v < value))) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 // SIGTERM drains: health turns NOT_SERVING, streams that can finish within
 // --drain-grace-seconds finish whole, one that cannot (its client reads nothing, so the worker
 // holds it) is ended, and the process exits 0.
@@ -616,7 +604,7 @@ TEST(WorkerService, SigtermDrainsAndExitsZero) {
   v1::GenerateRequest held_req = Request("never read", 4000, 0.0f, std::nullopt);
   held_req.set_logprobs(20);
   auto held = held_stub->Generate(&held_ctx, held_req);
-  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 1));
+  ASSERT_TRUE(w.WaitForMetric("walsh_worker_held_requests", 1));
   auto stub = w.Generator();
   std::vector<StreamResult> results(4);
   std::vector<std::thread> threads;
@@ -676,9 +664,8 @@ TEST(WorkerService, AClientThatStopsReadingIsHeldThenLosesItsSlot) {
   req.set_logprobs(20);  // large responses: HTTP/2 flow control stops the writes sooner
   req.mutable_stopping()->set_ignore_eos(true);
   auto reader = stub->Generate(&ctx, req);
-  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 1));
-  const std::optional<double> buffered = testing::MetricIn(
-      testing::HttpGet(w.metrics_port(), "/metrics"), "walsh_worker_buffered_bytes");
+  ASSERT_TRUE(w.WaitForMetric("walsh_worker_held_requests", 1));
+  const std::optional<double> buffered = w.Metric("walsh_worker_buffered_bytes");
   ASSERT_TRUE(buffered.has_value());
   EXPECT_GE(*buffered, 4096);
   EXPECT_LE(*buffered, 2 * 4096);  // held: one response past the limit at most
@@ -693,9 +680,14 @@ TEST(WorkerService, AClientThatStopsReadingIsHeldThenLosesItsSlot) {
   EXPECT_EQ(load.running(), 0u);
   EXPECT_EQ(load.kv_pages_used(), 0u);
   EXPECT_EQ(load.state_slots_used(), 0u);
-  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_stalled_streams_total", 1));
+  EXPECT_TRUE(w.WaitForMetric("walsh_worker_stalled_streams_total", 1));
   // What waited behind the write in flight is gone; that write stays until the client reads.
-  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffered_bytes", 4096, /*at_most=*/true));
+  bool freed = false;
+  for (int i = 0; i < 600 && !freed; ++i) {
+    freed = w.Metric("walsh_worker_buffered_bytes").value_or(4096) < 4096;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(freed);
   // The client reads at last: what was sent, then the refusal.
   v1::GenerateResponse resp;
   int tokens = 0;
@@ -716,8 +708,8 @@ TEST(WorkerService, AStalledCallIsCancelledAfterItsGrace) {
   v1::GenerateRequest req = Request("never read", 3000, 0.0f, std::nullopt);
   req.set_logprobs(20);
   auto reader = stub->Generate(&ctx, req);
-  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_stalled_streams_total", 1));
-  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffered_bytes", 0));
+  ASSERT_TRUE(w.WaitForMetric("walsh_worker_stalled_streams_total", 1));
+  EXPECT_TRUE(w.WaitForMetric("walsh_worker_buffered_bytes", 0));
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
   }
@@ -735,7 +727,7 @@ TEST(WorkerService, AHeldStreamResumesExactlyWhenItsClientReads) {
   auto stub = testing::NonReadingStub(w.target());
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, req);
-  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 1));
+  ASSERT_TRUE(w.WaitForMetric("walsh_worker_held_requests", 1));
   std::vector<int32_t> late;
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
@@ -765,7 +757,7 @@ TEST(WorkerService, NewStreamsAreRefusedPastTheBufferedTotal) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     readers.push_back(stub->Generate(contexts.back().get(), req));
   }
-  ASSERT_TRUE(WaitForWorkerMetric(w, "walsh_worker_held_requests", 2));
+  ASSERT_TRUE(w.WaitForMetric("walsh_worker_held_requests", 2));
   // A stream may be held for a moment while its transport catches up, then run on until its
   // client's HTTP/2 window is full: retry until both are held for good.
   StreamResult refused;
@@ -777,7 +769,7 @@ TEST(WorkerService, NewStreamsAreRefusedPastTheBufferedTotal) {
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
       << refused.status.error_message();
-  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffer_refusals_total", 1));
+  EXPECT_TRUE(w.WaitForMetric("walsh_worker_buffer_refusals_total", 1));
   for (auto& c : contexts) c->TryCancel();
   for (auto& r : readers) {
     v1::GenerateResponse resp;
@@ -785,7 +777,7 @@ TEST(WorkerService, NewStreamsAreRefusedPastTheBufferedTotal) {
     }
     EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  EXPECT_TRUE(WaitForWorkerMetric(w, "walsh_worker_buffered_bytes", 0));
+  EXPECT_TRUE(w.WaitForMetric("walsh_worker_buffered_bytes", 0));
   EXPECT_TRUE(RunGenerate(*w.Generator(), Request("one more", 4, 0.0f, 1)).status.ok());
 }
 
