@@ -131,7 +131,10 @@ WALSH_HD void QuantizeBlockQ8(const float* x, Q8Layout layout, Q8Block128* out) 
       const int g = 2 * s + h;
       int32_t sum = 0;
       for (int j = 16 * g; j < 16 * g + 16; ++j) {
-        int v = static_cast<int>(roundf(x[j] * id));
+        // A value past int's range (NaN, or ±inf when 1/d overflows) gives -127: what x86's
+        // conversion (INT_MIN, then clamped) and the SIMD paths give, here in defined C++.
+        const float r = roundf(x[j] * id);
+        int v = r >= -2147483648.0f && r < 2147483648.0f ? static_cast<int>(r) : -127;
         v = v < -127 ? -127 : (v > 127 ? 127 : v);
         q[j] = static_cast<int8_t>(v);
         sum += v;
