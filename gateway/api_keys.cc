@@ -59,23 +59,12 @@ size_t ApiKeys::count() const {
   return keys_.size();
 }
 
-grpc::Status ApiKeys::Check(const grpc::ServerContextBase& context) const {
-  if (!enabled()) return grpc::Status::OK;
-  std::vector<std::string> values;
-  const auto range = context.client_metadata().equal_range("authorization");
-  for (auto it = range.first; it != range.second; ++it) {
-    values.emplace_back(it->second.data(), it->second.size());
-  }
-  return CheckValues(values);
-}
-
-grpc::Status ApiKeys::CheckValues(const std::vector<std::string>& authorization) const {
-  if (!enabled()) return grpc::Status::OK;
+absl::Status ApiKeys::Check(const std::vector<std::string>& authorization) const {
+  if (!enabled()) return absl::OkStatus();
   if (authorization.size() != 1) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        authorization.empty()
-                            ? "authorization: a \"Bearer <api key>\" header is required"
-                            : "authorization: send exactly one header, not several");
+    return absl::UnauthenticatedError(
+        authorization.empty() ? "authorization: a \"Bearer <api key>\" header is required"
+                              : "authorization: send exactly one header, not several");
   }
   const std::string& value = authorization[0];
   // The scheme is case-insensitive and followed by one or more spaces (RFC 7235 §2.1).
@@ -88,9 +77,8 @@ grpc::Status ApiKeys::CheckValues(const std::vector<std::string>& authorization)
     MutexLock l(&mu_);
     for (const std::string& k : keys_) match |= ConstantTimeEquals(presented, k);  // no early exit
   }
-  return match ? grpc::Status::OK
-               : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                              "authorization: the \"Bearer <api key>\" is not valid");
+  return match ? absl::OkStatus()
+               : absl::UnauthenticatedError("authorization: the \"Bearer <api key>\" is not valid");
 }
 
 }  // namespace walsh

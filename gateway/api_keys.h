@@ -14,7 +14,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
-#include "grpcpp/grpcpp.h"
 
 namespace walsh {
 
@@ -29,11 +28,9 @@ class ApiKeys {
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
   bool enabled() const;
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
-  // OK, or UNAUTHENTICATED saying what is wrong (missing, repeated or unknown key).
-  grpc::Status Check(const grpc::ServerContextBase& context) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The same check on the values of the authorization headers (the HTTP API's).
-  grpc::Status CheckValues(const std::vector<std::string>& authorization) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // The values of a call's authorization headers (gRPC metadata or HTTP): OK, or
+  // UNAUTHENTICATED saying what is wrong (missing, repeated or unknown key).
+  absl::Status Check(const std::vector<std::string>& authorization) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string key_, file_;

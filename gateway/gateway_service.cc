@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reactor.h"
+#include "common/grpc_status.h"
 #include "common/raw_messages.h"
+#include "gateway/client_key.h"
 
 namespace walsh {
 
@@ -32,10 +34,10 @@ grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
   grpc::Status s = Authorize(context);
   if (s.ok() && options_.limiter != nullptr) {
     const std::string key =
-        KeyLimiter::KeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled(),
-                          options_.trusted_proxies);
-    s = stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
-                               : options_.limiter->AdmitCall(key);
+        ClientKeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled(),
+                    options_.trusted_proxies);
+    s = ToGrpcStatus(stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
+                                            : options_.limiter->AdmitCall(key));
     if (!s.ok()) metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
   }
   return s;
@@ -43,7 +45,8 @@ grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
 
 grpc::Status GatewayService::Authorize(grpc::CallbackServerContext* context) const {
   if (options_.api_keys == nullptr) return grpc::Status::OK;
-  grpc::Status s = options_.api_keys->Check(*context);
+  grpc::Status s =
+      ToGrpcStatus(options_.api_keys->Check(MetadataValues(*context, "authorization")));
   if (!s.ok()) metrics_->requests.counter({"UNAUTHENTICATED"}).Inc();
   return s;
 }
@@ -72,8 +75,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
   if (BufferBudget* budget = options_.stream_buffers.budget; budget != nullptr) {
     if (const absl::Status b = budget->AdmitStream(); !b.ok()) {
       metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
-      return new ErrorReactor(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(b.message())));
+      return new ErrorReactor(ToGrpcStatus(b));
     }
   }
   ProxiedStream::Hooks hooks{[this](ProxiedStream* s) { OnClientGone(s); },

@@ -1,44 +1,37 @@
 // Per-client limits at the gateway, so one client cannot fill it: concurrent streams per key
 // (--max-streams-per-key) and a request-rate token bucket per key (--rate-limit, --rate-burst).
-// The key is the client's API key when keys are required, else its peer address. Over a limit
-// a call gets RESOURCE_EXHAUSTED naming the flag.
+// The key is the client's API key when keys are required, else its peer address
+// (gateway/client_key.h). Over a limit a call gets RESOURCE_EXHAUSTED naming the flag.
 #ifndef WALSH_GATEWAY_KEY_LIMITER_H_
 #define WALSH_GATEWAY_KEY_LIMITER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "common/mutex.h"
-#include "gateway/trusted_proxies.h"
-#include "grpcpp/grpcpp.h"
 
 namespace walsh {
 
-// Metadata of the HTTP API's in-process calls: its client's address, and this process's
-// random token that proves the call is the HTTP API's (a remote caller cannot know it).
-inline constexpr char kHttpClientHeader[] = "x-walsh-http-client";
-inline constexpr char kHttpCallTokenHeader[] = "x-walsh-http-token";
-const std::string& HttpCallToken();
-
 class KeyLimiter {
  public:
-  // 0 turns a limit off. rate: requests per second; burst: the bucket's size (>= 1).
-  KeyLimiter(int64_t max_streams_per_key, double rate, double burst);
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
-  // The key a call counts against: its API key, else its client's address (behind a trusted
-  // proxy, the one X-Forwarded-For names).
-  static std::string KeyOf(const grpc::ServerContextBase& context, bool by_api_key,
-                           const TrustedProxies& proxies);
+  // 0 turns a limit off. rate: requests per second; burst: the bucket's size (>= 1). `clock`
+  // refills the buckets (tests pass a fake one).
+  KeyLimiter(int64_t max_streams_per_key, double rate, double burst,
+             Clock clock = std::chrono::steady_clock::now);
 
   // One request of `key` (any Generator call): OK, or RESOURCE_EXHAUSTED when its bucket is
   // empty.
-  grpc::Status AdmitCall(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AdmitCall(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // A stream of `key`: a rate token and a stream slot, held until the returned handle is
   // destroyed; or RESOURCE_EXHAUSTED.
-  grpc::Status AdmitStream(const std::string& key, std::shared_ptr<void>* slot)
+  absl::Status AdmitStream(const std::string& key, std::shared_ptr<void>* slot)
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -47,11 +40,12 @@ class KeyLimiter {
     double tokens = 0;
     std::chrono::steady_clock::time_point refilled;
   };
-  grpc::Status TakeTokenLocked(const std::string& key, PerKey& k)
+  absl::Status TakeTokenLocked(const std::string& key, PerKey& k)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_streams_;
   const double rate_, burst_;
+  const Clock clock_;
   Mutex mu_;
   absl::flat_hash_map<std::string, PerKey> keys_ ABSL_GUARDED_BY(mu_);
 };

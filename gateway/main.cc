@@ -16,6 +16,7 @@
 #include "common/termination_signals.h"
 #include "common/tls_credentials.h"
 #include "gateway/api_keys.h"
+#include "gateway/client_key.h"
 #include "gateway/gateway_service.h"
 #include "gateway/http/http_flags.h"
 #include "gateway/http/openai_server.h"

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/field_error.h"
 
 namespace walsh {
 namespace {
@@ -33,66 +34,72 @@ nlohmann::json ApiError::ToJson() const {
   return {{"error", std::move(e)}};
 }
 
-ApiError BadField(const std::string& param, const std::string& why) {
-  return ApiError{400, param + ": " + why, "invalid_request_error", param, ""};
-}
-
-ApiError FromGrpcStatus(const grpc::Status& s,
-                        const std::vector<std::pair<std::string, std::string>>& field_names) {
+ApiError ApiErrorOf(const absl::Status& s) {
+  const std::string message(s.message());
   ApiError e;
-  e.message = s.error_message();
-  switch (s.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::OUT_OF_RANGE:
+  e.message = message;
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
       e.http_status = 400;
-      for (const auto& [proto_name, name] : field_names) {
-        if (absl::StartsWith(e.message, proto_name)) {
-          e.message = name + e.message.substr(proto_name.size());
-          const size_t colon = e.message.find(':');
-          e.param = e.message.substr(0, colon);
-          break;
-        }
-      }
+      e.param = FieldOf(s);
       break;
-    case grpc::StatusCode::UNAUTHENTICATED:
-      e = {401, s.error_message(), "authentication_error", "", "invalid_api_key"};
+    case absl::StatusCode::kUnauthenticated:
+      e = {401, message, "authentication_error", "", "invalid_api_key"};
       break;
-    case grpc::StatusCode::PERMISSION_DENIED:
-      e = {403, s.error_message(), "permission_error", "", ""};
+    case absl::StatusCode::kPermissionDenied:
+      e = {403, message, "permission_error", "", ""};
       break;
-    case grpc::StatusCode::NOT_FOUND:
-      e = {404, s.error_message(), "not_found_error", "", ""};
+    case absl::StatusCode::kNotFound:
+      e = {404, message, "not_found_error", "", ""};
       break;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case absl::StatusCode::kResourceExhausted:
       // gRPC's own refusal of a message over its 4 MiB limit: the request is too large.
-      if (absl::StartsWith(s.error_message(), "Received message larger than max")) {
-        e = {413, s.error_message(), "invalid_request_error", "", "request_too_large"};
+      if (absl::StartsWith(message, "Received message larger than max")) {
+        e = {413, message, "invalid_request_error", "", "request_too_large"};
       } else {
-        e = {429, s.error_message(), "rate_limit_error", "", "rate_limit_exceeded"};
+        e = {429, message, "rate_limit_error", "", "rate_limit_exceeded"};
       }
       break;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      e = {400, s.error_message(), "invalid_request_error", "", ""};
+    case absl::StatusCode::kFailedPrecondition:
+      e = {400, message, "invalid_request_error", "", ""};
       break;
-    case grpc::StatusCode::ALREADY_EXISTS:
-      e = {409, s.error_message(), "invalid_request_error", "", "conflict"};
+    case absl::StatusCode::kAlreadyExists:
+      e = {409, message, "invalid_request_error", "", "conflict"};
       break;
-    case grpc::StatusCode::UNIMPLEMENTED:
-      e = {501, s.error_message(), "not_implemented_error", "", ""};
+    case absl::StatusCode::kUnimplemented:
+      e = {501, message, "not_implemented_error", "", ""};
       break;
-    case grpc::StatusCode::UNAVAILABLE:
-      e = {503, s.error_message(), "service_unavailable_error", "", ""};
+    case absl::StatusCode::kUnavailable:
+      e = {503, message, "service_unavailable_error", "", ""};
       break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      e = {504, s.error_message(), "timeout_error", "", ""};
+    case absl::StatusCode::kDeadlineExceeded:
+      e = {504, message, "timeout_error", "", ""};
       break;
-    case grpc::StatusCode::CANCELLED:
-      e = {499, s.error_message(), "cancelled", "", ""};
+    case absl::StatusCode::kCancelled:
+      e = {499, message, "cancelled", "", ""};
       break;
     default:
-      e = {500, s.error_message(), "internal_error", "", ""};
+      e = {500, message, "internal_error", "", ""};
   }
   return e;
+}
+
+ApiError ApiErrorOf(const absl::Status& s,
+                    const std::vector<std::pair<std::string, std::string>>& field_names) {
+  if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kOutOfRange) {
+    const std::string message(s.message());
+    for (const auto& [proto_name, name] : field_names) {
+      if (absl::StartsWith(message, proto_name)) {
+        const std::string renamed = name + message.substr(proto_name.size());
+        ApiError e = ApiErrorOf(s);
+        e.message = renamed;
+        e.param = renamed.substr(0, renamed.find(':'));
+        return e;
+      }
+    }
+  }
+  return ApiErrorOf(s);
 }
 
 }  // namespace walsh

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "grpcpp/support/status.h"
+#include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 
 namespace walsh {
@@ -22,8 +22,6 @@ struct ApiError {
   nlohmann::json ToJson() const;
 };
 
-ApiError BadField(const std::string& param, const std::string& why);
-
 // A client's value as an error message quotes it: whole when short, otherwise its first
 // `max_bytes` (never a split character) and its length, so a 1 MB value gives no 1 MB answer.
 std::string Quoted(const std::string& value, size_t max_bytes = 64);
@@ -31,11 +29,15 @@ std::string Quoted(const std::string& value, size_t max_bytes = 64);
 // The most bytes of message an error body carries (the rest is cut, saying so).
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
 
-// A gRPC status from the gateway's service as the HTTP API reports it. INVALID_ARGUMENT names
-// a walsh.v1 field ("sampling.temperature: ..."); `field_names` maps those prefixes to the
-// request's own field names ({"sampling.temperature", "temperature"}).
-ApiError FromGrpcStatus(const grpc::Status& s,
-                        const std::vector<std::pair<std::string, std::string>>& field_names);
+// A status as the HTTP API reports it (docs/errors.md): its code picks the HTTP status and the
+// error's type, a FieldError's field becomes `param`.
+ApiError ApiErrorOf(const absl::Status& s);
+// A status from a walsh.v1 call (the HTTP face calls the gateway's own service), whose
+// INVALID_ARGUMENT names a walsh.v1 field ("sampling.temperature: ..."): `field_names` maps
+// those prefixes to the request's own field names ({"sampling.temperature", "temperature"}),
+// which then name `param` too.
+ApiError ApiErrorOf(const absl::Status& s,
+                    const std::vector<std::pair<std::string, std::string>>& field_names);
 
 }  // namespace walsh
 

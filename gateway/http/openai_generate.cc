@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "gateway/http/chat_output_parser.h"
 #include "gateway/http/generate_call.h"
 #include "gateway/http/openai_response.h"
@@ -79,7 +80,7 @@ class Answer {
 
   // The end of a stream that failed (the client is still there).
   void Fail(const grpc::Status& s) {
-    const ApiError e = FromGrpcStatus(s, r_.field_names);
+    const ApiError e = ApiErrorOf(FromGrpcStatus(s), r_.field_names);
     if (x_->status() == 0) return x_->SendError(e);
     x_->SendEvent(Dump(e.ToJson()));  // the stream is committed: the error is its last event
     x_->SendEvent("[DONE]");
@@ -159,12 +160,12 @@ class Answer {
 
 void OpenAiServer::Generate(HttpExchange& x, bool chat) {
   auto parsed = chat ? ParseChatCompletionRequest(x.body()) : ParseCompletionRequest(x.body());
-  if (const ApiError* e = absl::get_if<ApiError>(&parsed)) return x.SendError(*e);
-  OpenAiRequest& r = absl::get<OpenAiRequest>(parsed);
+  if (!parsed.ok()) return x.SendError(ApiErrorOf(parsed.status()));
+  OpenAiRequest& r = *parsed;
   if (options_.chat_content_special_tokens) JoinChatPieces(r.generate);
   auto info = FleetModel(x);
-  if (const ApiError* e = absl::get_if<ApiError>(&info)) return x.SendError(*e);
-  const v1::ModelInfo& model = absl::get<v1::ModelInfo>(info);
+  if (!info.ok()) return x.SendError(ApiErrorOf(info.status()));
+  const v1::ModelInfo& model = *info;
   const std::string name = ServedName(model);
   if (!r.model.empty() && r.model != name) {
     return x.SendError(

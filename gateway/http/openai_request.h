@@ -9,9 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "absl/types/variant.h"
+#include "absl/status/statusor.h"
 #include "common/qwen_chat_template.h"
-#include "gateway/http/api_error.h"
 #include "walsh/v1/generator.pb.h"
 
 namespace walsh {
@@ -34,9 +33,10 @@ struct OpenAiRequest {
 };
 
 // `body` is the raw request body (untrusted). A chat's prompt is `generate.pieces`: the
-// template's markup apart from the client's text, whose special tokens stay text.
-absl::variant<OpenAiRequest, ApiError> ParseChatCompletionRequest(const std::string& body);
-absl::variant<OpenAiRequest, ApiError> ParseCompletionRequest(const std::string& body);
+// template's markup apart from the client's text, whose special tokens stay text. A refusal
+// is a FieldError (common/field_error.h) naming the field, or INVALID_ARGUMENT for the body.
+absl::StatusOr<OpenAiRequest> ParseChatCompletionRequest(const std::string& body);
+absl::StatusOr<OpenAiRequest> ParseCompletionRequest(const std::string& body);
 
 // The prompt of a parsed chat as one text, in which special tokens written anywhere are
 // recognized (--chat-content-special-tokens: the trusting behaviour of Hugging Face templates).

@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/json_log.h"
+#include "common/status_macros.h"
 
 namespace walsh {
 namespace {
@@ -63,7 +65,7 @@ absl::optional<ApiError> OpenAiServer::CheckHead(const HttpExchange& x) const {
   const bool v1 =
       route == "/v1/chat/completions" || route == "/v1/completions" || route == "/v1/models";
   if (!v1) return absl::nullopt;
-  if (grpc::Status auth = Authorize(x); !auth.ok()) return FromGrpcStatus(auth, {});
+  if (absl::Status auth = Authorize(x); !auth.ok()) return ApiErrorOf(auth);
   return absl::nullopt;
 }
 
@@ -115,9 +117,9 @@ void OpenAiServer::Serve(HttpExchange& x, const std::string& route) {
   }
 }
 
-grpc::Status OpenAiServer::Authorize(const HttpExchange& x) const {
-  if (options_.api_keys == nullptr) return grpc::Status::OK;
-  return options_.api_keys->CheckValues(x.HeaderValues("Authorization"));
+absl::Status OpenAiServer::Authorize(const HttpExchange& x) const {
+  if (options_.api_keys == nullptr) return absl::OkStatus();
+  return options_.api_keys->Check(x.HeaderValues("Authorization"));
 }
 
 std::multimap<std::string, std::string> OpenAiServer::CallMetadata(const HttpExchange& x) const {
@@ -143,11 +145,13 @@ std::string OpenAiServer::ServedName(const v1::ModelInfo& info) const {
   return info.name().empty() ? info.architecture() : info.name();
 }
 
-grpc::Status OpenAiServer::CallModelInfo(HttpExchange& x, v1::ModelInfo* info) {
+absl::StatusOr<v1::ModelInfo> OpenAiServer::CallModelInfo(HttpExchange& x) {
   grpc::ClientContext context;
   for (const auto& [k, v] : CallMetadata(x)) context.AddMetadata(k, v);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  return stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), info);
+  v1::ModelInfo info;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), &info)));
+  return info;
 }
 
 bool OpenAiServer::WaitForWorker(HttpExchange& x) {
@@ -159,17 +163,14 @@ bool OpenAiServer::WaitForWorker(HttpExchange& x) {
   return true;
 }
 
-absl::variant<v1::ModelInfo, ApiError> OpenAiServer::FleetModel(HttpExchange& x) {
-  if (!WaitForWorker(x)) {
-    return ApiError{503, "no worker is ready", "service_unavailable_error", "", ""};
-  }
+absl::StatusOr<v1::ModelInfo> OpenAiServer::FleetModel(HttpExchange& x) {
+  if (!WaitForWorker(x)) return absl::UnavailableError("no worker is ready");
   const std::string fingerprint = options_.fingerprint ? options_.fingerprint() : "";
   {
     MutexLock l(&mu_);
     if (!fingerprint.empty() && fingerprint == info_fingerprint_) return info_;
   }
-  v1::ModelInfo info;
-  if (grpc::Status s = CallModelInfo(x, &info); !s.ok()) return FromGrpcStatus(s, {});
+  ASSIGN_OR_RETURN(v1::ModelInfo info, CallModelInfo(x));
   MutexLock l(&mu_);
   info_fingerprint_ = info.contract_fingerprint();
   info_ = info;
@@ -177,13 +178,11 @@ absl::variant<v1::ModelInfo, ApiError> OpenAiServer::FleetModel(HttpExchange& x)
 }
 
 void OpenAiServer::ListModels(HttpExchange& x) {
-  if (!WaitForWorker(x)) {
-    return x.SendError({503, "no worker is ready", "service_unavailable_error", "", ""});
-  }
-  v1::ModelInfo info;
-  if (grpc::Status s = CallModelInfo(x, &info); !s.ok()) {
-    return x.SendError(FromGrpcStatus(s, {}));
-  }
+  if (!WaitForWorker(x))
+    return x.SendError(ApiErrorOf(absl::UnavailableError("no worker is ready")));
+  absl::StatusOr<v1::ModelInfo> fetched = CallModelInfo(x);
+  if (!fetched.ok()) return x.SendError(ApiErrorOf(fetched.status()));
+  const v1::ModelInfo& info = *fetched;
   const std::string name = ServedName(info);
   x.SendJson(200, {{"object", "list"},
                    {"data",

@@ -73,13 +73,13 @@ class OpenAiServer {
   void Record(const HttpExchange& x, int status, double seconds) const;
   void Generate(HttpExchange& x, bool chat);
   void ListModels(HttpExchange& x);
-  grpc::Status Authorize(const HttpExchange& x) const;
+  absl::Status Authorize(const HttpExchange& x) const;
   // Whether a worker is routable now or becomes so within worker_wait (false at once when the
   // client hangs up meanwhile).
   bool WaitForWorker(HttpExchange& x);
   // The fleet's model, asked of a worker once per contract fingerprint.
-  absl::variant<v1::ModelInfo, ApiError> FleetModel(HttpExchange& x);
-  grpc::Status CallModelInfo(HttpExchange& x, v1::ModelInfo* info);
+  absl::StatusOr<v1::ModelInfo> FleetModel(HttpExchange& x);
+  absl::StatusOr<v1::ModelInfo> CallModelInfo(HttpExchange& x);
   std::multimap<std::string, std::string> CallMetadata(const HttpExchange& x) const;
   // The client's address: the peer's, or behind a trusted proxy the one it forwards.
   std::string ClientAddress(const HttpExchange& x) const;

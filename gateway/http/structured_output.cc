@@ -1,6 +1,7 @@
 #include "gateway/http/structured_output.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/field_error.h"
 #include "worker/constraint/constraint_cache.h"
 
 namespace walsh {
@@ -45,47 +46,47 @@ std::string ArgumentsSchema(const ToolSpec& t) {
 
 }  // namespace
 
-std::optional<FieldRefusal> ApplyResponseFormat(const Json& rf, v1::GenerateRequest& g) {
-  if (!rf.is_object()) return FieldRefusal{"response_format", "expected an object"};
+absl::Status ApplyResponseFormat(const Json& rf, v1::GenerateRequest& g) {
+  if (!rf.is_object()) return FieldError("response_format", "expected an object");
   auto type = rf.find("type");
   if (type == rf.end() || !type->is_string()) {
-    return FieldRefusal{"response_format.type",
-                        "expected \"text\", \"json_object\" or \"json_schema\""};
+    return FieldError("response_format.type",
+                      "expected \"text\", \"json_object\" or \"json_schema\"");
   }
-  if (*type == "text") return std::nullopt;
+  if (*type == "text") return absl::OkStatus();
   if (*type == "json_object") {
     g.set_json_object(true);
-    return std::nullopt;
+    return absl::OkStatus();
   }
   if (*type != "json_schema") {
-    return FieldRefusal{"response_format.type",
-                        "expected \"text\", \"json_object\" or \"json_schema\""};
+    return FieldError("response_format.type",
+                      "expected \"text\", \"json_object\" or \"json_schema\"");
   }
   auto js = rf.find("json_schema");
   if (js == rf.end() || !js->is_object()) {
-    return FieldRefusal{"response_format.json_schema", "expected an object"};
+    return FieldError("response_format.json_schema", "expected an object");
   }
   auto name = js->find("name");
   if (name == js->end() || !name->is_string() || name->get<std::string>().empty()) {
-    return FieldRefusal{"response_format.json_schema.name", "expected a non-empty string"};
+    return FieldError("response_format.json_schema.name", "expected a non-empty string");
   }
   auto strict = js->find("strict");
   if (strict != js->end() && !strict->is_null() && !strict->is_boolean()) {
-    return FieldRefusal{"response_format.json_schema.strict", "expected a boolean"};
+    return FieldError("response_format.json_schema.strict", "expected a boolean");
   }
   auto schema = js->find("schema");
   if (schema == js->end() || schema->is_null()) {
-    return FieldRefusal{"response_format.json_schema.schema", "is required"};
+    return FieldError("response_format.json_schema.schema", "is required");
   }
   const std::string text = schema->dump();
   if (absl::StatusOr<Grammar> grammar =
           ConstraintGrammarOnOwnStack({ConstraintSpec::Kind::kJsonSchema, text});
       !grammar.ok()) {
-    return FieldRefusal{"response_format.json_schema.schema",
-                        WithoutPrefix(std::string(grammar.status().message()), "json_schema: ")};
+    return FieldError("response_format.json_schema.schema",
+                      WithoutPrefix(std::string(grammar.status().message()), "json_schema: "));
   }
   g.set_json_schema(text);
-  return std::nullopt;
+  return absl::OkStatus();
 }
 
 std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choice,
@@ -127,10 +128,9 @@ std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choic
   return out;
 }
 
-std::optional<FieldRefusal> ConstrainToolCalls(const std::vector<ToolSpec>& tools,
-                                               ToolChoice choice, const std::string& forced,
-                                               bool parallel, v1::GenerateRequest& g) {
-  if (choice == ToolChoice::kNone) return std::nullopt;
+absl::Status ConstrainToolCalls(const std::vector<ToolSpec>& tools, ToolChoice choice,
+                                const std::string& forced, bool parallel, v1::GenerateRequest& g) {
+  if (choice == ToolChoice::kNone) return absl::OkStatus();
   bool any_strict = false;
   for (size_t i = 0; i < tools.size(); ++i) {
     if (!tools[i].strict) continue;
@@ -139,23 +139,23 @@ std::optional<FieldRefusal> ConstrainToolCalls(const std::vector<ToolSpec>& tool
     if (absl::StatusOr<Grammar> gr = ConstraintGrammarOnOwnStack(
             {ConstraintSpec::Kind::kJsonSchema, tools[i].parameters.dump()});
         !gr.ok()) {
-      return FieldRefusal{absl::StrCat("tools[", i, "].function.parameters"),
-                          WithoutPrefix(std::string(gr.status().message()), "json_schema: ")};
+      return FieldError(absl::StrCat("tools[", i, "].function.parameters"),
+                        WithoutPrefix(std::string(gr.status().message()), "json_schema: "));
     }
   }
-  if (choice == ToolChoice::kAuto && !any_strict) return std::nullopt;
+  if (choice == ToolChoice::kAuto && !any_strict) return absl::OkStatus();
   const std::string grammar = ToolCallGrammar(tools, choice, forced, parallel);
   if (absl::StatusOr<Grammar> gr =
           ConstraintGrammarOnOwnStack({ConstraintSpec::Kind::kGrammar, grammar});
       !gr.ok()) {
-    return FieldRefusal{"tools", std::string(gr.status().message())};
+    return FieldError("tools", std::string(gr.status().message()));
   }
   if (g.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET) {
-    return FieldRefusal{"response_format",
-                        "cannot be combined with a forced tool call or strict tools"};
+    return FieldError("response_format",
+                      "cannot be combined with a forced tool call or strict tools");
   }
   g.set_grammar(grammar);
-  return std::nullopt;
+  return absl::OkStatus();
 }
 
 }  // namespace walsh

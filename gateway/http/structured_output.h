@@ -6,22 +6,19 @@
 #ifndef WALSH_GATEWAY_HTTP_STRUCTURED_OUTPUT_H_
 #define WALSH_GATEWAY_HTTP_STRUCTURED_OUTPUT_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 #include "walsh/v1/generator.pb.h"
 
 namespace walsh {
 
-struct FieldRefusal {
-  std::string field, why;
-};
-
-// Sets `g`'s constraint from response_format; "text" sets none.
-std::optional<FieldRefusal> ApplyResponseFormat(const nlohmann::ordered_json& response_format,
-                                                v1::GenerateRequest& g);
+// Sets `g`'s constraint from response_format; "text" sets none. A refusal is a FieldError
+// (common/field_error.h) naming the OpenAI field.
+absl::Status ApplyResponseFormat(const nlohmann::ordered_json& response_format,
+                                 v1::GenerateRequest& g);
 
 struct ToolSpec {
   std::string name;
@@ -36,9 +33,8 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 // (only when a tool is strict) free text without "<tool_call>", then any calls. Strict tools'
 // arguments follow their parameters; other tools' follow them when walsh supports the schema
 // and are any JSON object otherwise.
-std::optional<FieldRefusal> ConstrainToolCalls(const std::vector<ToolSpec>& tools,
-                                               ToolChoice choice, const std::string& forced,
-                                               bool parallel, v1::GenerateRequest& g);
+absl::Status ConstrainToolCalls(const std::vector<ToolSpec>& tools, ToolChoice choice,
+                                const std::string& forced, bool parallel, v1::GenerateRequest& g);
 
 // The EBNF grammar ConstrainToolCalls writes (for tests and docs).
 std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choice,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "gateway/http/api_error.h"
 #include "gateway/http/chat_output_parser.h"
 #include "gateway/http/openai_request.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -35,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   for (auto parse : {ParseChatCompletionRequest, ParseCompletionRequest}) {
     auto r = parse(text);
-    if (const ApiError* e = absl::get_if<ApiError>(&r); e != nullptr && e->http_status != 400) {
+    if (!r.ok() && ApiErrorOf(r.status()).http_status != 400) {
       fuzz::Violated("a refused body is not a 400");
     }
   }

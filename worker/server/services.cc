@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reactor.h"
+#include "common/grpc_status.h"
 #include "common/json_log.h"
 #include "common/raw_messages.h"
 #include "common/stream_writer.h"
@@ -11,10 +12,6 @@
 
 namespace walsh {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // A request's sink: the scheduler's events as walsh.v1 responses on its stream's StreamWriter
 // (common/stream_writer.h). The scheduler may send after the client left: those are dropped.
@@ -62,7 +59,7 @@ class StreamSink final : public ResponseSink {
     writer_->Complete(grpc::Status::OK);
   }
 
-  void Failed(const absl::Status& status) override { writer_->Complete(ToGrpc(status)); }
+  void Failed(const absl::Status& status) override { writer_->Complete(ToGrpcStatus(status)); }
 
   bool HasRoom() override { return writer_->HasRoom(); }
 
@@ -105,7 +102,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   if (!valid.ok()) {
     LogJson("info", "request_refused",
             {{"request_id", req.request_id()}, {"error", std::string(valid.status().message())}});
-    return writer->Complete(ToGrpc(valid.status()));
+    return writer->Complete(ToGrpcStatus(valid.status()));
   }
   for (const auto& [field, ids] :
        {std::pair{"prompt_ids", prompt_ids}, std::pair{"emitted_ids", emitted_ids}}) {
@@ -133,7 +130,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
   if (emitted_ids != nullptr) {
     if (absl::Status replayed = request->generation->Replay(*emitted_ids); !replayed.ok()) {
-      return writer->Complete(ToGrpc(replayed));
+      return writer->Complete(ToGrpcStatus(replayed));
     }
     request->replayed = emitted;
   }
@@ -149,7 +146,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
            {"prompt_tokens", request->prompt.size()},
            {"resume_at", emitted}});
   const absl::Status submitted = ctx->scheduler->Submit(request);
-  if (!submitted.ok()) writer->Complete(ToGrpc(submitted));
+  if (!submitted.ok()) writer->Complete(ToGrpcStatus(submitted));
 }
 
 }  // namespace
@@ -175,7 +172,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   auto slot = std::make_shared<RequestSlot>();
   Scheduler* scheduler = ctx->scheduler;
   if (BufferBudget* budget = ctx->stream_buffers.budget; budget != nullptr) {
-    if (const absl::Status b = budget->AdmitStream(); !b.ok()) return new ErrorReactor(ToGrpc(b));
+    if (const absl::Status b = budget->AdmitStream(); !b.ok())
+      return new ErrorReactor(ToGrpcStatus(b));
   }
   auto writer = StreamWriter::Create(
       context, ctx->stream_buffers,

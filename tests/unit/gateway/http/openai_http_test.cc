@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/field_error.h"
+#include "common/grpc_status.h"
 #include "common/qwen_chat_template.h"
 #include "gateway/http/api_error.h"
 #include "gateway/http/chat_output_parser.h"
@@ -223,8 +225,9 @@ std::string Prompt(v1::GenerateRequest g) {
 
 std::string RefusedParam(const std::string& body, bool chat = true) {
   auto r = chat ? ParseChatCompletionRequest(body) : ParseCompletionRequest(body);
-  const ApiError* e = absl::get_if<ApiError>(&r);
-  if (e == nullptr) return "(accepted)";
+  if (r.ok()) return "(accepted)";
+  const ApiError error = ApiErrorOf(r.status());
+  const ApiError* e = &error;
   EXPECT_EQ(e->http_status, 400) << body;
   if (!e->param.empty()) {
     EXPECT_NE(e->message.find(e->param), std::string::npos) << e->message;
@@ -311,10 +314,10 @@ TEST(OpenAiRequest, ErrorsQuoteLongValuesInPart) {
   const std::string role(1 << 20, 'r');
   auto r =
       ParseChatCompletionRequest(R"({"messages": [{"role": ")" + role + R"(", "content": "x"}]})");
-  const ApiError* e = absl::get_if<ApiError>(&r);
-  ASSERT_NE(e, nullptr);
-  EXPECT_LT(e->message.size(), 200u) << e->message.substr(0, 200);
-  EXPECT_NE(e->message.find("(1048576 bytes)"), std::string::npos) << e->message.substr(0, 200);
+  ASSERT_FALSE(r.ok());
+  const std::string message(r.status().message());
+  EXPECT_LT(message.size(), 200u) << message.substr(0, 200);
+  EXPECT_NE(message.find("(1048576 bytes)"), std::string::npos) << message.substr(0, 200);
   EXPECT_EQ(Quoted("short"), "\"short\"");
   // A cut never splits a character: 63 ASCII bytes, then a 2-byte character across byte 64.
   EXPECT_EQ(Quoted(std::string(63, 'a') + "\xC3\xA9" + std::string(10, 'b')),
@@ -333,8 +336,8 @@ TEST(OpenAiRequest, ToolsAndPastCallsAreWrittenAsTheTemplatesTojson) {
       {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
     "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object",
         "properties": {"city": {"type": "string"}}}, "description": "Weather"}}]})");
-  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
-  const std::string text = Prompt(absl::get<OpenAiRequest>(r).generate);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string text = Prompt((*r).generate);
   // The client's key order, json.dumps's separators.
   EXPECT_NE(text.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"w\", "
                       "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
@@ -348,8 +351,8 @@ TEST(OpenAiRequest, ToolsAndPastCallsAreWrittenAsTheTemplatesTojson) {
             std::string::npos);
   auto p = ParseChatCompletionRequest(R"({"messages": [{"role": "user", "content": "x"}],
       "tools": [{"type": "function", "function": {"name": "w"}}], "parallel_tool_calls": false})");
-  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(p));
-  EXPECT_FALSE(absl::get<OpenAiRequest>(p).parallel_tool_calls);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE((*p).parallel_tool_calls);
 }
 
 // Structured output becomes the walsh.v1 constraint: response_format a json_schema or
@@ -359,8 +362,8 @@ TEST(OpenAiRequest, StructuredOutputBecomesTheConstraint) {
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   auto parse = [&](const std::string& fields) {
     auto r = ParseChatCompletionRequest("{" + m + ", " + fields + "}");
-    EXPECT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
-    return absl::get<OpenAiRequest>(r);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return (*r);
   };
   const std::string tools = R"("tools": [
       {"type": "function", "function": {"name": "f", "strict": true,
@@ -412,8 +415,8 @@ TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
       "max_tokens": 5, "max_completion_tokens": 7, "stop": "END", "logit_bias": {"42": -100},
       "ignore_eos": true, "logprobs": true, "top_logprobs": 3, "stream": true,
       "stream_options": {"include_usage": true}, "user": "u1", "num_speculative_tokens": 0})");
-  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(r)) << absl::get<ApiError>(r).message;
-  const OpenAiRequest& q = absl::get<OpenAiRequest>(r);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const OpenAiRequest& q = (*r);
   EXPECT_EQ(q.model, "m");
   EXPECT_TRUE(q.stream && q.include_usage && q.logprobs);
   const v1::GenerateRequest& g = q.generate;
@@ -432,36 +435,38 @@ TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
   EXPECT_EQ(g.num_speculative_tokens(), 0u);
 
   auto c = ParseCompletionRequest(R"({"prompt": [[5, 6, 7]], "logprobs": 0})");
-  ASSERT_TRUE(absl::holds_alternative<OpenAiRequest>(c));
-  EXPECT_EQ(absl::get<OpenAiRequest>(c).generate.tokens().ids_size(), 3);
-  EXPECT_TRUE(absl::get<OpenAiRequest>(c).logprobs);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c).generate.tokens().ids_size(), 3);
+  EXPECT_TRUE((*c).logprobs);
 }
 
-TEST(ApiError, GrpcStatusesBecomeOpenAiErrors) {
+TEST(ApiError, StatusesBecomeOpenAiErrors) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"sampling.", ""}, {"stopping.max_tokens", "max_completion_tokens"}};
-  ApiError e = FromGrpcStatus(
-      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_k: 9 is outside [0, 8]"),
-      names);
+  // A walsh.v1 call's refusal: the field is renamed to the request's own.
+  ApiError e = ApiErrorOf(FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                      "sampling.top_k: 9 is outside [0, 8]")),
+                          names);
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.param, "top_k");
   EXPECT_EQ(e.message, "top_k: 9 is outside [0, 8]");
-  e = FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "stopping.max_tokens: big"),
-                     names);
+  e = ApiErrorOf(absl::InvalidArgumentError("stopping.max_tokens: big"), names);
   EXPECT_EQ(e.param, "max_completion_tokens");
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "k"), {}).http_status,
-            401);
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "f"), {}).http_status,
-            429);
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "d"), {}).http_status, 503);
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                        "Received message larger than max (5 vs. 4)"),
-                           {})
+  // A FieldError names its field as it is.
+  e = ApiErrorOf(FieldError("messages[2].role", "unknown"));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "messages[2].role");
+  EXPECT_EQ(e.message, "messages[2].role: unknown");
+  EXPECT_EQ(ApiErrorOf(absl::InvalidArgumentError("the body is not valid JSON")).param, "");
+  EXPECT_EQ(ApiErrorOf(absl::UnauthenticatedError("k")).http_status, 401);
+  EXPECT_EQ(ApiErrorOf(absl::ResourceExhaustedError("f")).http_status, 429);
+  EXPECT_EQ(ApiErrorOf(absl::UnavailableError("d")).http_status, 503);
+  EXPECT_EQ(ApiErrorOf(absl::ResourceExhaustedError("Received message larger than max (5 vs. 4)"))
                 .http_status,
             413);
-  EXPECT_EQ(
-      FromGrpcStatus(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "t"), {}).http_status,
-      400);
+  EXPECT_EQ(ApiErrorOf(absl::FailedPreconditionError("t")).http_status, 400);
+  EXPECT_EQ(ApiErrorOf(absl::InternalError("bug")).http_status, 500);
+  e = ApiErrorOf(absl::InvalidArgumentError("stopping.max_tokens: big"), names);
   const nlohmann::json j = e.ToJson();
   EXPECT_EQ(j["error"]["param"], "max_completion_tokens");
   EXPECT_TRUE(j["error"]["code"].is_null());
