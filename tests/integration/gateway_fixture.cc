@@ -1,11 +1,13 @@
 #include "tests/integration/gateway_fixture.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/worker_fixture.h"
 
 namespace walsh::testing {
 
@@ -22,8 +24,11 @@ GatewayProcess::GatewayProcess(std::vector<std::string> workers, std::vector<std
   const nlohmann::json j = nlohmann::json::parse(*line);
   port_ = j["grpc_port"];
   metrics_port_ = j["metrics_port"];
-  channel_ =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
+  // A TLS gateway's channel would never connect in the clear: the test makes its own.
+  const std::string target = "127.0.0.1:" + std::to_string(port_);
+  const bool tls = std::find(argv.begin(), argv.end(), "--tls-cert-file") != argv.end();
+  channel_ = tls ? grpc::CreateChannel(target, grpc::InsecureChannelCredentials())
+                 : ConnectedChannel(target);
 }
 
 bool GatewayProcess::WaitForWorkers(int n) {
@@ -63,8 +68,7 @@ std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string&
       args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
       args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 10);
     }
-    stubs.push_back(v1::Generator::NewStub(
-        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(v1::Generator::NewStub(ConnectedChannel(target, args)));
   }
   return stubs;
 }

@@ -25,12 +25,7 @@ using testing::RunGenerate;
 using testing::StreamResult;
 using testing::WorkerProcess;
 
-// Resident memory says nothing under AddressSanitizer: freed blocks sit in its quarantine.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMemoryIsMeaningful = false;
-#else
-constexpr bool kMemoryIsMeaningful = true;
-#endif
+using testing::kMemoryIsMeaningful;
 
 v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, float temperature,
                             uint64_t seed) {
@@ -189,7 +184,8 @@ TEST(Gateway, KillingAWorkerMidStreamLosesNoToken) {
     // The reference: the same request straight to a live worker, no failure.
     size_t live = 0;
     const StreamResult expected = RunGenerate(*pool.workers[live]->Generator(), req);
-    ASSERT_TRUE(expected.status.ok());
+    ASSERT_TRUE(expected.status.ok())
+        << "round " << round << ": " << expected.status.error_message();
     const int kill_at = 1 + static_cast<int>(gen() % 40);
     grpc::ClientContext ctx;
     auto reader = stub->Generate(&ctx, req);

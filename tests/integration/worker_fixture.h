@@ -59,6 +59,13 @@ StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& r
 // initial 64 KiB, so its transport stops taking data once those fill.
 std::unique_ptr<v1::Generator::Stub> NonReadingStub(const std::string& target);
 
+// A channel to `target`, connected before it is returned (up to 20 s). gRPC 1.51 can fail a
+// process's first connects with a stale errno (ENOENT, set by Abseil's first contended lock
+// between connect() and gRPC's errno check; fixed upstream in grpc/grpc#35064): its calls then
+// fail fast for a reconnect backoff. Tests whose calls are not wait-for-ready start connected.
+std::shared_ptr<grpc::Channel> ConnectedChannel(
+    const std::string& target, const grpc::ChannelArguments& args = grpc::ChannelArguments());
+
 // Polls GetLoad until nothing runs, waits or holds pages or slots (about 10 s at most); returns
 // the last load seen.
 v1::Load WaitForIdle(v1::Worker::Stub& worker);

@@ -21,12 +21,7 @@ using testing::GatewayProcess;
 using testing::WorkerProcess;
 using Clock = std::chrono::steady_clock;
 
-// Resident memory says nothing under AddressSanitizer: freed blocks sit in its quarantine.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMemoryIsMeaningful = false;
-#else
-constexpr bool kMemoryIsMeaningful = true;
-#endif
+using testing::kMemoryIsMeaningful;
 
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
