@@ -5,6 +5,18 @@
 #include "common/status_macros.h"
 
 namespace walsh {
+
+absl::Status FlagAtLeast(const char* flag, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be at least ", min, " (got ", value, ")"));
+}
+
+absl::Status FlagAtLeast(const char* flag, double value, double min) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be at least ", min, " (got ", value, ")"));
+}
 namespace {
 
 absl::Status BadValue(const std::string& name, const std::string& value, const char* what) {

@@ -12,6 +12,10 @@
 
 namespace walsh {
 
+// OK when `value` >= `min`, else INVALID_ARGUMENT "--flag must be at least MIN (got VALUE)".
+absl::Status FlagAtLeast(const char* flag, int64_t value, int64_t min);
+absl::Status FlagAtLeast(const char* flag, double value, double min);
+
 class FlagSet {
  public:
   explicit FlagSet(std::string usage) : usage_(std::move(usage)) {}
