@@ -1,0 +1,178 @@
+// WorkerServer in-process: every flag's range refused by name; a file that is not a model
+// refused (model_refused, not a usage error); a started worker that serves the tiny model and
+// drains: the streams running when Drain begins end whole and equal to an undisturbed run, and
+// a stream after it is refused.
+#include "worker/server/worker_server.h"
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_model.h"
+#include "walsh/v1/generator.grpc.pb.h"
+
+namespace walsh {
+namespace {
+
+WorkerServer::Options Valid(const std::string& model) {
+  WorkerServer::Options o;
+  o.model = model;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "127.0.0.1:0";
+  o.kv_cache_mb = 16;
+  o.state_mb = 16;
+  return o;
+}
+
+TEST(WorkerServerOptions, EveryRangeIsRefusedNamingItsFlag) {
+  EXPECT_TRUE(Valid("m.gguf").Validate().ok());
+  using Spoil = std::function<void(WorkerServer::Options&)>;
+  const std::vector<std::pair<std::string, Spoil>> bad = {
+      {"--model", [](auto& o) { o.model.clear(); }},
+      {"--threads", [](auto& o) { o.threads = 0; }},
+      {"--max-batch-tokens", [](auto& o) { o.max_batch_tokens = 0; }},
+      {"--max-running", [](auto& o) { o.max_running = 0; }},
+      {"--max-queue", [](auto& o) { o.max_queue = -1; }},
+      {"--prepare-threads", [](auto& o) { o.prepare_threads = 65; }},
+      {"--kv-cache-mb", [](auto& o) { o.kv_cache_mb = 0; }},
+      {"--constraint-cache-mb", [](auto& o) { o.constraint_cache_mb = 0; }},
+      {"--constraint-threads must be 0..64", [](auto& o) { o.constraint_threads = -1; }},
+      {"--state-mb", [](auto& o) { o.state_mb = 0; }},
+      {"--prefix-cache-bytes", [](auto& o) { o.prefix_cache_bytes = -1; }},
+      {"--prefix-cache-min-tokens", [](auto& o) { o.prefix_cache_min_tokens = 0; }},
+      {"--prefix-cache-snapshot-interval", [](auto& o) { o.prefix_cache_snapshot_interval = -1; }},
+      {"--max-context", [](auto& o) { o.max_context = -1; }},
+      {"--max-tokens", [](auto& o) { o.max_tokens = 0; }},
+      {"--stall-timeout-seconds", [](auto& o) { o.buffers.stall_timeout_seconds = -1; }},
+      {"--drain-grace-seconds", [](auto& o) { o.drain_grace_seconds = -1; }},
+      {"--device", [](auto& o) { o.device = "tpu"; }},
+      {"--tp", [](auto& o) { o.tp = 3; }},
+      {"--tp must be 1 with --device cuda",
+       [](auto& o) {
+         o.device = "cuda";
+         o.tp = 2;
+       }},
+      {"--gpu-memory-utilization", [](auto& o) { o.gpu_memory_utilization = 0; }},
+      {"--collective-timeout-ms", [](auto& o) { o.collective_timeout_ms = 0; }},
+      {"--kv-cache-dtype", [](auto& o) { o.kv_cache_dtype = "fp8"; }},
+      {"--speculative", [](auto& o) { o.speculative = "magic"; }},
+      {"--num-speculative-tokens", [](auto& o) { o.num_speculative_tokens = 17; }},
+      {"--speculative-max-batch", [](auto& o) { o.speculative_max_batch = 0; }},
+      {"--speculative-min-acceptance", [](auto& o) { o.speculative_min_acceptance = 1.5; }},
+      {"--speculative-ngram-min", [](auto& o) { o.speculative_ngram_min = 9; }},
+      {"--http-listen cannot go with --tls-client-ca-file",
+       [](auto& o) {
+         o.http.listen = "127.0.0.1:0";
+         o.tls.client_ca = "ca.pem";
+       }},
+  };
+  for (const auto& [flag, spoil] : bad) {
+    WorkerServer::Options o = Valid("m.gguf");
+    spoil(o);
+    const absl::Status s = o.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << flag;
+    EXPECT_NE(s.message().find(flag), absl::string_view::npos) << flag << ": " << s;
+  }
+}
+
+TEST(WorkerServer, AFileThatIsNotAModelIsRefusedAtLoad) {
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.File("not.gguf"), "GGUF but not really");
+  auto started = WorkerServer::Start(Valid(dir.File("not.gguf")));
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(started.status().message().find("model_refused"), absl::string_view::npos)
+      << started.status();
+}
+
+struct Stream {
+  grpc::Status status;
+  std::vector<int32_t> ids;
+};
+
+Stream Read(grpc::ClientReaderInterface<v1::GenerateResponse>& reader) {
+  Stream s;
+  v1::GenerateResponse r;
+  while (reader.Read(&r)) {
+    for (const auto& t : r.tokens().tokens()) s.ids.push_back(t.id());
+  }
+  s.status = reader.Finish();
+  return s;
+}
+
+v1::GenerateRequest Request(int i) {
+  v1::GenerateRequest r;
+  r.set_text("drain " + std::to_string(i));
+  r.mutable_sampling()->set_seed(100 + i);
+  r.mutable_sampling()->set_temperature(0.7f);
+  r.mutable_stopping()->set_max_tokens(1000);
+  r.mutable_stopping()->set_ignore_eos(true);
+  return r;
+}
+
+TEST(WorkerServer, DrainLetsTheStreamsInFlightEndWhole) {
+  testing::TempDir dir;
+  auto model = SyntheticModel::Create({.preset = "tiny"});
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->WritePacked(dir.File("tiny.gguf")).ok());
+  WorkerServer::Options o = Valid(dir.File("tiny.gguf"));
+  o.drain_grace_seconds = 60;
+  o.max_running = 4;
+  // The undisturbed streams, from a worker that is not drained.
+  std::vector<std::vector<int32_t>> expected;
+  {
+    auto reference = WorkerServer::Start(o);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    auto stub = v1::Generator::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string((*reference)->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
+    for (int i = 0; i < 4; ++i) {
+      grpc::ClientContext ctx;
+      auto reader = stub->Generate(&ctx, Request(i));
+      Stream s = Read(*reader);
+      ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+      expected.push_back(s.ids);
+    }
+  }
+  auto started = WorkerServer::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  WorkerServer& worker = **started;
+  auto stub = v1::Generator::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(worker.grpc_port()), grpc::InsecureChannelCredentials()));
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderInterface<v1::GenerateResponse>>> readers;
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub->Generate(contexts.back().get(), Request(i)));
+    v1::GenerateResponse first;
+    ASSERT_TRUE(readers.back()->Read(&first));  // Started: the request is in
+    ASSERT_TRUE(first.has_started());
+  }
+  // They are still running (a thousand tokens each) when the drain begins.
+  auto load_stub = v1::Worker::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(worker.grpc_port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext load_ctx;
+  v1::Load load;
+  ASSERT_TRUE(load_stub->GetLoad(&load_ctx, {}, &load).ok());
+  EXPECT_GT(load.running() + load.waiting(), 0u);
+  std::thread drain([&] { worker.Drain(15); });
+  for (int i = 0; i < 4; ++i) {
+    const Stream s = Read(*readers[i]);
+    EXPECT_TRUE(s.status.ok()) << i << ": " << s.status.error_message();
+    EXPECT_EQ(s.ids, expected[i]) << i;
+  }
+  drain.join();
+  // Drained: a new stream is refused.
+  grpc::ClientContext late;
+  late.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto refused = stub->Generate(&late, Request(9));
+  EXPECT_FALSE(Read(*refused).status.ok());
+}
+
+}  // namespace
+}  // namespace walsh

@@ -1,0 +1,81 @@
+// walsh-worker as one object: its listeners (gRPC, metrics, probes, the OpenAI HTTP face), the
+// model loaded behind them, the engine, the scheduler and the walsh.v1 services, started from
+// Options and stopped by Drain. The binary (worker/server/main.cc) parses flags into Options and
+// waits for a signal.
+#ifndef WALSH_WORKER_SERVER_WORKER_SERVER_H_
+#define WALSH_WORKER_SERVER_WORKER_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/cli_flags.h"
+#include "common/stream_buffer_flags.h"
+#include "common/tls_credentials.h"
+#include "gateway/http/http_flags.h"
+
+namespace walsh {
+
+class WorkerServer {
+ public:
+  // Every flag of walsh-worker (docs/operations.md's table is its --help).
+  struct Options {
+    std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
+    int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
+    int64_t prepare_threads = 2;
+    int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,
+            max_context = 0, max_tokens = 4096;
+    int64_t drain_grace_seconds = 30;
+    bool no_prefix_caching = false;
+    int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
+    int64_t prefix_cache_snapshot_interval = 512;
+    StreamBufferFlags buffers;
+    std::string device = "cpu";
+    std::string kv_cache_dtype = "fp16";
+    double gpu_memory_utilization = 0.9;
+    int64_t tp = 1;
+    int64_t collective_timeout_ms = 10000;
+    std::string speculative = "off";
+    int64_t num_speculative_tokens = 3, speculative_ngram_min = 1, speculative_ngram_max = 4;
+    int64_t speculative_max_batch = 8;
+    double speculative_min_acceptance = 0.3;
+    // A rank that stops answering: registered only by walsh-worker-faults (--debug-stall-rank).
+    int64_t debug_stall_rank = -1;
+    ServerTlsFiles tls;
+    HttpFlags http;
+
+    void Register(FlagSet& flags);
+    // Every value's range, and the flags that exclude each other; the error names the flag.
+    absl::Status Validate() const;
+  };
+
+  // Listens (NOT_SERVING), loads the model, binds it, runs a canary step, starts the scheduler:
+  // serving when it returns. INVALID_ARGUMENT names the flag at fault; a listener or model that
+  // fails is logged (listen_failed, model_refused, engine_failed, canary_failed) and returned
+  // with another code.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const Options& options);
+  ~WorkerServer();  // drains with no grace if Drain was not called
+
+  int grpc_port() const;
+  // SIGTERM: NOT_SERVING, no new requests; in-flight streams get --drain-grace-seconds, then
+  // the rest end UNAVAILABLE and the servers stop.
+  void Drain(int signal);
+
+ private:
+  struct Parts;
+  explicit WorkerServer(std::unique_ptr<Parts> parts);
+  void WatchGroup();  // a broken tensor-parallel group turns the worker NOT_SERVING
+
+  std::unique_ptr<Parts> parts_;
+  std::atomic<bool> stop_watch_{false};
+  std::thread watch_;
+  bool drained_ = false;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_SERVER_WORKER_SERVER_H_
