@@ -5,18 +5,31 @@
 #include "common/status_macros.h"
 
 namespace walsh {
+namespace {
 
-absl::Status FlagAtLeast(const char* flag, int64_t value, int64_t min) {
+template <typename T>
+absl::Status AtLeast(const char* flag, T value, T min) {
   if (value >= min) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("--", flag, " must be at least ", min, " (got ", value, ")"));
+}
+
+}  // namespace
+
+absl::Status FlagAtLeast(const char* flag, int64_t value, int64_t min) {
+  return AtLeast(flag, value, min);
 }
 
 absl::Status FlagAtLeast(const char* flag, double value, double min) {
-  if (value >= min) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " must be at least ", min, " (got ", value, ")"));
+  return AtLeast(flag, value, min);
 }
+
+absl::Status FlagWithin(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be ", lo, "..", hi, " (got ", value, ")"));
+}
+
 namespace {
 
 absl::Status BadValue(const std::string& name, const std::string& value, const char* what) {

@@ -15,6 +15,8 @@ namespace walsh {
 // OK when `value` >= `min`, else INVALID_ARGUMENT "--flag must be at least MIN (got VALUE)".
 absl::Status FlagAtLeast(const char* flag, int64_t value, int64_t min);
 absl::Status FlagAtLeast(const char* flag, double value, double min);
+// OK when `value` is in [lo, hi], else INVALID_ARGUMENT "--flag must be LO..HI (got VALUE)".
+absl::Status FlagWithin(const char* flag, int64_t value, int64_t lo, int64_t hi);
 
 class FlagSet {
  public:

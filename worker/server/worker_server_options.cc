@@ -7,15 +7,6 @@
 #include "worker/server/worker_server.h"
 
 namespace walsh {
-namespace {
-
-absl::Status FlagWithin(const char* flag, int64_t value, int64_t lo, int64_t hi) {
-  if (value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " must be ", lo, "..", hi, " (got ", value, ")"));
-}
-
-}  // namespace
 
 void WorkerServer::Options::Register(FlagSet& flags) {
   flags.String("model", &model, "GGUF model file (required)");
