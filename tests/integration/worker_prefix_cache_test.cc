@@ -155,7 +155,9 @@ TEST(PrefixCacheWorker, IntervalSnapshotsLetTheSecondQuestionHit) {
     const v1::GenerateRequest r = Request(Concat(doc, Tokens(10 + q, 50 + q)), 16, 0.0f, 0);
     ExpectSame(Generate(*off.Generator(), r), Generate(*on.Generator(), r),
                "question " + std::to_string(q));
-    if (q == 1) EXPECT_EQ(WorkerMetric(on, "vllm:prefix_cache_hits_total"), 192);
+    if (q == 1) {
+      EXPECT_EQ(WorkerMetric(on, "vllm:prefix_cache_hits_total"), 192);
+    }
   }
   EXPECT_EQ(WorkerMetric(on, "walsh_worker_prefix_cache_lookups_total{outcome=\"no_snapshot\"}"),
             -1);  // never: every question after the first hits

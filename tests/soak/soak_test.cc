@@ -253,7 +253,9 @@ TEST(Soak, ManyStreamsKeepMemoryFlat) {
   for (size_t i = 0; i < pids.size(); ++i) {
     std::printf("soak: %s resident %.1f MiB after warm-up, %.1f MiB at the end\n", names[i],
                 warm[i] / 1048576.0, end[i] / 1048576.0);
-    if (kMemoryIsMeaningful) EXPECT_LE(end[i], warm[i] + warm[i] / 5 + (16 << 20)) << names[i];
+    if (kMemoryIsMeaningful) {
+      EXPECT_LE(end[i], warm[i] + warm[i] / 5 + (16 << 20)) << names[i];
+    }
   }
   std::printf(
       "soak: %lld streams kept open for %lld s: %lld streams completed (%lld after "
@@ -292,7 +294,9 @@ TEST(Soak, NeverReadStreamsAreCancelledAndFreed) {
       "soak: %lld never-read streams: gateway resident %.1f MiB before, %.1f MiB with "
       "all of them cancelled\n",
       static_cast<long long>(streams), before / 1048576.0, peak / 1048576.0);
-  if (kMemoryIsMeaningful) EXPECT_LE(peak, before + (64 << 20));
+  if (kMemoryIsMeaningful) {
+    EXPECT_LE(peak, before + (64 << 20));
+  }
 }
 
 }  // namespace

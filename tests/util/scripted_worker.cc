@@ -1,4 +1,4 @@
-#include "tests/unit/gateway/scripted_worker.h"
+#include "tests/util/scripted_worker.h"
 
 #include "grpcpp/alarm.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -123,6 +123,20 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
 
 namespace {
 
+// Holds a stream open, writing nothing, until its caller cancels it (or its deadline passes).
+class Held final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit Held(std::atomic<int>* open) : open_(open) { ++*open_; }
+  void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    --*open_;
+    delete this;
+  }
+
+ private:
+  std::atomic<int>* const open_;
+};
+
 class Refused final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   explicit Refused(grpc::StatusCode code) {
@@ -146,6 +160,7 @@ class ScriptedWorker::Generator final : public v1::Generator::CallbackService {
       grpc::CallbackServerContext*, const v1::GenerateRequest* request) override {
     ++w_->counts_.generates;
     const Script s = w_->script();
+    if (s.mute) return new Held(&w_->counts_.open);
     if (s.refuse) return new Refused(*s.refuse);
     return new Stream(&w_->counts_, SeedOf(*request), 0, request->stopping().max_tokens(),
                       s.fail_after_tokens, s);
@@ -175,6 +190,7 @@ class ScriptedWorker::Worker final : public v1::Worker::CallbackService {
   grpc::ServerWriteReactor<v1::GenerateResponse>* Resume(grpc::CallbackServerContext*,
                                                          const v1::ResumeRequest* r) override {
     ++w_->counts_.resumes;
+    if (w_->script().mute) return new Held(&w_->counts_.open);
     const uint64_t seed = SeedOf(r->request());
     bool own =
         std::vector<int32_t>(r->prompt_ids().begin(), r->prompt_ids().end()) == kScriptedPromptIds;

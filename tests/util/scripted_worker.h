@@ -1,9 +1,10 @@
 // A stand-in worker in the test process that passes every health, contract and load check and
-// answers Generate and Resume from a script: a refusal, a failure after N tokens, a pace. Its
+// answers Generate and Resume from a script: a refusal, a failure after N tokens, a pace, or
+// silence (a worker that accepts streams and then hangs). Its
 // tokens are a function of the seed and the output index only (ScriptedToken), the same on
 // every scripted worker, so a stream migrated exactly reads as one unbroken sequence.
-#ifndef WALSH_TESTS_UNIT_GATEWAY_SCRIPTED_WORKER_H_
-#define WALSH_TESTS_UNIT_GATEWAY_SCRIPTED_WORKER_H_
+#ifndef WALSH_TESTS_UTIL_SCRIPTED_WORKER_H_
+#define WALSH_TESTS_UTIL_SCRIPTED_WORKER_H_
 
 #include <atomic>
 #include <chrono>
@@ -24,6 +25,9 @@ int32_t ScriptedToken(uint64_t seed, uint64_t index);
 inline const std::vector<int32_t> kScriptedPromptIds = {11, 12, 13};
 
 struct Script {
+  // Generate and Resume take the stream and answer nothing, holding it open until the caller
+  // cancels it or its deadline passes.
+  bool mute = false;
   // Generate ends with this code before answering anything (UNAVAILABLE: a worker fault,
   // INVALID_ARGUMENT: the request's).
   std::optional<grpc::StatusCode> refuse;
@@ -46,7 +50,8 @@ class ScriptedWorker {
   Script script() const ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Counts {
-    std::atomic<int> generates{0}, resumes{0}, open{0};
+    std::atomic<int> generates{0}, resumes{0};
+    std::atomic<int> open{0};  // streams held open now
     std::atomic<int64_t> tokens_written{0};
     // A Resume whose emitted ids were not this worker's own sequence for the seed.
     std::atomic<int> bad_resumes{0};
@@ -72,4 +77,4 @@ class ScriptedWorker {
 
 }  // namespace walsh::testing
 
-#endif  // WALSH_TESTS_UNIT_GATEWAY_SCRIPTED_WORKER_H_
+#endif  // WALSH_TESTS_UTIL_SCRIPTED_WORKER_H_

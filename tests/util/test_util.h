@@ -7,19 +7,21 @@
 
 namespace walsh::testing {
 
-// Resident memory says nothing under AddressSanitizer: freed blocks sit in its quarantine.
-// (gcc defines __SANITIZE_ADDRESS__; clang answers __has_feature.)
+// gcc defines __SANITIZE_ADDRESS__; clang answers __has_feature.
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kMemoryIsMeaningful = false;
+inline constexpr bool kUnderAddressSanitizer = true;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-inline constexpr bool kMemoryIsMeaningful = false;
+inline constexpr bool kUnderAddressSanitizer = true;
 #else
-inline constexpr bool kMemoryIsMeaningful = true;
+inline constexpr bool kUnderAddressSanitizer = false;
 #endif
 #else
-inline constexpr bool kMemoryIsMeaningful = true;
+inline constexpr bool kUnderAddressSanitizer = false;
 #endif
+
+// Resident memory says nothing under AddressSanitizer: freed blocks sit in its quarantine.
+inline constexpr bool kMemoryIsMeaningful = !kUnderAddressSanitizer;
 
 // tests/data/<relative> in the source tree (conformance fixtures, each folder with a README on its
 // provenance).

@@ -21,7 +21,7 @@
 #include "gateway/routing/routing_policy.h"
 #include "gateway/worker_pool.h"
 #include "gtest/gtest.h"
-#include "tests/unit/gateway/scripted_worker.h"
+#include "tests/util/scripted_worker.h"
 
 namespace walsh {
 namespace {

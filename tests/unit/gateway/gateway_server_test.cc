@@ -11,7 +11,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/unit/gateway/scripted_worker.h"
+#include "tests/util/scripted_worker.h"
 
 namespace walsh {
 namespace {

@@ -94,7 +94,9 @@ TEST(PrefixAffinity, AWorkerLeavingMovesOnlyItsOwnKeys) {
   w.erase(w.begin() + 2);
   for (const auto& [key, address] : before) {
     const std::string now = policy->Pick(w, {.prefix_hash = key * 0x9e3779b97f4a7c15ull})->address;
-    if (address != gone) EXPECT_EQ(now, address) << key;
+    if (address != gone) {
+      EXPECT_EQ(now, address) << key;
+    }
   }
 }
 

@@ -85,7 +85,9 @@ TEST_P(PeerConformance, GreedyIdenticalAndKlWithinBudget) {
       next = static_cast<int32_t>(Argmax(step->RowLogits(0), vocab));
     }
     const std::vector<int32_t> expected = prompt["greedy"].get<std::vector<int32_t>>();
-    if (setup.greedy_identical) EXPECT_EQ(greedy, expected);
+    if (setup.greedy_identical) {
+      EXPECT_EQ(greedy, expected);
+    }
     // Agreement: the tokens before the first that differs.
     size_t agreed = 0;
     while (agreed < greedy.size() && agreed < expected.size() && greedy[agreed] == expected[agreed])

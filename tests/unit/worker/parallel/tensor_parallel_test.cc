@@ -185,10 +185,16 @@ TEST(ShardPlan, SplitsHeadsKvAndStateAndStaysBalanced) {
     ExpectPartition(ffn, 17, "FFN blocks");
     ExpectPartition(vocab, 248320, "vocabulary");
     const double imbalance = static_cast<double>(most) * tp / static_cast<double>(total);
-    if (tp == 2) EXPECT_LE(imbalance, 1.10);
-    if (tp == 4) EXPECT_LE(imbalance, 1.20);
+    if (tp == 2) {
+      EXPECT_LE(imbalance, 1.10);
+    }
+    if (tp == 4) {
+      EXPECT_LE(imbalance, 1.20);
+    }
     EXPECT_LE(plan->CollectivesPerLayer(), 3);
-    if (tp == 2) EXPECT_EQ(plan->CollectivesPerLayer(), 2);  // both mixer outputs in whole slices
+    if (tp == 2) {
+      EXPECT_EQ(plan->CollectivesPerLayer(), 2);  // both mixer outputs in whole slices
+    }
   }
   const auto three = ShardPlan::Build(*file, 3);
   EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument);
