@@ -1,0 +1,1 @@
+// The precompiled header's own target needs a source (test_pch.h).
