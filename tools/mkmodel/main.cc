@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/cli_flags.h"
+#include "tools/mkmodel/synthetic_mmproj.h"
 #include "tools/mkmodel/synthetic_model.h"
 
 namespace {
@@ -17,12 +18,12 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::string preset = "tiny", format = "pq2_0", signs = "random", signs_json, out, dense_out;
-  std::string tokenizer_json;
+  std::string tokenizer_json, mmproj_out, mmproj_type = "f16";
   uint64_t seed = 1;
   int64_t layers = 0;
   walsh::FlagSet flags(
       "walsh-mkmodel --out FILE [--preset tiny|small|27b] [--format pq2_0|ptq1_0] [--seed N] "
-      "[--signs random|real] [--layers N] [--dense-out FILE]");
+      "[--signs random|real] [--layers N] [--dense-out FILE] [--mmproj-out FILE]");
   flags.String("out", &out, "output GGUF path (required)");
   flags.String("preset", &preset, "tiny | small | 27b");
   flags.String("format", &format, "weight format: pq2_0 | ptq1_0");
@@ -35,6 +36,10 @@ int main(int argc, char** argv) {
                "also write the unfolded F32 network (tiny/small only) for engine reference tests");
   flags.String("tokenizer-json", &tokenizer_json,
                "use this Hugging Face tokenizer.json's vocabulary instead of the synthetic one");
+  flags.String("mmproj-out", &mmproj_out,
+               "also write a vision projector (an mmproj file, docs/vision.md) of the preset's "
+               "size that feeds this model (27b: the released projector's tensors and shapes)");
+  flags.String("mmproj-type", &mmproj_type, "the projector's matrices: f32 | f16 | bf16");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-mkmodel: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -62,12 +67,28 @@ int main(int argc, char** argv) {
   opts.layers = layers;
   opts.tokenizer_json = tokenizer_json;
   if (out.empty() || !flags.positional().empty()) return Fail("usage: --out FILE is required");
+  walsh::SyntheticMmprojOptions mmproj;
+  mmproj.preset = preset;
+  mmproj.seed = seed;
+  if (mmproj_type == "f32") {
+    mmproj.weight_type = walsh::kGgmlF32;
+  } else if (mmproj_type == "f16") {
+    mmproj.weight_type = walsh::kGgmlF16;
+  } else if (mmproj_type == "bf16") {
+    mmproj.weight_type = walsh::kGgmlBf16;
+  } else {
+    return Fail("--mmproj-type must be f32, f16 or bf16, not \"" + mmproj_type + "\"");
+  }
 
   const auto start = std::chrono::steady_clock::now();
   auto model = walsh::SyntheticModel::Create(opts);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   absl::Status status = (*model)->WritePacked(out);
   if (status.ok() && !dense_out.empty()) status = (*model)->WriteDense(dense_out);
+  if (status.ok() && !mmproj_out.empty()) {
+    mmproj.text_embedding_length = (*model)->preset().config.embedding_length;
+    status = walsh::WriteSyntheticMmproj(mmproj, mmproj_out);
+  }
   if (!status.ok()) return Fail(std::string(status.message()));
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -391,6 +391,31 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(absl::string_view key
   return out;
 }
 
+absl::StatusOr<std::vector<double>> GgufFile::GetFloatArray(absl::string_view key) const {
+  const GgufValue* v = FindKey(key);
+  if (v == nullptr) return Missing(key);
+  if (v->type() != GgufType::kArray ||
+      (v->elem_type() != GgufType::kFloat32 && v->elem_type() != GgufType::kFloat64)) {
+    return WrongType(key, *v, "an ARRAY of FLOAT32 or FLOAT64");
+  }
+  std::vector<double> out;
+  out.reserve(v->elems().size());
+  for (const GgufValue& e : v->elems()) out.push_back(e.raw_float());
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> GgufFile::GetBoolArray(absl::string_view key) const {
+  const GgufValue* v = FindKey(key);
+  if (v == nullptr) return Missing(key);
+  if (v->type() != GgufType::kArray || v->elem_type() != GgufType::kBool) {
+    return WrongType(key, *v, "an ARRAY of BOOL");
+  }
+  std::vector<bool> out;
+  out.reserve(v->elems().size());
+  for (const GgufValue& e : v->elems()) out.push_back(e.raw_uint() != 0);
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> GgufFile::GetStringArray(absl::string_view key) const {
   const GgufValue* v = FindKey(key);
   if (v == nullptr) return Missing(key);

@@ -60,6 +60,8 @@ class GgufFile {
   absl::StatusOr<std::string> GetString(absl::string_view key) const;
   absl::StatusOr<std::vector<int64_t>> GetIntArray(absl::string_view key) const;
   absl::StatusOr<std::vector<std::string>> GetStringArray(absl::string_view key) const;
+  absl::StatusOr<std::vector<double>> GetFloatArray(absl::string_view key) const;  // FLOAT32/64
+  absl::StatusOr<std::vector<bool>> GetBoolArray(absl::string_view key) const;
 
  private:
   GgufFile() = default;

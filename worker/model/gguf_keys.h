@@ -63,6 +63,30 @@ inline constexpr char kTokenizerGgmlPre[] = "tokenizer.ggml.pre";
 inline constexpr char kTokenizerGgmlTokenType[] = "tokenizer.ggml.token_type";
 inline constexpr char kTokenizerGgmlTokens[] = "tokenizer.ggml.tokens";
 
+// The vision projector beside a model, an mmproj file (docs/vision.md §1).
+inline constexpr char kClipPrefix[] = "clip.";
+inline constexpr char kClipHasAudioEncoder[] = "clip.has_audio_encoder";
+inline constexpr char kClipHasTextEncoder[] = "clip.has_text_encoder";
+inline constexpr char kClipHasVisionEncoder[] = "clip.has_vision_encoder";
+inline constexpr char kClipProjectorType[] = "clip.projector_type";
+inline constexpr char kClipUseGelu[] = "clip.use_gelu";
+inline constexpr char kClipUseSilu[] = "clip.use_silu";
+inline constexpr char kClipVisionAttentionHeadCount[] = "clip.vision.attention.head_count";
+inline constexpr char kClipVisionAttentionLayerNormEpsilon[] =
+    "clip.vision.attention.layer_norm_epsilon";
+inline constexpr char kClipVisionBlockCount[] = "clip.vision.block_count";
+inline constexpr char kClipVisionEmbeddingLength[] = "clip.vision.embedding_length";
+inline constexpr char kClipVisionFeedForwardLength[] = "clip.vision.feed_forward_length";
+inline constexpr char kClipVisionImageMean[] = "clip.vision.image_mean";
+inline constexpr char kClipVisionImageSize[] = "clip.vision.image_size";
+inline constexpr char kClipVisionImageStd[] = "clip.vision.image_std";
+inline constexpr char kClipVisionIsDeepstackLayers[] = "clip.vision.is_deepstack_layers";
+inline constexpr char kClipVisionNWaPattern[] = "clip.vision.n_wa_pattern";
+inline constexpr char kClipVisionPatchSize[] = "clip.vision.patch_size";
+inline constexpr char kClipVisionProjectionDim[] = "clip.vision.projection_dim";
+inline constexpr char kClipVisionProjectorType[] = "clip.vision.projector_type";
+inline constexpr char kClipVisionSpatialMergeSize[] = "clip.vision.spatial_merge_size";
+
 }  // namespace walsh::gguf_keys
 
 #endif  // WALSH_WORKER_MODEL_GGUF_KEYS_H_
