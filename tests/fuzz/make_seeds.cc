@@ -1,6 +1,6 @@
 // Writes small valid GGUF files as the fuzzer's seed corpus: a micro qwen35 model that passes
-// every check (so mutations reach the contract and inventory code) and a metadata-only file
-// with every value type.
+// every check (so mutations reach the contract and inventory code), a micro vision projector
+// likewise, and a metadata-only file with every value type.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_writer.h"
+#include "worker/model/mmproj_config.h"
 #include "worker/model/prism_contract.h"
 #include "worker/model/qwen35_config.h"
 
@@ -62,6 +63,27 @@ absl::Status WriteMicroModel(const std::string& path) {
   return w.WriteFile(path, Zeros);
 }
 
+absl::Status WriteMicroProjector(const std::string& path) {
+  MmprojConfig c;
+  c.image_size = 8;
+  c.patch_size = 4;
+  c.embedding_length = 16;
+  c.feed_forward_length = 24;
+  c.block_count = 1;
+  c.head_count = 4;
+  c.layer_norm_epsilon = 1e-6f;
+  c.projection_dim = 32;
+  c.image_mean = {0.5f, 0.5f, 0.5f};
+  c.image_std = {0.5f, 0.5f, 0.5f};
+  GgufWriter w;
+  WriteMmprojConfig(c, w);
+  for (const ExpectedVisionTensor& e : MmprojInventory(c)) {
+    auto s = w.AddTensor(e.name, e.ne, e.cls == VisionTensorClass::kF32 ? kGgmlF32 : kGgmlF16);
+    if (!s.ok()) return s;
+  }
+  return w.WriteFile(path, Zeros);
+}
+
 absl::Status WriteMetadataFile(const std::string& path) {
   GgufWriter w;
   w.SetKv("u8", GgufValue::Uint(GgufType::kUint8, 1));
@@ -89,6 +111,7 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   for (auto s : {walsh::WriteMicroModel(dir + "/micro_model.gguf"),
+                 walsh::WriteMicroProjector(dir + "/micro_projector.gguf"),
                  walsh::WriteMetadataFile(dir + "/metadata.gguf")}) {
     if (!s.ok()) {
       std::fprintf(stderr, "gguf_fuzz_seeds: %s\n", std::string(s.message()).c_str());

@@ -10,7 +10,9 @@ int32_t ScriptedToken(uint64_t seed, uint64_t index) {
 }
 
 // One scripted stream: Started, then one message per token from `from` up to max_tokens, then
-// Finished ("length"); or, at `fail_after` tokens, UNAVAILABLE. One write at a time.
+// Finished ("length"); or, at `fail_after` tokens, UNAVAILABLE. One write at a time. Finish is
+// called with mu_ released and nothing of the stream touched after it: OnDone may run on
+// another thread at once and delete the stream.
 class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   Stream(Counts* counts, uint64_t seed, uint64_t from, uint64_t max_tokens, int fail_after,
@@ -28,37 +30,42 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
     s->set_prompt_tokens(static_cast<uint32_t>(kScriptedPromptIds.size()));
     for (int32_t id : kScriptedPromptIds) s->add_prompt_ids(id);
     s->set_seed(seed_);
-    Write();
+    {
+      MutexLock l(&mu_);
+      writing_ = true;
+    }
+    StartWrite(&response_);
   }
 
   void OnWriteDone(bool ok) override {
+    bool end = false, pace = false;
     {
       MutexLock l(&mu_);
       writing_ = false;
-      if (!ok || cancelled_) return FinishLocked(grpc::Status::CANCELLED);
+      end = !ok || cancelled_;
+      if (end && !MarkFinished()) return;
+      pace = !end && interval_.count() > 0 && sent_tokens_ > 0;
+      pacing_ = pace;
     }
-    if (interval_.count() > 0 && sent_tokens_ > 0) {
+    if (end) return Finish(grpc::Status::CANCELLED);
+    if (!pace) return Next();
+    alarm_.Set(std::chrono::system_clock::now() + interval_, [this](bool) {
       {
         MutexLock l(&mu_);
-        pacing_ = true;
+        pacing_ = false;
       }
-      alarm_.Set(std::chrono::system_clock::now() + interval_, [this](bool) {
-        {
-          MutexLock l(&mu_);
-          pacing_ = false;
-        }
-        Next();
-      });
-    } else {
       Next();
-    }
+    });
   }
   // A write or the pace's alarm in flight finishes the stream when it returns: the stream (and
   // its alarm) must outlive both.
   void OnCancel() override {
-    MutexLock l(&mu_);
-    cancelled_ = true;
-    if (!writing_ && !pacing_) FinishLocked(grpc::Status::CANCELLED);
+    {
+      MutexLock l(&mu_);
+      cancelled_ = true;
+      if (writing_ || pacing_ || !MarkFinished()) return;
+    }
+    Finish(grpc::Status::CANCELLED);
   }
   void OnDone() override {
     --counts_->open;
@@ -66,41 +73,50 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
   }
 
  private:
+  // Under mu_: true for the one caller that is to finish the stream.
+  bool MarkFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return false;
+    finished_ = true;
+    return true;
+  }
+
+  // The next message, or the end.
   void Next() {
-    MutexLock l(&mu_);
-    if (finished_) return;
-    if (cancelled_) return FinishLocked(grpc::Status::CANCELLED);
-    if (sent_finished_) return FinishLocked(grpc::Status::OK);
-    if (fail_after_ >= 0 && sent_tokens_ == fail_after_) {
-      return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "scripted failure"));
+    grpc::Status end;
+    bool write = false;
+    {
+      MutexLock l(&mu_);
+      if (finished_) return;
+      if (cancelled_) {
+        end = grpc::Status::CANCELLED;
+      } else if (sent_finished_) {
+        end = grpc::Status::OK;
+      } else if (fail_after_ >= 0 && sent_tokens_ == fail_after_) {
+        end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "scripted failure");
+      } else {
+        Compose();
+        writing_ = write = true;
+      }
+      if (!write) MarkFinished();  // finished_ was false: this caller ends the stream
     }
+    if (write) return StartWrite(&response_);
+    Finish(end);
+  }
+
+  void Compose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     response_.Clear();
     if (next_ == max_tokens_) {
       response_.mutable_finished()->set_reason("length");
       sent_finished_ = true;
-    } else {
-      v1::Token* t = response_.mutable_tokens()->add_tokens();
-      t->set_id(ScriptedToken(seed_, next_));
-      t->set_index(next_);
-      response_.mutable_tokens()->set_text(padding_);
-      ++next_;
-      ++sent_tokens_;
-      ++counts_->tokens_written;
+      return;
     }
-    WriteLocked();
-  }
-  void Write() {
-    MutexLock l(&mu_);
-    WriteLocked();
-  }
-  void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    writing_ = true;
-    StartWrite(&response_);
-  }
-  void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(s);
+    v1::Token* t = response_.mutable_tokens()->add_tokens();
+    t->set_id(ScriptedToken(seed_, next_));
+    t->set_index(next_);
+    response_.mutable_tokens()->set_text(padding_);
+    ++next_;
+    ++sent_tokens_;
+    ++counts_->tokens_written;
   }
 
   Counts* const counts_;
