@@ -16,8 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 int main(int argc, char** argv) {
   int first = 1, shard = 0, shards = 1;
   if (argc > 1 && std::string(argv[1]).rfind("--shard=", 0) == 0) {
-    if (std::sscanf(argv[1], "--shard=%d/%d", &shard, &shards) != 2 || shards < 1 || shard < 0 ||
-        shard >= shards) {
+    int consumed = 0;
+    if (std::sscanf(argv[1], "--shard=%d/%d%n", &shard, &shards, &consumed) != 2 ||
+        argv[1][consumed] != '\0' || shards < 1 || shard < 0 || shard >= shards) {
       std::fprintf(stderr, "--shard=I/N with 0 <= I < N, not %s\n", argv[1]);
       return 1;
     }
@@ -47,5 +48,5 @@ int main(int argc, char** argv) {
     ++count;
   }
   std::printf("replayed %d inputs\n", count);
-  return count > 0 ? 0 : 1;
+  return files.empty() ? 1 : 0;  // a corpus path with nothing in it is a mistake
 }

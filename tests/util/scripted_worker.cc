@@ -49,13 +49,9 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
     }
     if (end) return Finish(grpc::Status::CANCELLED);
     if (!pace) return Next();
-    alarm_.Set(std::chrono::system_clock::now() + interval_, [this](bool) {
-      {
-        MutexLock l(&mu_);
-        pacing_ = false;
-      }
-      Next();
-    });
+    // The pace ends inside Next's one locked section: a cancel between the two would see
+    // nothing in flight, finish, and let OnDone free the stream under the alarm's feet.
+    alarm_.Set(std::chrono::system_clock::now() + interval_, [this](bool) { Next(true); });
   }
   // A write or the pace's alarm in flight finishes the stream when it returns: the stream (and
   // its alarm) must outlive both.
@@ -80,12 +76,13 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
     return true;
   }
 
-  // The next message, or the end.
-  void Next() {
+  // The next message, or the end; `paced` when the pace's alarm calls.
+  void Next(bool paced = false) {
     grpc::Status end;
     bool write = false;
     {
       MutexLock l(&mu_);
+      if (paced) pacing_ = false;
       if (finished_) return;
       if (cancelled_) {
         end = grpc::Status::CANCELLED;
@@ -105,7 +102,7 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
 
   void Compose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     response_.Clear();
-    if (next_ == max_tokens_) {
+    if (next_ >= max_tokens_) {
       response_.mutable_finished()->set_reason("length");
       sent_finished_ = true;
       return;

@@ -78,22 +78,30 @@ absl::StatusOr<std::array<float, 3>> ReadRgb(const GgufFile& file, const char* k
   if (v.size() != 3) return Invalid(key, absl::StrCat("has ", v.size(), " entries, expected 3"));
   std::array<float, 3> out;
   for (int c = 0; c < 3; ++c) {
-    if (!std::isfinite(v[c]) || (positive && !(v[c] > 0))) {
-      return Invalid(key, absl::StrCat("entry ", c, " is ", v[c], positive ? ", not > 0" : ""));
-    }
+    // Checked as stored: a FLOAT64 entry may not survive the narrowing (1e-300 becomes 0).
     out[c] = static_cast<float>(v[c]);
+    if (!std::isfinite(out[c]) || (positive && !(out[c] > 0))) {
+      return Invalid(key, absl::StrCat("entry ", c, " is ", v[c],
+                                       positive ? ", not a positive float" : ", not a float"));
+    }
   }
   return out;
 }
 
+// clip.projector_type, or clip.vision.projector_type in older files; where both are present,
+// both must name the projector.
 absl::Status CheckProjectorType(const GgufFile& file) {
-  const char* key = file.FindKey(gguf_keys::kClipProjectorType) != nullptr
-                        ? gguf_keys::kClipProjectorType
-                        : gguf_keys::kClipVisionProjectorType;
-  ASSIGN_OR_RETURN(std::string type, file.GetString(key));
-  if (type != kQwen3VlMerger) {
-    return Invalid(
-        key, absl::StrCat("is \"", type, "\"; walsh implements only \"", kQwen3VlMerger, "\""));
+  std::vector<const char*> keys;
+  for (const char* key : {gguf_keys::kClipProjectorType, gguf_keys::kClipVisionProjectorType}) {
+    if (file.FindKey(key) != nullptr) keys.push_back(key);
+  }
+  if (keys.empty()) keys.push_back(gguf_keys::kClipProjectorType);  // missing: say so by name
+  for (const char* key : keys) {
+    ASSIGN_OR_RETURN(std::string type, file.GetString(key));
+    if (type != kQwen3VlMerger) {
+      return Invalid(
+          key, absl::StrCat("is \"", type, "\"; walsh implements only \"", kQwen3VlMerger, "\""));
+    }
   }
   return absl::OkStatus();
 }
@@ -163,11 +171,11 @@ absl::StatusOr<MmprojConfig> ParseMmprojConfig(const GgufFile& file) {
   }
   RETURN_IF_ERROR(CheckDeepstack(file, c.block_count));
 
-  if (!(eps > 0 && eps < 1)) {
+  c.layer_norm_epsilon = static_cast<float>(eps);  // checked as stored
+  if (!(c.layer_norm_epsilon > 0 && c.layer_norm_epsilon < 1)) {
     return Invalid(gguf_keys::kClipVisionAttentionLayerNormEpsilon,
-                   absl::StrCat("is ", eps, ", not in (0, 1)"));
+                   absl::StrCat("is ", eps, ", not a float in (0, 1)"));
   }
-  c.layer_norm_epsilon = static_cast<float>(eps);
   if (c.image_size % c.patch_size != 0) {
     return Invalid(
         gguf_keys::kClipVisionImageSize,

@@ -30,6 +30,7 @@ struct MmprojConfig {
   std::array<float, 3> image_std = {};
   int64_t spatial_merge_size = 2;
 
+  // Meaningful for a config ParseMmprojConfig returned (or a preset's): the divisors are checked.
   int64_t head_dim() const { return embedding_length / head_count; }
   int64_t position_side() const { return image_size / patch_size; }
   // One merged token's input to the merger: a 2x2 window of patches side by side.

@@ -109,6 +109,26 @@ TEST(MmprojConfig, WhatWalshDoesNotImplementIsRefusedByName) {
        [](GgufWriter& w) { w.SetKv(gguf_keys::kClipHasAudioEncoder, GgufValue::Bool(true)); }},
       {gguf_keys::kClipUseGelu,
        [](GgufWriter& w) { w.SetKv(gguf_keys::kClipUseGelu, GgufValue::Bool(false)); }},
+      {gguf_keys::kClipVisionProjectorType,
+       [](GgufWriter& w) {
+         w.SetKv(gguf_keys::kClipVisionProjectorType, GgufValue::String("mlp"));
+       }},
+      {gguf_keys::kClipUseSilu,
+       [](GgufWriter& w) { w.SetKv(gguf_keys::kClipUseSilu, GgufValue::Bool(true)); }},
+      {gguf_keys::kClipHasTextEncoder,
+       [](GgufWriter& w) { w.SetKv(gguf_keys::kClipHasTextEncoder, GgufValue::Bool(true)); }},
+      {"has 1 entries, expected block_count 2",
+       [](GgufWriter& w) {
+         w.SetKv(gguf_keys::kClipVisionIsDeepstackLayers,
+                 GgufValue::Array(GgufType::kBool, {GgufValue::Bool(false)}));
+       }},
+      {"entry 1 is 1e-300, not a positive float",
+       [](GgufWriter& w) {
+         w.SetKv(gguf_keys::kClipVisionImageStd,
+                 GgufValue::Array(GgufType::kFloat64, {GgufValue::Float(GgufType::kFloat64, 0.5),
+                                                       GgufValue::Float(GgufType::kFloat64, 1e-300),
+                                                       GgufValue::Float(GgufType::kFloat64, 0.5)}));
+       }},
       {gguf_keys::kClipVisionNWaPattern,
        [](GgufWriter& w) { w.SetKv(gguf_keys::kClipVisionNWaPattern, GgufValue::U32(4)); }},
       {"clip.vision.feature_layer",
