@@ -168,9 +168,15 @@ bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
 
 }  // namespace
 
-std::string GgufTensorInfo::ShapeString() const {
+absl::Status GgufKeyError(absl::string_view key, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("key '", key, "' ", why));
+}
+
+std::string GgufShapeString(const std::vector<uint64_t>& ne) {
   return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
 }
+
+std::string GgufTensorInfo::ShapeString() const { return GgufShapeString(ne); }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapping, MappedFile::Open(path));

@@ -34,6 +34,11 @@ struct GgufTensorInfo {
   std::string ShapeString() const;
 };
 
+// INVALID_ARGUMENT "key 'KEY' WHY": how every check of a file's metadata names its key.
+absl::Status GgufKeyError(absl::string_view key, absl::string_view why);
+// "[a, b, c]", as refusals print shapes.
+std::string GgufShapeString(const std::vector<uint64_t>& ne);
+
 class GgufFile {
  public:
   // Maps `path` and parses it; the mapping lives as long as the returned object.

@@ -17,10 +17,6 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 
-absl::Status Invalid(absl::string_view key, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("key '", key, "' ", why));
-}
-
 // The clip.* keys walsh understands; any other is refused so nothing changes the math unseen.
 constexpr const char* kKnownKeys[] = {
     gguf_keys::kClipHasAudioEncoder,
@@ -49,15 +45,15 @@ absl::Status CheckKeySet(const GgufFile& file) {
   for (const char* k : kKnownKeys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
     if (absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix)) {
-      return Invalid(key,
-                     "is a Hadamard contract on a vision projector, which walsh does not know");
+      return GgufKeyError(
+          key, "is a Hadamard contract on a vision projector, which walsh does not know");
     }
     if (key == gguf_keys::kClipVisionNWaPattern) {
-      return Invalid(key, "asks for windowed attention, which qwen3vl_merger does not use");
+      return GgufKeyError(key, "asks for windowed attention, which qwen3vl_merger does not use");
     }
     if (absl::StartsWith(key, gguf_keys::kClipPrefix) && !known.contains(key)) {
-      return Invalid(key, absl::StrCat("(value ", value.DebugString(),
-                                       ") is not part of the projector walsh implements"));
+      return GgufKeyError(key, absl::StrCat("(value ", value.DebugString(),
+                                            ") is not part of the projector walsh implements"));
     }
   }
   return absl::OkStatus();
@@ -68,21 +64,22 @@ absl::Status RequireBool(const GgufFile& file, const char* key, bool required, b
   if (file.FindKey(key) == nullptr && !must_exist) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool value, file.GetBool(key));
   if (value != required)
-    return Invalid(key, absl::StrCat("is ", value ? "true" : "false", "; walsh needs ",
-                                     required ? "true" : "false"));
+    return GgufKeyError(key, absl::StrCat("is ", value ? "true" : "false", "; walsh needs ",
+                                          required ? "true" : "false"));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::array<float, 3>> ReadRgb(const GgufFile& file, const char* key, bool positive) {
   ASSIGN_OR_RETURN(std::vector<double> v, file.GetFloatArray(key));
-  if (v.size() != 3) return Invalid(key, absl::StrCat("has ", v.size(), " entries, expected 3"));
+  if (v.size() != 3)
+    return GgufKeyError(key, absl::StrCat("has ", v.size(), " entries, expected 3"));
   std::array<float, 3> out;
   for (int c = 0; c < 3; ++c) {
     // Checked as stored: a FLOAT64 entry may not survive the narrowing (1e-300 becomes 0).
     out[c] = static_cast<float>(v[c]);
     if (!std::isfinite(out[c]) || (positive && !(out[c] > 0))) {
-      return Invalid(key, absl::StrCat("entry ", c, " is ", v[c],
-                                       positive ? ", not a positive float" : ", not a float"));
+      return GgufKeyError(key, absl::StrCat("entry ", c, " is ", v[c],
+                                            positive ? ", not a positive float" : ", not a float"));
     }
   }
   return out;
@@ -99,7 +96,7 @@ absl::Status CheckProjectorType(const GgufFile& file) {
   for (const char* key : keys) {
     ASSIGN_OR_RETURN(std::string type, file.GetString(key));
     if (type != kQwen3VlMerger) {
-      return Invalid(
+      return GgufKeyError(
           key, absl::StrCat("is \"", type, "\"; walsh implements only \"", kQwen3VlMerger, "\""));
     }
   }
@@ -111,16 +108,17 @@ absl::Status CheckDeepstack(const GgufFile& file, int64_t block_count) {
   ASSIGN_OR_RETURN(std::vector<bool> layers,
                    file.GetBoolArray(gguf_keys::kClipVisionIsDeepstackLayers));
   if (static_cast<int64_t>(layers.size()) != block_count) {
-    return Invalid(
+    return GgufKeyError(
         gguf_keys::kClipVisionIsDeepstackLayers,
         absl::StrCat("has ", layers.size(), " entries, expected block_count ", block_count));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i]) {
-      return Invalid(gguf_keys::kClipVisionIsDeepstackLayers,
-                     absl::StrCat("marks layer ", i,
-                                  " as a deepstack layer; Qwen3.5's projector has none and walsh "
-                                  "does not implement them"));
+      return GgufKeyError(
+          gguf_keys::kClipVisionIsDeepstackLayers,
+          absl::StrCat("marks layer ", i,
+                       " as a deepstack layer; Qwen3.5's projector has none and walsh "
+                       "does not implement them"));
     }
   }
   return absl::OkStatus();
@@ -132,17 +130,13 @@ bool TypeAllowed(const ExpectedVisionTensor& e, uint32_t type) {
   return type == kGgmlF16 || type == kGgmlBf16 || (type == kGgmlQ8_0 && e.ne[0] % 32 == 0);
 }
 
-std::string Shape(const std::vector<uint64_t>& ne) {
-  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
-}
-
 }  // namespace
 
 absl::StatusOr<MmprojConfig> ParseMmprojConfig(const GgufFile& file) {
   ASSIGN_OR_RETURN(std::string arch, file.GetString(gguf_keys::kGeneralArchitecture));
   if (arch != "clip") {
-    return Invalid(gguf_keys::kGeneralArchitecture,
-                   absl::StrCat("is \"", arch, "\"; a vision projector file is \"clip\""));
+    return GgufKeyError(gguf_keys::kGeneralArchitecture,
+                        absl::StrCat("is \"", arch, "\"; a vision projector file is \"clip\""));
   }
   RETURN_IF_ERROR(CheckKeySet(file));
   RETURN_IF_ERROR(RequireBool(file, gguf_keys::kClipHasVisionEncoder, true, true));
@@ -173,23 +167,23 @@ absl::StatusOr<MmprojConfig> ParseMmprojConfig(const GgufFile& file) {
 
   c.layer_norm_epsilon = static_cast<float>(eps);  // checked as stored
   if (!(c.layer_norm_epsilon > 0 && c.layer_norm_epsilon < 1)) {
-    return Invalid(gguf_keys::kClipVisionAttentionLayerNormEpsilon,
-                   absl::StrCat("is ", eps, ", not a float in (0, 1)"));
+    return GgufKeyError(gguf_keys::kClipVisionAttentionLayerNormEpsilon,
+                        absl::StrCat("is ", eps, ", not a float in (0, 1)"));
   }
   if (c.image_size % c.patch_size != 0) {
-    return Invalid(
+    return GgufKeyError(
         gguf_keys::kClipVisionImageSize,
         absl::StrCat("is ", c.image_size, ", not a multiple of patch_size ", c.patch_size));
   }
   // The 2D rotary positions split each head into four quarters: two for rows, two for columns.
   if (c.embedding_length % c.head_count != 0 || c.head_dim() % 4 != 0) {
-    return Invalid(gguf_keys::kClipVisionAttentionHeadCount,
-                   absl::StrCat("is ", c.head_count, "; embedding_length ", c.embedding_length,
-                                " must split into heads of a multiple of 4"));
+    return GgufKeyError(gguf_keys::kClipVisionAttentionHeadCount,
+                        absl::StrCat("is ", c.head_count, "; embedding_length ", c.embedding_length,
+                                     " must split into heads of a multiple of 4"));
   }
   if (c.spatial_merge_size != 2) {
-    return Invalid(gguf_keys::kClipVisionSpatialMergeSize,
-                   absl::StrCat("is ", c.spatial_merge_size, "; qwen3vl_merger merges 2x2"));
+    return GgufKeyError(gguf_keys::kClipVisionSpatialMergeSize,
+                        absl::StrCat("is ", c.spatial_merge_size, "; qwen3vl_merger merges 2x2"));
   }
   return c;
 }
@@ -243,7 +237,8 @@ absl::Status CheckMmprojInventory(const GgufFile& file, const MmprojConfig& conf
     }
     if (t->ne != e.ne) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", e.name, "' has shape ",
-                                                     t->ShapeString(), ", expected ", Shape(e.ne)));
+                                                     t->ShapeString(), ", expected ",
+                                                     GgufShapeString(e.ne)));
     }
     if (!TypeAllowed(e, t->type)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -265,9 +260,10 @@ absl::Status CheckMmprojInventory(const GgufFile& file, const MmprojConfig& conf
 
 absl::Status CheckMmprojFitsText(const MmprojConfig& config, int64_t text_embedding_length) {
   if (config.projection_dim == text_embedding_length) return absl::OkStatus();
-  return Invalid(gguf_keys::kClipVisionProjectionDim,
-                 absl::StrCat("is ", config.projection_dim,
-                              ", but the text model's hidden size is ", text_embedding_length));
+  return GgufKeyError(
+      gguf_keys::kClipVisionProjectionDim,
+      absl::StrCat("is ", config.projection_dim, ", but the text model's hidden size is ",
+                   text_embedding_length));
 }
 
 void WriteMmprojConfig(const MmprojConfig& c, GgufWriter& w) {

@@ -16,10 +16,6 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 
-absl::Status Invalid(absl::string_view key, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("key '", key, "' ", why));
-}
-
 // The qwen35.* keys walsh understands; any other is refused so nothing changes the math unseen.
 constexpr const char* kKnownKeys[] = {
     gguf_keys::kQwen35BlockCount,
@@ -47,16 +43,16 @@ constexpr const char* kKnownKeys[] = {
 absl::StatusOr<Qwen35Config> ParseQwen35Config(const GgufFile& file) {
   ASSIGN_OR_RETURN(std::string arch, file.GetString(gguf_keys::kGeneralArchitecture));
   if (arch != "qwen35") {
-    return Invalid(gguf_keys::kGeneralArchitecture,
-                   absl::StrCat("is \"", arch, "\"; walsh serves only \"qwen35\""));
+    return GgufKeyError(gguf_keys::kGeneralArchitecture,
+                        absl::StrCat("is \"", arch, "\"; walsh serves only \"qwen35\""));
   }
   absl::flat_hash_set<std::string> known;
   for (const char* k : kKnownKeys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
     if (absl::StartsWith(key, gguf_keys::kQwen35Prefix) && !known.contains(key)) {
-      return Invalid(key,
-                     absl::StrCat("(value ", value.DebugString(),
-                                  ") is not part of the qwen35 architecture walsh implements"));
+      return GgufKeyError(
+          key, absl::StrCat("(value ", value.DebugString(),
+                            ") is not part of the qwen35 architecture walsh implements"));
     }
   }
 
@@ -88,51 +84,52 @@ absl::StatusOr<Qwen35Config> ParseQwen35Config(const GgufFile& file) {
   ASSIGN_OR_RETURN(c.ssm_inner_size, file.GetInt(gguf_keys::kQwen35SsmInnerSize, 1, kMaxDim));
 
   if (!(eps > 0 && eps < 1)) {
-    return Invalid(gguf_keys::kQwen35AttentionLayerNormRmsEpsilon,
-                   absl::StrCat("is ", eps, ", not in (0, 1)"));
+    return GgufKeyError(gguf_keys::kQwen35AttentionLayerNormRmsEpsilon,
+                        absl::StrCat("is ", eps, ", not in (0, 1)"));
   }
   if (!(freq_base > 1)) {
-    return Invalid(gguf_keys::kQwen35RopeFreqBase, absl::StrCat("is ", freq_base, ", not > 1"));
+    return GgufKeyError(gguf_keys::kQwen35RopeFreqBase,
+                        absl::StrCat("is ", freq_base, ", not > 1"));
   }
   if (c.head_count % c.head_count_kv != 0) {
-    return Invalid(
+    return GgufKeyError(
         gguf_keys::kQwen35AttentionHeadCountKv,
         absl::StrCat("is ", c.head_count_kv, ", which does not divide head_count ", c.head_count));
   }
   if (c.key_length != c.value_length) {
-    return Invalid(gguf_keys::kQwen35AttentionValueLength,
-                   absl::StrCat("is ", c.value_length, ", but walsh needs it equal to key_length ",
-                                c.key_length));
+    return GgufKeyError(gguf_keys::kQwen35AttentionValueLength,
+                        absl::StrCat("is ", c.value_length,
+                                     ", but walsh needs it equal to key_length ", c.key_length));
   }
   if (c.rope_dimension_count % 2 != 0 || c.rope_dimension_count > c.key_length) {
-    return Invalid(gguf_keys::kQwen35RopeDimensionCount,
-                   absl::StrCat("is ", c.rope_dimension_count,
-                                ", not an even number <= key_length ", c.key_length));
+    return GgufKeyError(gguf_keys::kQwen35RopeDimensionCount,
+                        absl::StrCat("is ", c.rope_dimension_count,
+                                     ", not an even number <= key_length ", c.key_length));
   }
   if (sections.size() != 4) {
-    return Invalid(gguf_keys::kQwen35RopeDimensionSections,
-                   absl::StrCat("has ", sections.size(), " entries, expected 4"));
+    return GgufKeyError(gguf_keys::kQwen35RopeDimensionSections,
+                        absl::StrCat("has ", sections.size(), " entries, expected 4"));
   }
   int64_t section_sum = 0;
   for (size_t i = 0; i < 4; ++i) {
     if (sections[i] < 0)
-      return Invalid(gguf_keys::kQwen35RopeDimensionSections, "has a negative entry");
+      return GgufKeyError(gguf_keys::kQwen35RopeDimensionSections, "has a negative entry");
     c.rope_sections[i] = sections[i];
     section_sum += sections[i];
   }
   if (section_sum != c.rope_dimension_count / 2) {
-    return Invalid(
+    return GgufKeyError(
         gguf_keys::kQwen35RopeDimensionSections,
         absl::StrCat("[", absl::StrJoin(sections, ", "), "] sum to ", section_sum,
                      ", expected rope.dimension_count / 2 = ", c.rope_dimension_count / 2));
   }
   if (c.ssm_time_step_rank % c.ssm_group_count != 0) {
-    return Invalid(gguf_keys::kQwen35SsmTimeStepRank,
-                   absl::StrCat("is ", c.ssm_time_step_rank, ", not a multiple of ssm.group_count ",
-                                c.ssm_group_count));
+    return GgufKeyError(gguf_keys::kQwen35SsmTimeStepRank,
+                        absl::StrCat("is ", c.ssm_time_step_rank,
+                                     ", not a multiple of ssm.group_count ", c.ssm_group_count));
   }
   if (c.ssm_inner_size != c.ssm_time_step_rank * c.ssm_state_size) {
-    return Invalid(
+    return GgufKeyError(
         gguf_keys::kQwen35SsmInnerSize,
         absl::StrCat("is ", c.ssm_inner_size, ", expected time_step_rank x state_size = ",
                      c.ssm_time_step_rank * c.ssm_state_size));
@@ -221,10 +218,6 @@ const char* AllowedTypes(TensorClass cls) {
   return "";
 }
 
-std::string Shape(const std::vector<uint64_t>& ne) {
-  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
-}
-
 }  // namespace
 
 absl::Status CheckQwen35Inventory(const GgufFile& file, const Qwen35Config& config,
@@ -237,7 +230,8 @@ absl::Status CheckQwen35Inventory(const GgufFile& file, const Qwen35Config& conf
       return absl::InvalidArgumentError(absl::StrCat("missing tensor '", e.name, "'"));
     if (t->ne != e.ne) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", e.name, "' has shape ",
-                                                     t->ShapeString(), ", expected ", Shape(e.ne)));
+                                                     t->ShapeString(), ", expected ",
+                                                     GgufShapeString(e.ne)));
     }
     if (!TypeAllowed(e.cls, t->type)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", e.name, "' has type ",
