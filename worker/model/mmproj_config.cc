@@ -11,6 +11,7 @@
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_keys.h"
 #include "worker/model/gguf_writer.h"
+#include "worker/model/tensor_table_check.h"
 
 namespace walsh {
 namespace {
@@ -228,34 +229,14 @@ std::vector<ExpectedVisionTensor> MmprojInventory(const MmprojConfig& c) {
 }
 
 absl::Status CheckMmprojInventory(const GgufFile& file, const MmprojConfig& config) {
-  absl::flat_hash_set<std::string> expected_names;
-  for (const ExpectedVisionTensor& e : MmprojInventory(config)) {
-    expected_names.insert(e.name);
-    const GgufTensorInfo* t = file.FindTensor(e.name);
-    if (t == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("missing tensor '", e.name, "'"));
-    }
-    if (t->ne != e.ne) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", e.name, "' has shape ",
-                                                     t->ShapeString(), ", expected ",
-                                                     GgufShapeString(e.ne)));
-    }
-    if (!TypeAllowed(e, t->type)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", e.name, "' has type ", GgmlTypeName(t->type), ", expected ",
-          e.cls == VisionTensorClass::kF32 ? "F32"
-                                           : "F32, F16, BF16 or Q8_0 (rows a multiple of 32)"));
-    }
-  }
-  for (const GgufTensorInfo& t : file.tensors()) {
-    if (!expected_names.contains(t.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected tensor '", t.name,
-          "': not part of a qwen3vl_merger projector with these parameters (deepstack layers "
-          "are not implemented)"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckTensorTable(
+      file, MmprojInventory(config), TypeAllowed,
+      [](const ExpectedVisionTensor& e) {
+        return e.cls == VisionTensorClass::kF32 ? "F32"
+                                                : "F32, F16, BF16 or Q8_0 (rows a multiple of 32)";
+      },
+      "not part of a qwen3vl_merger projector with these parameters (deepstack layers are not "
+      "implemented)");
 }
 
 absl::Status CheckMmprojFitsText(const MmprojConfig& config, int64_t text_embedding_length) {

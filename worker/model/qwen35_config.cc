@@ -10,6 +10,7 @@
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_keys.h"
 #include "worker/model/gguf_writer.h"
+#include "worker/model/tensor_table_check.h"
 
 namespace walsh {
 namespace {
@@ -222,30 +223,11 @@ const char* AllowedTypes(TensorClass cls) {
 
 absl::Status CheckQwen35Inventory(const GgufFile& file, const Qwen35Config& config,
                                   bool with_output) {
-  absl::flat_hash_set<std::string> expected_names;
-  for (const ExpectedTensor& e : Qwen35Inventory(config, with_output)) {
-    expected_names.insert(e.name);
-    const GgufTensorInfo* t = file.FindTensor(e.name);
-    if (t == nullptr)
-      return absl::InvalidArgumentError(absl::StrCat("missing tensor '", e.name, "'"));
-    if (t->ne != e.ne) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", e.name, "' has shape ",
-                                                     t->ShapeString(), ", expected ",
-                                                     GgufShapeString(e.ne)));
-    }
-    if (!TypeAllowed(e.cls, t->type)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", e.name, "' has type ",
-                                                     GgmlTypeName(t->type), ", expected ",
-                                                     AllowedTypes(e.cls)));
-    }
-  }
-  for (const GgufTensorInfo& t : file.tensors()) {
-    if (!expected_names.contains(t.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected tensor '", t.name, "': not part of a qwen35 model with these parameters"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckTensorTable(
+      file, Qwen35Inventory(config, with_output),
+      [](const ExpectedTensor& e, uint32_t type) { return TypeAllowed(e.cls, type); },
+      [](const ExpectedTensor& e) { return AllowedTypes(e.cls); },
+      "not part of a qwen35 model with these parameters");
 }
 
 void WriteQwen35Config(const Qwen35Config& c, GgufWriter& w) {
