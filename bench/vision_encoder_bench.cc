@@ -1,0 +1,52 @@
+// Image encoding on the CPU at the released projector's shape (27 blocks of 1152, patch 16, F16
+// weights from walsh-mkmodel's 27b projector preset): seconds per image and rows for the text
+// model, at 448², 1024² and 2048² (196, 1,024 and 4,096 tokens), on every core.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "tools/mkmodel/synthetic_mmproj.h"
+#include "worker/model/gguf_file.h"
+#include "worker/vision/vision_encoder.h"
+
+namespace walsh {
+namespace {
+
+const VisionEncoder& Released() {
+  static const VisionEncoder* encoder = [] {
+    const std::string path = "/tmp/walsh_bench_27b.mmproj.gguf";
+    if (!WriteSyntheticMmproj({.preset = "27b", .text_embedding_length = 5120}, path).ok()) {
+      std::abort();
+    }
+    auto file = GgufFile::Open(path);
+    auto config = ParseMmprojConfig(**file);
+    auto weights = VisionWeights::Load(**file, *config);
+    std::remove(path.c_str());
+    return new VisionEncoder(std::move(*weights));
+  }();
+  return *encoder;
+}
+
+// arg: the image's side in pixels
+void BM_EncodeImage27bShape(benchmark::State& state) {
+  const VisionEncoder& encoder = Released();
+  const int64_t side = state.range(0);
+  PixelValues px{.height = side, .width = side};
+  px.planes.assign(3 * side * side, 0.25f);
+  ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
+  for (auto _ : state) benchmark::DoNotOptimize(encoder.Encode(px, &pool));
+  state.counters["tokens"] = static_cast<double>(px.Tokens(16, 2));
+  state.counters["threads"] = pool.threads();
+}
+BENCHMARK(BM_EncodeImage27bShape)
+    ->Arg(448)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->ArgName("side")
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
+
+}  // namespace
+}  // namespace walsh

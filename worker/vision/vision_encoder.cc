@@ -1,0 +1,205 @@
+#include "worker/vision/vision_encoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/token_ops.h"
+
+namespace walsh {
+namespace {
+
+// y[i][o] = b[o] + Σ_k W[o][k] · x[i][k], for n rows of x; output columns spread over the pool,
+// each sum in kernels' 32 lanes (token_ops.h), so the threads never change a result.
+void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const std::vector<float>& w,
+            const std::vector<float>& b, int64_t out, float* y) {
+  const auto columns = [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const F32Elems wo{w.data() + o * in};
+      for (int64_t i = 0; i < n; ++i) y[i * out + o] = LaneDot(wo, x + i * in, in) + b[o];
+    }
+  };
+  if (pool == nullptr) return columns(0, out);
+  pool->ParallelFor(out, 4, columns);
+}
+
+void LayerNorm(const float* x, int64_t n, int64_t d, const std::vector<float>& w,
+               const std::vector<float>& b, float eps, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * d;
+    float mean = 0;
+    for (int64_t k = 0; k < d; ++k) mean += xi[k];
+    mean /= static_cast<float>(d);
+    float var = 0;
+    for (int64_t k = 0; k < d; ++k) var += (xi[k] - mean) * (xi[k] - mean);
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + eps);
+    for (int64_t k = 0; k < d; ++k) y[i * d + k] = (xi[k] - mean) * inv * w[k] + b[k];
+  }
+}
+
+float GeluTanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+float GeluErf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
+
+// The merge-window order of docs/vision.md §3.1: sequence index n holds patch (row, column).
+struct PatchGrid {
+  int64_t rows = 0, cols = 0;  // in patches
+  std::vector<int64_t> row, col;
+};
+
+PatchGrid WindowOrder(int64_t rows, int64_t cols, int64_t merge) {
+  PatchGrid g{.rows = rows, .cols = cols};
+  for (int64_t y = 0; y < rows / merge; ++y) {
+    for (int64_t x = 0; x < cols / merge; ++x) {
+      for (int64_t dy = 0; dy < merge; ++dy) {
+        for (int64_t dx = 0; dx < merge; ++dx) {
+          g.row.push_back(y * merge + dy);
+          g.col.push_back(x * merge + dx);
+        }
+      }
+    }
+  }
+  return g;
+}
+
+// The learned side x side table at (row, column) of a rows x cols grid: bilinear with aligned
+// corners (§3.3).
+struct Taps {
+  int64_t lo, hi;
+  float w_lo, w_hi;
+};
+Taps AlignedCornerTaps(int64_t i, int64_t n, int64_t side) {
+  const float src = static_cast<float>(i) * static_cast<float>(side - 1) /
+                    static_cast<float>(std::max<int64_t>(n - 1, 1));
+  const int64_t lo = static_cast<int64_t>(std::floor(src));
+  const float frac = src - static_cast<float>(lo);
+  return {lo, std::min(lo + 1, side - 1), 1.0f - frac, frac};
+}
+
+// Rotates q or k of one head in place: pairs (j, j + half) by the row's angle for the first
+// quarter of the head, by the column's for the second (§3.5).
+void Rope2d(float* v, int64_t head_dim, int64_t row, int64_t col) {
+  const int64_t half = head_dim / 2, quarter = head_dim / 4;
+  for (int64_t j = 0; j < half; ++j) {
+    const int64_t f = j % quarter;
+    const double theta = std::pow(10000.0, -static_cast<double>(f) / static_cast<double>(quarter));
+    const float angle = static_cast<float>((j < quarter ? row : col) * theta);
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = v[j], b = v[j + half];
+    v[j] = a * c - b * s;
+    v[j + half] = b * c + a * s;
+  }
+}
+
+// Full attention of every patch over every patch, one (head, query) at a time, with an online
+// softmax (never an N x N matrix). qkv holds n rows of [Q | K | V], each `d` wide.
+void Attention(ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
+               float* out) {
+  const int64_t hd = d / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto queries = [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(hd);
+    for (int64_t hq = begin; hq < end; ++hq) {
+      const int64_t h = hq / n, i = hq % n;
+      const float* q = qkv + i * 3 * d + h * hd;
+      float max = -INFINITY, sum = 0;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* k = qkv + j * 3 * d + d + h * hd;
+        const float* v = qkv + j * 3 * d + 2 * d + h * hd;
+        const float s = LaneDot(F32Elems{q}, k, hd) * scale;
+        if (s > max) {
+          const float shrink = std::exp(max - s);
+          sum *= shrink;
+          for (float& a : acc) a *= shrink;
+          max = s;
+        }
+        const float p = std::exp(s - max);
+        sum += p;
+        for (int64_t e = 0; e < hd; ++e) acc[e] += p * v[e];
+      }
+      for (int64_t e = 0; e < hd; ++e) out[i * d + h * hd + e] = acc[e] / sum;
+    }
+  };
+  if (pool == nullptr) return queries(0, heads * n);
+  pool->ParallelFor(heads * n, 16, queries);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixels,
+                                                         ThreadPool* pool) const {
+  const MmprojConfig& c = w_.config;
+  const int64_t p = c.patch_size, m = c.spatial_merge_size, d = c.embedding_length;
+  if (pixels.height <= 0 || pixels.width <= 0 || pixels.height % (p * m) != 0 ||
+      pixels.width % (p * m) != 0 ||
+      pixels.planes.size() != static_cast<size_t>(3 * pixels.height * pixels.width)) {
+    return absl::InvalidArgumentError(absl::StrCat("the image's pixels are ", pixels.width, "x",
+                                                   pixels.height, ", not positive multiples of ",
+                                                   p * m, " (patch size times the merge)"));
+  }
+  const PatchGrid grid = WindowOrder(pixels.height / p, pixels.width / p, m);
+  const int64_t n = static_cast<int64_t>(grid.row.size());
+  const int64_t plane = pixels.height * pixels.width, patch_len = 3 * p * p;
+
+  // Patch embedding plus the resampled position table.
+  std::vector<float> patches(n * patch_len), x(n * d);
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t ch = 0; ch < 3; ++ch) {
+      for (int64_t ky = 0; ky < p; ++ky) {
+        const float* src = pixels.planes.data() + ch * plane +
+                           (grid.row[s] * p + ky) * pixels.width + grid.col[s] * p;
+        std::copy(src, src + p, patches.data() + s * patch_len + ch * p * p + ky * p);
+      }
+    }
+  }
+  Linear(pool, patches.data(), n, patch_len, w_.patch_w, w_.patch_b, d, x.data());
+  const int64_t side = c.position_side();
+  for (int64_t s = 0; s < n; ++s) {
+    const Taps r = AlignedCornerTaps(grid.row[s], grid.rows, side);
+    const Taps q = AlignedCornerTaps(grid.col[s], grid.cols, side);
+    const std::pair<int64_t, float> rows[2] = {{r.lo, r.w_lo}, {r.hi, r.w_hi}};
+    const std::pair<int64_t, float> cols[2] = {{q.lo, q.w_lo}, {q.hi, q.w_hi}};
+    for (const auto& [ri, rw] : rows) {
+      for (const auto& [ci, cw] : cols) {
+        const float* t = w_.position.data() + (ri * side + ci) * d;
+        for (int64_t e = 0; e < d; ++e) x[s * d + e] += rw * cw * t[e];
+      }
+    }
+  }
+
+  const int64_t hd = c.head_dim(), ff = c.feed_forward_length;
+  std::vector<float> a(n * d), qkv(n * 3 * d), attn(n * d), up(n * ff), y(n * d);
+  for (const VisionBlockWeights& b : w_.blocks) {
+    LayerNorm(x.data(), n, d, b.ln1_w, b.ln1_b, c.layer_norm_epsilon, a.data());
+    Linear(pool, a.data(), n, d, b.qkv_w, b.qkv_b, 3 * d, qkv.data());
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t h = 0; h < c.head_count; ++h) {
+        Rope2d(qkv.data() + s * 3 * d + h * hd, hd, grid.row[s], grid.col[s]);
+        Rope2d(qkv.data() + s * 3 * d + d + h * hd, hd, grid.row[s], grid.col[s]);
+      }
+    }
+    Attention(pool, qkv.data(), n, d, c.head_count, attn.data());
+    Linear(pool, attn.data(), n, d, b.out_w, b.out_b, d, y.data());
+    for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+    LayerNorm(x.data(), n, d, b.ln2_w, b.ln2_b, c.layer_norm_epsilon, a.data());
+    Linear(pool, a.data(), n, d, b.up_w, b.up_b, ff, up.data());
+    for (float& v : up) v = GeluTanh(v);
+    Linear(pool, up.data(), n, ff, b.down_w, b.down_b, d, y.data());
+    for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+  }
+
+  // Post-norm per patch; each window's m * m patches side by side through the merger.
+  LayerNorm(x.data(), n, d, w_.post_ln_w, w_.post_ln_b, c.layer_norm_epsilon, a.data());
+  const int64_t merged = c.merged_width(), tokens = n / (m * m);
+  std::vector<float> hidden(tokens * merged), out(tokens * c.projection_dim);
+  Linear(pool, a.data(), tokens, merged, w_.mm0_w, w_.mm0_b, merged, hidden.data());
+  for (float& v : hidden) v = GeluErf(v);
+  Linear(pool, hidden.data(), tokens, merged, w_.mm2_w, w_.mm2_b, c.projection_dim, out.data());
+  return out;
+}
+
+}  // namespace walsh

@@ -1,0 +1,34 @@
+// The vision tower and merger of a qwen3vl_merger projector on the CPU (docs/vision.md §3):
+// preprocessed pixels in, one row of the text model's width out per merged 2x2 window of patches.
+// Its weights are loaded once and shared; Encode is const and may run on several threads at once.
+#ifndef WALSH_WORKER_VISION_VISION_ENCODER_H_
+#define WALSH_WORKER_VISION_VISION_ENCODER_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/thread_pool.h"
+#include "worker/vision/pixel_values.h"
+#include "worker/vision/vision_weights.h"
+
+namespace walsh {
+
+class VisionEncoder {
+ public:
+  explicit VisionEncoder(VisionWeights weights) : w_(std::move(weights)) {}
+
+  const MmprojConfig& config() const { return w_.config; }
+
+  // (height / 32) * (width / 32) rows of projection_dim, in raster order of the merged grid,
+  // computed on `pool` when given (the same bits whatever its size). INVALID_ARGUMENT if a side is
+  // not a positive multiple of patch size times the merge.
+  absl::StatusOr<std::vector<float>> Encode(const PixelValues& pixels,
+                                            ThreadPool* pool = nullptr) const;
+
+ private:
+  VisionWeights w_;
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_WORKER_VISION_VISION_ENCODER_H_
