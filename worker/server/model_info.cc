@@ -35,6 +35,7 @@ v1::ModelInfo BuildModelInfo(const ModelFile& file, const Tokenizer* tokenizer, 
                              int64_t max_output_tokens, const std::string& fingerprint) {
   v1::ModelInfo info;
   info.set_architecture("qwen35");
+  info.add_modalities("text");
   const GgufTensorInfo* embd = file.gguf->FindTensor("token_embd.weight");
   info.set_weight_format(embd != nullptr ? GgmlTypeName(embd->type) : "");
   info.set_layers(static_cast<uint32_t>(file.config.block_count));

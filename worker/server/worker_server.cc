@@ -20,6 +20,7 @@
 #include "worker/server/drafter_setup.h"
 #include "worker/server/model_info.h"
 #include "worker/server/services.h"
+#include "worker/vision/vision_model.h"
 
 namespace walsh {
 namespace {
@@ -79,6 +80,7 @@ struct WorkerServer::Parts {
   std::unique_ptr<OpenAiServer> http_face;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<VisionModel> vision;
   std::unique_ptr<Drafter> drafter;
   std::unique_ptr<MaskPrefetcher> mask_prefetcher;
   std::unique_ptr<Scheduler> scheduler;
@@ -166,6 +168,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   const int64_t context = o.max_context > 0 ? std::min(o.max_context, file->config.context_length)
                                             : file->config.context_length;
   v1::ModelInfo info = BuildModelInfo(*file, p.tokenizer.get(), context, o.max_tokens, fingerprint);
+  const int64_t hidden_size = file->config.embedding_length;
   auto bound = Model::Bind(std::move(*file));
   if (!bound.ok()) return Failed("model_refused", bound.status());
   const EngineOptions eo = EngineOptionsOf(o, context);
@@ -179,6 +182,14 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
         seq.ok() ? p.engine->Forward({{*seq, {0}}}) : absl::StatusOr<ForwardResult>(seq.status());
     if (seq.ok()) (void)p.engine->RemoveSequence(*seq);
     if (!canary.ok()) return Failed("canary_failed", canary.status());
+  }
+  if (!o.mmproj.empty()) {
+    auto vision = VisionModel::Load(o.mmproj, hidden_size);
+    if (!vision.ok()) return Failed("model_refused", vision.status());
+    ThreadPool pool(static_cast<int>(o.threads));
+    if (absl::Status s = (*vision)->Canary(&pool); !s.ok()) return Failed("canary_failed", s);
+    p.vision = std::move(*vision);
+    info.add_modalities("image");
   }
   const NgramDraftOptions ngram{.min_match = o.speculative_ngram_min,
                                 .max_match = o.speculative_ngram_max,

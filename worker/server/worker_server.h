@@ -25,6 +25,7 @@ class WorkerServer {
   // Every flag of walsh-worker (docs/operations.md's table is its --help).
   struct Options {
     std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
+    std::string mmproj;  // a vision projector beside the model (docs/vision.md)
     int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
     int64_t prepare_threads = 2;
     int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,

@@ -10,6 +10,10 @@ namespace walsh {
 
 void WorkerServer::Options::Register(FlagSet& flags) {
   flags.String("model", &model, "GGUF model file (required)");
+  flags.String("mmproj", &mmproj,
+               "the model's vision projector (an mmproj GGUF, qwen3vl_merger): checked against "
+               "the model at load and run by the canary; ModelInfo then lists the image "
+               "modality (images on the APIs: not yet)");
   flags.String("listen", &listen, "gRPC address host:port (port 0: pick a free one)");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
   flags.String("probe-listen", &probe_listen,

@@ -1,7 +1,7 @@
 // WorkerServer in-process: every flag's range refused by name; a file that is not a model
 // refused (model_refused, not a usage error); a started worker that serves the tiny model and
 // drains: the streams running when Drain begins end whole and equal to an undisturbed run, and
-// a stream after it is refused.
+// a stream after it is refused; a vision projector checked against the model (--mmproj).
 #include "worker/server/worker_server.h"
 
 #include <chrono>
@@ -11,8 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_mmproj.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
@@ -88,6 +90,55 @@ TEST(WorkerServer, AFileThatIsNotAModelIsRefusedAtLoad) {
   EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(started.status().message().find("model_refused"), absl::string_view::npos)
       << started.status();
+}
+
+// --mmproj: a projector that fits the model is loaded, runs the canary, and ModelInfo lists the
+// image modality; one whose width is another model's, or that is not a projector, is refused
+// at load naming the key, and the worker does not serve.
+TEST(WorkerServer, AVisionProjectorIsCheckedAgainstTheModelAndListedInModelInfo) {
+  testing::TempDir dir;
+  auto model = SyntheticModel::Create({.preset = "tiny"});
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->WritePacked(dir.File("tiny.gguf")).ok());
+  const int64_t hidden = (*model)->preset().config.embedding_length;
+  ASSERT_TRUE(
+      WriteSyntheticMmproj({.text_embedding_length = hidden}, dir.File("fits.mmproj")).ok());
+  ASSERT_TRUE(
+      WriteSyntheticMmproj({.text_embedding_length = hidden + 8}, dir.File("other.mmproj")).ok());
+
+  const auto modalities = [](WorkerServer& worker) {
+    auto stub = v1::Generator::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(worker.grpc_port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    EXPECT_TRUE(stub->GetModelInfo(&ctx, {}, &info).ok());
+    return std::vector<std::string>(info.modalities().begin(), info.modalities().end());
+  };
+  WorkerServer::Options o = Valid(dir.File("tiny.gguf"));
+  {
+    auto text_only = WorkerServer::Start(o);
+    ASSERT_TRUE(text_only.ok()) << text_only.status();
+    EXPECT_EQ(modalities(**text_only), std::vector<std::string>{"text"});
+  }
+  o.mmproj = dir.File("fits.mmproj");
+  {
+    auto vision = WorkerServer::Start(o);
+    ASSERT_TRUE(vision.ok()) << vision.status();
+    EXPECT_EQ(modalities(**vision), (std::vector<std::string>{"text", "image"}));
+  }
+  o.mmproj = dir.File("other.mmproj");
+  auto other = WorkerServer::Start(o);
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(
+      std::string(other.status().message()),
+      ::testing::AllOf(
+          ::testing::HasSubstr("model_refused"), ::testing::HasSubstr("clip.vision.projection_dim"),
+          ::testing::HasSubstr("the text model's hidden size is " + std::to_string(hidden))));
+  o.mmproj = dir.File("tiny.gguf");  // a text model where a projector belongs
+  auto text_as_projector = WorkerServer::Start(o);
+  ASSERT_FALSE(text_as_projector.ok());
+  EXPECT_THAT(std::string(text_as_projector.status().message()),
+              ::testing::HasSubstr("projector " + dir.File("tiny.gguf")));
 }
 
 struct Stream {
