@@ -39,7 +39,9 @@ int main(int argc, char** argv) {
   flags.String("mmproj-out", &mmproj_out,
                "also write a vision projector (an mmproj file, docs/vision.md) of the preset's "
                "size that feeds this model (27b: the released projector's tensors and shapes)");
-  flags.String("mmproj-type", &mmproj_type, "the projector's matrices: f32 | f16 | bf16");
+  flags.String("mmproj-type", &mmproj_type,
+               "the projector's matrices: f32 | f16 | bf16 | q8_0 (rows not a multiple of 32 stay "
+               "f16, as in the released file)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "walsh-mkmodel: %s\n%s", std::string(s.message()).c_str(),
                  flags.Help().c_str());
@@ -76,8 +78,10 @@ int main(int argc, char** argv) {
     mmproj.weight_type = walsh::kGgmlF16;
   } else if (mmproj_type == "bf16") {
     mmproj.weight_type = walsh::kGgmlBf16;
+  } else if (mmproj_type == "q8_0") {
+    mmproj.weight_type = walsh::kGgmlQ8_0;
   } else {
-    return Fail("--mmproj-type must be f32, f16 or bf16, not \"" + mmproj_type + "\"");
+    return Fail("--mmproj-type must be f32, f16, bf16 or q8_0, not \"" + mmproj_type + "\"");
   }
 
   const auto start = std::chrono::steady_clock::now();

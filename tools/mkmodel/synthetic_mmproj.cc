@@ -1,6 +1,7 @@
 // Synthetic mmproj files: the clip.* keys of a preset and seeded tensor values.
 #include "tools/mkmodel/synthetic_mmproj.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,6 +26,28 @@ double Draw(Rng& rng, const GgufTensorSpec& spec) {
                             ? static_cast<double>(spec.ne[0] * spec.ne[1] * spec.ne[2])
                             : static_cast<double>(spec.ne[0]);
   return z / std::sqrt(fan_in);
+}
+
+constexpr uint64_t kQ8Block = 32;
+
+// ggml's Q8_0: per block of 32, the scale max|x| / 127 as fp16, then round(x / scale) as int8.
+absl::Status WriteQ8_0(Rng& rng, const GgufTensorSpec& spec, uint64_t n, GgufByteSink& sink) {
+  std::vector<uint8_t> blocks;
+  blocks.reserve(n / kQ8Block * (2 + kQ8Block));
+  for (uint64_t b = 0; b < n / kQ8Block; ++b) {
+    float x[kQ8Block], amax = 0;
+    for (float& v : x) {
+      v = static_cast<float>(Draw(rng, spec));
+      amax = std::max(amax, std::fabs(v));
+    }
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t d16 = FloatToFp16(d);
+    blocks.push_back(static_cast<uint8_t>(d16 & 0xff));
+    blocks.push_back(static_cast<uint8_t>(d16 >> 8));
+    for (float v : x)
+      blocks.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::round(v * id))));
+  }
+  return sink.Write(blocks.data(), blocks.size());
 }
 
 }  // namespace
@@ -58,8 +81,9 @@ absl::StatusOr<MmprojConfig> MmprojPresetConfig(const std::string& preset,
 }
 
 absl::StatusOr<GgufWriter> SyntheticMmprojWriter(const SyntheticMmprojOptions& o) {
-  if (o.weight_type != kGgmlF32 && o.weight_type != kGgmlF16 && o.weight_type != kGgmlBf16) {
-    return absl::InvalidArgumentError("synthetic projector weights are F32, F16 or BF16");
+  if (o.weight_type != kGgmlF32 && o.weight_type != kGgmlF16 && o.weight_type != kGgmlBf16 &&
+      o.weight_type != kGgmlQ8_0) {
+    return absl::InvalidArgumentError("synthetic projector weights are F32, F16, BF16 or Q8_0");
   }
   ASSIGN_OR_RETURN(MmprojConfig config, MmprojPresetConfig(o.preset, o.text_embedding_length));
   GgufWriter w;
@@ -67,7 +91,9 @@ absl::StatusOr<GgufWriter> SyntheticMmprojWriter(const SyntheticMmprojOptions& o
   w.SetKv("general.type", GgufValue::String("mmproj"));
   w.SetKv("general.name", GgufValue::String(absl::StrCat("walsh synthetic projector ", o.preset)));
   for (const ExpectedVisionTensor& e : MmprojInventory(config)) {
-    const uint32_t type = e.cls == VisionTensorClass::kF32 ? kGgmlF32 : o.weight_type;
+    uint32_t type = e.cls == VisionTensorClass::kF32 ? kGgmlF32 : o.weight_type;
+    // As the released Q8_0 file: a matrix whose rows are not whole blocks of 32 stays F16.
+    if (type == kGgmlQ8_0 && e.ne[0] % kQ8Block != 0) type = kGgmlF16;
     RETURN_IF_ERROR(w.AddTensor(e.name, e.ne, type));
   }
   return w;
@@ -83,6 +109,7 @@ GgufWriter::TensorFiller SyntheticMmprojFiller(uint64_t seed) {
       for (float& x : v) x = static_cast<float>(Draw(rng, spec));
       return sink.Write(v.data(), v.size() * sizeof(float));
     }
+    if (spec.type == kGgmlQ8_0) return WriteQ8_0(rng, spec, n, sink);
     std::vector<uint16_t> v(n);
     for (uint16_t& x : v) {
       const float f = static_cast<float>(Draw(rng, spec));

@@ -19,7 +19,7 @@ struct SyntheticMmprojOptions {
   // positions).
   std::string preset = "tiny";
   int64_t text_embedding_length = 0;  // the merger's output width
-  uint32_t weight_type = kGgmlF16;    // of the matrices: F32, F16 or BF16
+  uint32_t weight_type = kGgmlF16;    // of the matrices: F32, F16, BF16 or Q8_0
   uint64_t seed = 1;
 };
 

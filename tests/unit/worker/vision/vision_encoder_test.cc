@@ -1,7 +1,7 @@
 // The vision encoder against a float64 forward pass written here from docs/vision.md §3, on the
-// synthetic projectors of walsh-mkmodel (tiny and small presets; F32, F16 and BF16 weights): the
-// image rows agree within 1e-4, relative to the largest. Grids that match the position table and
-// grids that resample it; square and oblong.
+// synthetic projectors of walsh-mkmodel (tiny and small presets; F32, F16, BF16 and Q8_0 weights):
+// the image rows agree within 1e-4, relative to the largest. Grids that match the position table
+// and grids that resample it; square and oblong.
 #include "worker/vision/vision_encoder.h"
 
 #include <cmath>
@@ -133,6 +133,13 @@ class VisionReference {
         v[i] = f;
         continue;
       }
+      if (t->type == kGgmlQ8_0) {  // blocks of 32: an IEEE half scale, then 32 int8
+        const uint8_t* block = t->data + (i / 32) * 34;
+        uint16_t scale;
+        std::memcpy(&scale, block, 2);
+        v[i] = Half(scale) * static_cast<int8_t>(block[2 + i % 32]);
+        continue;
+      }
       uint16_t h;
       std::memcpy(&h, t->data + 2 * i, 2);
       if (t->type == kGgmlBf16) {
@@ -140,13 +147,17 @@ class VisionReference {
         float f;
         std::memcpy(&f, &bits, 4);
         v[i] = f;
-      } else {  // IEEE half: sign, 5 exponent bits, 10 mantissa bits
-        const int e = (h >> 10) & 31, m = h & 1023;
-        const double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
-        v[i] = (h & 0x8000) ? -mag : mag;
+      } else {
+        v[i] = Half(h);
       }
     }
     return v;
+  }
+  // IEEE half: sign, 5 exponent bits, 10 mantissa bits (no infinities or NaNs here).
+  static double Half(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -mag : mag;
   }
   std::vector<double> Norm(const std::vector<double>& x, const std::vector<double>& w,
                            const std::vector<double>& b) const {
@@ -203,6 +214,7 @@ TEST(VisionEncoder, AgreesWithTheFloat64Reference) {
       {"tiny", kGgmlBf16, 32, 128},  // one merged row
       {"small", kGgmlF16, 64, 96},   // a feed-forward width that is not a multiple of 32
       {"small", kGgmlBf16, 32, 32},  // a single merged token
+      {"small", kGgmlQ8_0, 64, 64},  // Q8_0 where rows are whole blocks, F16 elsewhere
   };
   testing::TempDir dir;
   for (const Case& c : cases) {
