@@ -9,18 +9,27 @@
 namespace walsh {
 namespace {
 
-// y[i][o] = b[o] + Σ_k W[o][k] · x[i][k], for n rows of x; output columns spread over the pool,
-// each sum in kernels' 32 lanes (token_ops.h), so the threads never change a result.
+// y[i][o] = b[o] + Σ_k W[o][k] · x[i][k], for n rows of x, in tiles of rows by columns spread over
+// the pool (a tile's rows stay in cache across its columns); each sum in kernels' 32 lanes
+// (token_ops.h), whole on one thread, so the threads never change a result.
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const std::vector<float>& w,
             const std::vector<float>& b, int64_t out, float* y) {
-  const auto columns = [&](int64_t begin, int64_t end) {
-    for (int64_t o = begin; o < end; ++o) {
-      const F32Elems wo{w.data() + o * in};
-      for (int64_t i = 0; i < n; ++i) y[i * out + o] = LaneDot(wo, x + i * in, in) + b[o];
+  constexpr int64_t kTileRows = 32, kTileCols = 32;
+  const int64_t row_tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t col_tiles = (out + kTileCols - 1) / kTileCols;
+  const auto tiles = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t i0 = t / col_tiles * kTileRows, o0 = t % col_tiles * kTileCols;
+      for (int64_t o = o0; o < std::min(out, o0 + kTileCols); ++o) {
+        const F32Elems wo{w.data() + o * in};
+        for (int64_t i = i0; i < std::min(n, i0 + kTileRows); ++i) {
+          y[i * out + o] = LaneDot(wo, x + i * in, in) + b[o];
+        }
+      }
     }
   };
-  if (pool == nullptr) return columns(0, out);
-  pool->ParallelFor(out, 4, columns);
+  if (pool == nullptr) return tiles(0, row_tiles * col_tiles);
+  pool->ParallelFor(row_tiles * col_tiles, 1, tiles);
 }
 
 void LayerNorm(const float* x, int64_t n, int64_t d, const std::vector<float>& w,
@@ -94,38 +103,59 @@ void Rope2d(float* v, int64_t head_dim, int64_t row, int64_t col) {
   }
 }
 
-// Full attention of every patch over every patch, one (head, query) at a time, with an online
-// softmax (never an N x N matrix). qkv holds n rows of [Q | K | V], each `d` wide.
+// Full attention of every patch over every patch with an online softmax (never an N x N matrix).
+// qkv holds n rows of [Q | K | V], each `d` wide. Keys and values are first laid out head by head,
+// contiguous; then each task takes one head and a block of queries, so every key and value row
+// read serves the whole block.
 void Attention(ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
                float* out) {
+  constexpr int64_t kBlock = 8;
   const int64_t hd = d / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const auto queries = [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(hd);
-    for (int64_t hq = begin; hq < end; ++hq) {
-      const int64_t h = hq / n, i = hq % n;
-      const float* q = qkv + i * 3 * d + h * hd;
-      float max = -INFINITY, sum = 0;
+  std::vector<float> keys(n * d), values(n * d);  // [head][patch][hd]
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::copy_n(qkv + j * 3 * d + d + h * hd, hd, keys.data() + (h * n + j) * hd);
+      std::copy_n(qkv + j * 3 * d + 2 * d + h * hd, hd, values.data() + (h * n + j) * hd);
+    }
+  }
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const auto run = [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(kBlock * hd);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t h = task / blocks, i0 = task % blocks * kBlock;
+      const int64_t m = std::min(kBlock, n - i0);
+      float max[kBlock], sum[kBlock];
+      std::fill_n(max, kBlock, -INFINITY);
+      std::fill_n(sum, kBlock, 0.0f);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < n; ++j) {
-        const float* k = qkv + j * 3 * d + d + h * hd;
-        const float* v = qkv + j * 3 * d + 2 * d + h * hd;
-        const float s = LaneDot(F32Elems{q}, k, hd) * scale;
-        if (s > max) {
-          const float shrink = std::exp(max - s);
-          sum *= shrink;
-          for (float& a : acc) a *= shrink;
-          max = s;
+        const float* k = keys.data() + (h * n + j) * hd;
+        const float* v = values.data() + (h * n + j) * hd;
+        for (int64_t b = 0; b < m; ++b) {
+          const float* q = qkv + (i0 + b) * 3 * d + h * hd;
+          const float s = LaneDot(F32Elems{q}, k, hd) * scale;
+          float* a = acc.data() + b * hd;
+          if (s > max[b]) {
+            const float shrink = std::exp(max[b] - s);
+            sum[b] *= shrink;
+            for (int64_t e = 0; e < hd; ++e) a[e] *= shrink;
+            max[b] = s;
+          }
+          const float p = std::exp(s - max[b]);
+          sum[b] += p;
+          for (int64_t e = 0; e < hd; ++e) a[e] += p * v[e];
         }
-        const float p = std::exp(s - max);
-        sum += p;
-        for (int64_t e = 0; e < hd; ++e) acc[e] += p * v[e];
       }
-      for (int64_t e = 0; e < hd; ++e) out[i * d + h * hd + e] = acc[e] / sum;
+      for (int64_t b = 0; b < m; ++b) {
+        for (int64_t e = 0; e < hd; ++e) {
+          out[(i0 + b) * d + h * hd + e] = acc[b * hd + e] / sum[b];
+        }
+      }
     }
   };
-  if (pool == nullptr) return queries(0, heads * n);
-  pool->ParallelFor(heads * n, 16, queries);
+  if (pool == nullptr) return run(0, heads * blocks);
+  pool->ParallelFor(heads * blocks, 1, run);
 }
 
 }  // namespace
