@@ -1,7 +1,8 @@
 // The vision encoder against a float64 forward pass written here from docs/vision.md §3, on the
 // synthetic projectors of walsh-mkmodel (tiny and small presets; F32, F16, BF16 and Q8_0 weights):
 // the image rows agree within 1e-4, relative to the largest. Grids that match the position table
-// and grids that resample it; square and oblong.
+// and grids that resample it; square and oblong. The rows are the same bits on any number of
+// threads.
 #include "worker/vision/vision_encoder.h"
 
 #include <cmath>
@@ -246,6 +247,29 @@ TEST(VisionEncoder, AgreesWithTheFloat64Reference) {
     }
     EXPECT_GT(largest, 0.0);
     EXPECT_LE(worst, 1e-4 * largest) << "largest " << largest;
+  }
+}
+
+TEST(VisionEncoder, TheThreadsNeverChangeABit) {
+  testing::TempDir dir;
+  ASSERT_TRUE(
+      WriteSyntheticMmproj({.preset = "small", .text_embedding_length = 48}, dir.File("p.gguf"))
+          .ok());
+  auto file = GgufFile::Open(dir.File("p.gguf"));
+  ASSERT_TRUE(file.ok());
+  auto config = ParseMmprojConfig(**file);
+  ASSERT_TRUE(config.ok());
+  const VisionEncoder encoder(*VisionWeights::Load(**file, *config));
+  const PixelValues px = Pattern(96, 64);
+  const auto alone = encoder.Encode(px);
+  ASSERT_TRUE(alone.ok());
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    const auto pooled = encoder.Encode(px, &pool);
+    ASSERT_TRUE(pooled.ok());
+    ASSERT_EQ(pooled->size(), alone->size());
+    EXPECT_EQ(0, std::memcmp(pooled->data(), alone->data(), alone->size() * sizeof(float)))
+        << threads << " threads";
   }
 }
 
