@@ -41,6 +41,13 @@ def drawn(width, height, seed):
     return image
 
 
+def palette_with_transparency(image):
+    """A palette image whose first three entries are fully or partly transparent (a tRNS chunk)."""
+    p = image.convert("RGB").convert("P", palette=Image.ADAPTIVE, colors=16)
+    p.info["transparency"] = bytes([0, 64, 200] + [255] * 13)
+    return p
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -63,10 +70,14 @@ def main():
         ("webp_lossy", wide.convert("RGB"), "WEBP", {"quality": 80}, (96, 64)),
         ("webp_lossless_alpha", base, "WEBP", {"lossless": True}, (64, 32)),
         ("png_large_downscale", wide.convert("RGB"), "PNG", {}, (32, 32)),
+        ("png_palette_transparent", palette_with_transparency(base), "PNG", {}, (64, 32)),
+        ("webp_lossy_alpha", base, "WEBP", {"quality": 70}, (32, 64)),
     ]
     manifest = []
     for name, image, fmt, options, (width, height) in cases:
         path = os.path.join(out, name + "." + fmt.lower())
+        if "transparency" in image.info:
+            options = dict(options, transparency=image.info["transparency"])
         image.save(path, fmt, **options)
         with Image.open(path) as reread:
             decoded = convert_to_rgb(reread)
@@ -79,6 +90,13 @@ def main():
         manifest.append({"name": name, "file": os.path.basename(path),
                          "width": decoded.width, "height": decoded.height,
                          "resized_width": width, "resized_height": height})
+    # 16-bit grey, where walsh keeps each sample's high byte (Pillow would clip to 255).
+    grey16 = Image.new("I;16", (40, 30))
+    grey16.putdata([(x * 1637 + y * 911) % 65536 for y in range(30) for x in range(40)])
+    grey16.save(os.path.join(out, "grey16.png"), "PNG")
+    with open(os.path.join(out, "grey16.high.rgb"), "wb") as f:
+        f.write(bytes(v >> 8 for v in Image.open(os.path.join(out, "grey16.png")).getdata()
+                      for _ in range(3)))
     # Refusals: a CMYK JPEG and an animated WebP.
     Image.new("CMYK", (16, 16), (10, 20, 30, 40)).save(os.path.join(out, "cmyk.jpeg"), "JPEG")
     frames = [Image.new("RGB", (16, 16), (i * 60, 0, 0)) for i in range(3)]

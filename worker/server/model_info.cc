@@ -9,12 +9,14 @@
 namespace walsh {
 
 std::string ContractFingerprint(const GgufFile& file) {
-  // The metadata that defines the math and the text: serialized canonically as a GGUF header.
+  // The metadata that defines the math and the text (a projector's: its clip.* keys), serialized
+  // canonically as a GGUF header.
   GgufWriter meta;
   for (const auto& [key, value] : file.kvs()) {
     if (absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix) ||
         absl::StartsWith(key, gguf_keys::kTokenizerPrefix) ||
-        absl::StartsWith(key, gguf_keys::kQwen35Prefix) || key == gguf_keys::kGeneralArchitecture) {
+        absl::StartsWith(key, gguf_keys::kQwen35Prefix) ||
+        absl::StartsWith(key, gguf_keys::kClipPrefix) || key == gguf_keys::kGeneralArchitecture) {
       meta.SetKv(key, value);
     }
   }
@@ -28,6 +30,14 @@ std::string ContractFingerprint(const GgufFile& file) {
     for (uint64_t d : t.ne) h.Update(&d, sizeof d);
     h.Update(t.data, t.n_bytes);
   }
+  return h.HexDigest();
+}
+
+std::string FingerprintWithProjector(const std::string& text, const GgufFile& projector) {
+  Sha256 h;
+  h.Update(text.data(), text.size());
+  const std::string vision = ContractFingerprint(projector);
+  h.Update(vision.data(), vision.size());
   return h.HexDigest();
 }
 

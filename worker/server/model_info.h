@@ -14,6 +14,10 @@ namespace walsh {
 
 std::string ContractFingerprint(const GgufFile& file);
 
+// A worker with a vision projector (--mmproj): sha256 over the text model's fingerprint and the
+// projector's (ContractFingerprint of its file: its clip.* keys and its tensors).
+std::string FingerprintWithProjector(const std::string& text, const GgufFile& projector);
+
 v1::ModelInfo BuildModelInfo(const ModelFile& file, const Tokenizer* tokenizer, int64_t max_context,
                              int64_t max_output_tokens, const std::string& fingerprint);
 

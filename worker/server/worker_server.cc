@@ -163,7 +163,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   } else {
     LogJson("warning", "no_tokenizer", {{"error", std::string(t.status().message())}});
   }
-  const std::string fingerprint = ContractFingerprint(*file->gguf);
+  std::string fingerprint = ContractFingerprint(*file->gguf);
   const int64_t vocab = file->config.vocab_size;
   const int64_t context = o.max_context > 0 ? std::min(o.max_context, file->config.context_length)
                                             : file->config.context_length;
@@ -190,6 +190,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
     if (absl::Status s = (*vision)->Canary(&pool); !s.ok()) return Failed("canary_failed", s);
     p.vision = std::move(*vision);
     info.add_modalities("image");
+    auto projector = GgufFile::Open(o.mmproj);
+    if (!projector.ok()) return Failed("model_refused", projector.status());
+    fingerprint = FingerprintWithProjector(fingerprint, **projector);
+    info.set_contract_fingerprint(fingerprint);
   }
   const NgramDraftOptions ngram{.min_match = o.speculative_ngram_min,
                                 .max_match = o.speculative_ngram_max,

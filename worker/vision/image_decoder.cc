@@ -38,8 +38,7 @@ absl::Status CheckImageSize(const char* format, int64_t width, int64_t height, i
   }
   if (width > max_pixels / height) {
     return absl::InvalidArgumentError(absl::StrCat("the ", format, " image is ", width, "x", height,
-                                                   ", over the limit of ", max_pixels,
-                                                   " pixels (--max-image-pixels)"));
+                                                   ", over the limit of ", max_pixels, " pixels"));
   }
   return absl::OkStatus();
 }
@@ -48,8 +47,7 @@ absl::StatusOr<RgbImage> DecodeImage(absl::Span<const uint8_t> bytes,
                                      const ImageDecodeLimits& limits) {
   if (static_cast<int64_t>(bytes.size()) > limits.max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("the image is ", bytes.size(),
-                                                   " bytes, over the limit of ", limits.max_bytes,
-                                                   " (--max-image-bytes)"));
+                                                   " bytes, over the limit of ", limits.max_bytes));
   }
   switch (SniffImageFormat(bytes)) {
     case ImageFormat::kPng:

@@ -25,7 +25,8 @@ struct ImagePreprocessOptions {
   std::array<float, 3> std = {0.5f, 0.5f, 0.5f};
 };
 
-// `(u8 / 255 - mean) / std`, each step in float as the processor computes it.
+// `(u8 / 255 - mean) / std` as the processor computes it: the rescale in double, stored as float,
+// the rest in float.
 PixelValues NormalizeImage(const RgbImage& image, const std::array<float, 3>& mean,
                            const std::array<float, 3>& std);
 

@@ -45,8 +45,10 @@ void OnWarning(png_structp, png_const_charp) {}
 bool Decode(png_structp png, png_infop info, PngDecode* d) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_read_fn(png, d, ReadBytes);
-  // Text and profile chunks are skipped, not inflated: a compressed chunk cannot be a bomb.
-  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, nullptr, 0);
+  // Every ancillary chunk but tRNS is skipped, not inflated (a negative count covers the chunks
+  // libpng knows: text, profiles): no compressed chunk can be a bomb.
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, nullptr, -1);
+  png_set_chunk_cache_max(png, 128);
   png_set_chunk_malloc_max(png, 8 << 20);
   png_read_info(png, info);
   png_uint_32 width = 0, height = 0;

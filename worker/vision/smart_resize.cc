@@ -30,8 +30,9 @@ absl::StatusOr<ResizedSize> SmartResize(int64_t height, int64_t width, int64_t f
   const double f = static_cast<double>(factor);
   const double min_pixels = static_cast<double>(limits.min_tokens) * f * f;
   const double max_pixels = static_cast<double>(limits.max_tokens) * f * f;
-  ResizedSize size{std::max(factor, RoundHalfEven(h / f) * factor),
-                   std::max(factor, RoundHalfEven(w / f) * factor)};
+  // A side of less than half the factor rounds to 0 here, so the area is under any minimum and the
+  // branch below sizes it.
+  ResizedSize size{RoundHalfEven(h / f) * factor, RoundHalfEven(w / f) * factor};
   const double area = static_cast<double>(size.height) * static_cast<double>(size.width);
   if (area > max_pixels) {
     const double beta = std::sqrt(h * w / max_pixels);

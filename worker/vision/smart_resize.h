@@ -1,7 +1,7 @@
 // The size an image is resized to before it is encoded (docs/vision.md §2.2): each side a multiple
 // of `factor` (patch size times the merge, 32), the aspect ratio kept as nearly as that allows, and
-// the area within the token limits. The model's processor's rule (Qwen2-VL's smart_resize), with
-// its rounding: halves to even, in double.
+// the area within the token limits. The model's processor's rule (transformers' Qwen2-VL
+// smart_resize), with its rounding: halves to even, in double. `limits.min_tokens` is at least 1.
 #ifndef WALSH_WORKER_VISION_SMART_RESIZE_H_
 #define WALSH_WORKER_VISION_SMART_RESIZE_H_
 

@@ -1,6 +1,7 @@
 // The vision tower and merger of a qwen3vl_merger projector on the CPU (docs/vision.md §3):
 // preprocessed pixels in, one row of the text model's width out per merged 2x2 window of patches.
-// Its weights are loaded once and shared; Encode is const and may run on several threads at once.
+// Its weights are loaded once and shared; Encode is const and may run on several threads at once,
+// each with a pool of its own (ThreadPool::ParallelFor is not reentrant).
 #ifndef WALSH_WORKER_VISION_VISION_ENCODER_H_
 #define WALSH_WORKER_VISION_VISION_ENCODER_H_
 

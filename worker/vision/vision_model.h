@@ -24,8 +24,9 @@ class VisionModel {
   const MmprojConfig& config() const { return encoder_.config(); }
   const VisionEncoder& encoder() const { return encoder_; }
 
-  // Encodes the smallest image (one merged token's pixels, mid-grey) and checks that every value
-  // is finite: the vision path's canary, before the worker serves.
+  // Encodes the smallest image (one merged token's pixels, all planes 0: mid-grey at the usual mean
+  // of 0.5) and checks that every value is finite: the vision path's canary, before the worker
+  // serves.
   absl::Status Canary(ThreadPool* pool) const;
 
  private:

@@ -93,8 +93,8 @@ TEST(WorkerServer, AFileThatIsNotAModelIsRefusedAtLoad) {
 }
 
 // --mmproj: a projector that fits the model is loaded, runs the canary, and ModelInfo lists the
-// image modality; one whose width is another model's, or that is not a projector, is refused
-// at load naming the key, and the worker does not serve.
+// image modality and a fingerprint of its own; one whose width is another model's, or that is not a
+// projector, is refused at load naming the key, and the worker does not serve.
 TEST(WorkerServer, AVisionProjectorIsCheckedAgainstTheModelAndListedInModelInfo) {
   testing::TempDir dir;
   auto model = SyntheticModel::Create({.preset = "tiny"});
@@ -106,25 +106,35 @@ TEST(WorkerServer, AVisionProjectorIsCheckedAgainstTheModelAndListedInModelInfo)
   ASSERT_TRUE(
       WriteSyntheticMmproj({.text_embedding_length = hidden + 8}, dir.File("other.mmproj")).ok());
 
-  const auto modalities = [](WorkerServer& worker) {
+  const auto model_info = [](WorkerServer& worker) {
     auto stub = v1::Generator::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(worker.grpc_port()), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     v1::ModelInfo info;
     EXPECT_TRUE(stub->GetModelInfo(&ctx, {}, &info).ok());
+    return info;
+  };
+  const auto modalities = [](const v1::ModelInfo& info) {
     return std::vector<std::string>(info.modalities().begin(), info.modalities().end());
   };
   WorkerServer::Options o = Valid(dir.File("tiny.gguf"));
+  std::string text_fingerprint;
   {
     auto text_only = WorkerServer::Start(o);
     ASSERT_TRUE(text_only.ok()) << text_only.status();
-    EXPECT_EQ(modalities(**text_only), std::vector<std::string>{"text"});
+    const v1::ModelInfo info = model_info(**text_only);
+    EXPECT_EQ(modalities(info), std::vector<std::string>{"text"});
+    text_fingerprint = info.contract_fingerprint();
   }
   o.mmproj = dir.File("fits.mmproj");
   {
     auto vision = WorkerServer::Start(o);
     ASSERT_TRUE(vision.ok()) << vision.status();
-    EXPECT_EQ(modalities(**vision), (std::vector<std::string>{"text", "image"}));
+    const v1::ModelInfo info = model_info(**vision);
+    EXPECT_EQ(modalities(info), (std::vector<std::string>{"text", "image"}));
+    // The projector is part of what the worker serves: a pool never mixes the two.
+    EXPECT_EQ(info.contract_fingerprint().size(), 64u);
+    EXPECT_NE(info.contract_fingerprint(), text_fingerprint);
   }
   o.mmproj = dir.File("other.mmproj");
   auto other = WorkerServer::Start(o);

@@ -4,6 +4,7 @@
 #include "worker/vision/image_preprocessor.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,8 @@ TEST(SmartResize, KeepsTheAspectWithinTheTokenLimits) {
       {3000, 4000, 1760, 2336},  // over the maximum: scaled by sqrt(area / max), floored
       {10, 10, 96, 96},          // under the minimum of 8 tokens: scaled up, ceiled (9 tokens)
       {48, 80, 96, 128},
-      {200, 1, 1280, 32},  // an aspect ratio of exactly 200
+      {200, 1, 1280, 32},   // an aspect ratio of exactly 200
+      {16, 1000, 32, 736},  // a side under 16 rounds to 0: the minimum sizes it
   };
   for (const SizeCase& c : cases) {
     SCOPED_TRACE(std::to_string(c.width) + "x" + std::to_string(c.height));
@@ -45,6 +47,12 @@ TEST(SmartResize, KeepsTheAspectWithinTheTokenLimits) {
   const auto fewer = SmartResize(1024, 1024, 32, {.min_tokens = 8, .max_tokens = 256});
   ASSERT_TRUE(fewer.ok());
   EXPECT_EQ(fewer->height * fewer->width, 256 * 32 * 32);
+  // The shrinking branch's floor of one factor takes a long, thin image past the maximum, as in
+  // the processor.
+  const auto thin = SmartResize(20, 4000, 32, {.min_tokens = 8, .max_tokens = 64});
+  ASSERT_TRUE(thin.ok());
+  EXPECT_EQ(thin->height, 32);
+  EXPECT_EQ(thin->width, 3616);
 }
 
 TEST(SmartResize, RefusesEmptyAndExtremeAspects) {
@@ -53,7 +61,32 @@ TEST(SmartResize, RefusesEmptyAndExtremeAspects) {
   EXPECT_EQ(SmartResize(0, 10, 32, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(NormalizeImage, IsTheProcessorsRescaleThenNormalizeInFloat) {
+// numpy computes what the processor computes: image.astype(float64) * (1/255), stored as float32,
+// then (x - mean) / std with float32 mean and std. Every byte value through each channel's mean
+// and std, compared bit for bit.
+TEST(NormalizeImage, EqualsNumpysRescaleThenNormalize) {
+  testing::TempDir dir;
+  const std::string script =
+      "import numpy as np\n"
+      "u = np.arange(256, dtype=np.uint8).reshape(1, 256, 1).repeat(3, axis=2)\n"
+      "x = (u.astype(np.float64) * (1 / 255)).astype(np.float32)\n"
+      "mean = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)\n"
+      "std = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)\n"
+      "y = (x - mean) / std\n"
+      "y.transpose(2, 0, 1).astype('<f4').tofile('" +
+      dir.File("want.f32") + "')\n";
+  const auto run = testing::RunProcess({WALSH_PYTHON_BIN, "-c", script});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string want_bytes = testing::ReadFileOrDie(dir.File("want.f32"));
+  RgbImage image{.width = 256, .height = 1};
+  for (int v = 0; v < 256; ++v) image.rgb.insert(image.rgb.end(), 3, static_cast<uint8_t>(v));
+  const PixelValues got = NormalizeImage(image, {0.48145466f, 0.4578275f, 0.40821073f},
+                                         {0.26862954f, 0.26130258f, 0.27577711f});
+  ASSERT_EQ(want_bytes.size(), got.planes.size() * sizeof(float));
+  EXPECT_EQ(0, std::memcmp(want_bytes.data(), got.planes.data(), want_bytes.size()));
+}
+
+TEST(NormalizeImage, IsPlanarRgb) {
   RgbImage image{.width = 2, .height = 1, .rgb = {0, 128, 255, 17, 200, 64}};
   const PixelValues v = NormalizeImage(image, {0.48145466f, 0.4578275f, 0.40821073f},
                                        {0.26862954f, 0.26130258f, 0.27577711f});
@@ -91,7 +124,7 @@ TEST(PreprocessImage, ResizesToTheRuleAndCountsItsTokens) {
   EXPECT_EQ(pixels->planes.front(), red);
   EXPECT_EQ(pixels->planes[1280 * 704 - 1], red);
   const auto refused = PreprocessImage(bytes, {.decode = {.max_pixels = 1000}});
-  EXPECT_THAT(refused.status().message(), HasSubstr("--max-image-pixels"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("over the limit of 1000 pixels"));
 }
 
 }  // namespace
