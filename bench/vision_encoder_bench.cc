@@ -37,8 +37,20 @@ void BM_EncodeImage27bShape(benchmark::State& state) {
   px.planes.assign(3 * side * side, 0.25f);
   ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
   for (auto _ : state) benchmark::DoNotOptimize(encoder.Encode(px, &pool));
+  // The multiply-adds of docs/vision.md §3's cost formula, counted twice (FLOP).
+  const MmprojConfig& c = encoder.config();
+  const double n = static_cast<double>(side / 16) * static_cast<double>(side / 16);
+  const double d = static_cast<double>(c.embedding_length);
+  const double ff = static_cast<double>(c.feed_forward_length);
+  const double merged = 4 * d, tokens = n / 4;
+  const double flop =
+      2 * n * d * 3 * 16 * 16 +
+      static_cast<double>(c.block_count) * (2 * n * d * (4 * d + 2 * ff) + 4 * n * n * d) +
+      2 * tokens * merged * (merged + static_cast<double>(c.projection_dim));
   state.counters["tokens"] = static_cast<double>(px.Tokens(16, 2));
   state.counters["threads"] = pool.threads();
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flop * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_EncodeImage27bShape)
     ->Arg(448)
