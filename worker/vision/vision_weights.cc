@@ -1,6 +1,7 @@
 #include "worker/vision/vision_weights.h"
 
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -47,6 +48,22 @@ absl::StatusOr<std::vector<float>> ToFloat(const GgufFile& file, const std::stri
       absl::StrCat("tensor '", name, "' has ggml type ", t->type, ", not F32, F16, BF16 or Q8_0"));
 }
 
+// Each block's tensors (v.blk.N.<suffix>) and where they go.
+constexpr std::pair<std::vector<float> VisionBlockWeights::*, const char*> kBlockTensors[] = {
+    {&VisionBlockWeights::ln1_w, "ln1.weight"},
+    {&VisionBlockWeights::ln1_b, "ln1.bias"},
+    {&VisionBlockWeights::qkv_w, "attn_qkv.weight"},
+    {&VisionBlockWeights::qkv_b, "attn_qkv.bias"},
+    {&VisionBlockWeights::out_w, "attn_out.weight"},
+    {&VisionBlockWeights::out_b, "attn_out.bias"},
+    {&VisionBlockWeights::ln2_w, "ln2.weight"},
+    {&VisionBlockWeights::ln2_b, "ln2.bias"},
+    {&VisionBlockWeights::up_w, "ffn_up.weight"},
+    {&VisionBlockWeights::up_b, "ffn_up.bias"},
+    {&VisionBlockWeights::down_w, "ffn_down.weight"},
+    {&VisionBlockWeights::down_b, "ffn_down.bias"},
+};
+
 }  // namespace
 
 absl::StatusOr<VisionWeights> VisionWeights::Load(const GgufFile& file,
@@ -60,18 +77,9 @@ absl::StatusOr<VisionWeights> VisionWeights::Load(const GgufFile& file,
   for (int64_t i = 0; i < config.block_count; ++i) {
     const std::string b = absl::StrCat("v.blk.", i, ".");
     VisionBlockWeights& k = w.blocks.emplace_back();
-    ASSIGN_OR_RETURN(k.ln1_w, ToFloat(file, b + "ln1.weight"));
-    ASSIGN_OR_RETURN(k.ln1_b, ToFloat(file, b + "ln1.bias"));
-    ASSIGN_OR_RETURN(k.qkv_w, ToFloat(file, b + "attn_qkv.weight"));
-    ASSIGN_OR_RETURN(k.qkv_b, ToFloat(file, b + "attn_qkv.bias"));
-    ASSIGN_OR_RETURN(k.out_w, ToFloat(file, b + "attn_out.weight"));
-    ASSIGN_OR_RETURN(k.out_b, ToFloat(file, b + "attn_out.bias"));
-    ASSIGN_OR_RETURN(k.ln2_w, ToFloat(file, b + "ln2.weight"));
-    ASSIGN_OR_RETURN(k.ln2_b, ToFloat(file, b + "ln2.bias"));
-    ASSIGN_OR_RETURN(k.up_w, ToFloat(file, b + "ffn_up.weight"));
-    ASSIGN_OR_RETURN(k.up_b, ToFloat(file, b + "ffn_up.bias"));
-    ASSIGN_OR_RETURN(k.down_w, ToFloat(file, b + "ffn_down.weight"));
-    ASSIGN_OR_RETURN(k.down_b, ToFloat(file, b + "ffn_down.bias"));
+    for (const auto& [field, suffix] : kBlockTensors) {
+      ASSIGN_OR_RETURN(k.*field, ToFloat(file, b + suffix));
+    }
   }
   ASSIGN_OR_RETURN(w.post_ln_w, ToFloat(file, "v.post_ln.weight"));
   ASSIGN_OR_RETURN(w.post_ln_b, ToFloat(file, "v.post_ln.bias"));
