@@ -9,9 +9,40 @@
 namespace walsh {
 namespace {
 
+constexpr int kLanes = 8;  // one AVX2 vector of floats: the compiler vectorizes each lane loop
+constexpr int kMicroRows = 4, kMicroCols = 4;
+
+// y[i][o] for a kMicroRows x kMicroCols block of rows and outputs: 16 accumulators of kLanes lanes
+// (lane l takes the terms k ≡ l mod kLanes), so each x and w vector loaded serves four products.
+// The lanes then combine pairwise in a fixed order, plus the tail and the bias: the same sum
+// whichever thread runs the block.
+void MicroBlock(const float* x, int64_t in, const float* w, const float* b, int64_t out, int64_t i0,
+                int64_t o0, int64_t rows, int64_t cols, float* y) {
+  float acc[kMicroRows][kMicroCols][kLanes] = {};
+  const float* xr[kMicroRows];
+  const float* wc[kMicroCols];
+  for (int r = 0; r < kMicroRows; ++r) xr[r] = x + (i0 + std::min<int64_t>(r, rows - 1)) * in;
+  for (int c = 0; c < kMicroCols; ++c) wc[c] = w + (o0 + std::min<int64_t>(c, cols - 1)) * in;
+  const int64_t whole = in / kLanes * kLanes;
+  for (int64_t k = 0; k < whole; k += kLanes) {
+    for (int r = 0; r < kMicroRows; ++r) {
+      for (int c = 0; c < kMicroCols; ++c) {
+        for (int l = 0; l < kLanes; ++l) acc[r][c][l] += xr[r][k + l] * wc[c][k + l];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float* a = acc[r][c];
+      for (int64_t k = whole; k < in; ++k) a[k - whole] += xr[r][k] * wc[c][k];
+      const float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+      y[(i0 + r) * out + o0 + c] = sum + b[o0 + c];
+    }
+  }
+}
+
 // y[i][o] = b[o] + Σ_k W[o][k] · x[i][k], for n rows of x, in tiles of rows by columns spread over
-// the pool (a tile's rows stay in cache across its columns); each sum in kernels' 32 lanes
-// (token_ops.h), whole on one thread, so the threads never change a result.
+// the pool (a tile's rows stay in cache across its columns), each tile in micro-blocks.
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const std::vector<float>& w,
             const std::vector<float>& b, int64_t out, float* y) {
   constexpr int64_t kTileRows = 32, kTileCols = 32;
@@ -19,11 +50,13 @@ void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const std::
   const int64_t col_tiles = (out + kTileCols - 1) / kTileCols;
   const auto tiles = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t i0 = t / col_tiles * kTileRows, o0 = t % col_tiles * kTileCols;
-      for (int64_t o = o0; o < std::min(out, o0 + kTileCols); ++o) {
-        const F32Elems wo{w.data() + o * in};
-        for (int64_t i = i0; i < std::min(n, i0 + kTileRows); ++i) {
-          y[i * out + o] = LaneDot(wo, x + i * in, in) + b[o];
+      const int64_t i_end = std::min(n, t / col_tiles * kTileRows + kTileRows);
+      const int64_t o_end = std::min(out, t % col_tiles * kTileCols + kTileCols);
+      for (int64_t o0 = t % col_tiles * kTileCols; o0 < o_end; o0 += kMicroCols) {
+        for (int64_t i0 = t / col_tiles * kTileRows; i0 < i_end; i0 += kMicroRows) {
+          MicroBlock(x, in, w.data(), b.data(), out, i0, o0,
+                     std::min<int64_t>(kMicroRows, i_end - i0),
+                     std::min<int64_t>(kMicroCols, o_end - o0), y);
         }
       }
     }
