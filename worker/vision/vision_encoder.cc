@@ -121,18 +121,38 @@ Taps AlignedCornerTaps(int64_t i, int64_t n, int64_t side) {
   return {lo, std::min(lo + 1, side - 1), 1.0f - frac, frac};
 }
 
-// Rotates q or k of one head in place: pairs (j, j + half) by the row's angle for the first
-// quarter of the head, by the column's for the second (§3.5).
-void Rope2d(float* v, int64_t head_dim, int64_t row, int64_t col) {
+// The 2D RoPE angles' cosines and sines of every patch (§3.5), computed once per image and shared
+// by every layer, head, q and k: pair (j, j + half) turns by the row's angle for the first quarter
+// of the head, by the column's for the second.
+struct RopeTable {
+  int64_t half = 0;
+  std::vector<float> cos, sin;  // [patch][half]
+};
+
+RopeTable MakeRopeTable(const PatchGrid& grid, int64_t head_dim) {
   const int64_t half = head_dim / 2, quarter = head_dim / 4;
-  for (int64_t j = 0; j < half; ++j) {
-    const int64_t f = j % quarter;
-    const double theta = std::pow(10000.0, -static_cast<double>(f) / static_cast<double>(quarter));
-    const float angle = static_cast<float>((j < quarter ? row : col) * theta);
-    const float c = std::cos(angle), s = std::sin(angle);
-    const float a = v[j], b = v[j + half];
-    v[j] = a * c - b * s;
-    v[j + half] = b * c + a * s;
+  RopeTable t{.half = half};
+  for (size_t s = 0; s < grid.row.size(); ++s) {
+    for (int64_t j = 0; j < half; ++j) {
+      const int64_t f = j % quarter;
+      const double theta =
+          std::pow(10000.0, -static_cast<double>(f) / static_cast<double>(quarter));
+      const float angle = static_cast<float>((j < quarter ? grid.row[s] : grid.col[s]) * theta);
+      t.cos.push_back(std::cos(angle));
+      t.sin.push_back(std::sin(angle));
+    }
+  }
+  return t;
+}
+
+// Rotates q or k of one head of patch `s` in place.
+void Rope2d(float* v, const RopeTable& t, int64_t s) {
+  const float* cs = t.cos.data() + s * t.half;
+  const float* sn = t.sin.data() + s * t.half;
+  for (int64_t j = 0; j < t.half; ++j) {
+    const float a = v[j], b = v[j + t.half];
+    v[j] = a * cs[j] - b * sn[j];
+    v[j + t.half] = b * cs[j] + a * sn[j];
   }
 }
 
@@ -236,13 +256,14 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixe
 
   const int64_t hd = c.head_dim(), ff = c.feed_forward_length;
   std::vector<float> a(n * d), qkv(n * 3 * d), attn(n * d), up(n * ff), y(n * d);
+  const RopeTable rope = MakeRopeTable(grid, hd);
   for (const VisionBlockWeights& b : w_.blocks) {
     LayerNorm(x.data(), n, d, b.ln1_w, b.ln1_b, c.layer_norm_epsilon, a.data());
     Linear(pool, a.data(), n, d, b.qkv_w, b.qkv_b, 3 * d, qkv.data());
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t h = 0; h < c.head_count; ++h) {
-        Rope2d(qkv.data() + s * 3 * d + h * hd, hd, grid.row[s], grid.col[s]);
-        Rope2d(qkv.data() + s * 3 * d + d + h * hd, hd, grid.row[s], grid.col[s]);
+        Rope2d(qkv.data() + s * 3 * d + h * hd, rope, s);
+        Rope2d(qkv.data() + s * 3 * d + d + h * hd, rope, s);
       }
     }
     Attention(pool, qkv.data(), n, d, c.head_count, attn.data());
