@@ -1,11 +1,11 @@
 # The CUDA tests, in the full and the engine-only builds; they skip where no device answers.
 add_executable(cuda_probe_test unit/kernels/cuda/cuda_probe_test.cc)
 target_link_libraries(cuda_probe_test PRIVATE walsh_kernels_cuda GTest::gtest_main)
-gtest_discover_tests(cuda_probe_test DISCOVERY_TIMEOUT 60)
+walsh_discover_tests(cuda_probe_test unit-engine)
 add_executable(cuda_engine_test unit/worker/engine/cuda_engine_test.cc)
 target_link_libraries(cuda_engine_test PRIVATE walsh_engine walsh_mkmodel_lib walsh_test_util
   nlohmann_json::nlohmann_json GTest::gtest_main)
-gtest_discover_tests(cuda_engine_test DISCOVERY_TIMEOUT 60)
+walsh_discover_tests(cuda_engine_test unit-engine)
 # The GPU machine's kernel check (tests/gpu/run.sh builds it there from the kernels alone);
 # compiled here too so CI keeps it building.
 add_executable(gpu_check gpu/gpu_check.cu)

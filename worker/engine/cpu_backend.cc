@@ -32,32 +32,29 @@ BackendMemory CpuBackend::Memory() const {
 
 absl::Status CpuBackend::AllocateCaches(const CacheGeometry& g) {
   geometry_ = g;
-  const size_t kv = static_cast<size_t>(std::max<int64_t>(1, g.pages * g.page_bytes()));
-  const size_t state = static_cast<size_t>(std::max<int64_t>(1, g.slots * g.slot_floats()));
-  kv_.reset(static_cast<uint8_t*>(std::calloc(kv, 1)));
-  state_.reset(static_cast<float*>(std::calloc(state, sizeof(float))));
-  if (kv_ == nullptr || state_ == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", kv, " bytes of KV cache and ", state * 4, " bytes of recurrent state"));
-  }
+  ASSIGN_OR_RETURN(kv_,
+                   ZeroedPages::Map(static_cast<size_t>(g.pages * g.page_bytes()), "KV cache"));
+  ASSIGN_OR_RETURN(state_,
+                   ZeroedPages::Map(static_cast<size_t>(g.slots * g.slot_floats()) * sizeof(float),
+                                    "recurrent state"));
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::ClearStateSlot(int32_t slot) {
-  float* begin = state_.get() + slot * geometry_.slot_floats();
+  float* begin = StateBase() + slot * geometry_.slot_floats();
   std::fill(begin, begin + geometry_.slot_floats(), 0.0f);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CopyStateSlot(int32_t from, int32_t to) {
   const int64_t n = geometry_.slot_floats();
-  std::copy_n(state_.get() + from * n, n, state_.get() + to * n);
+  std::copy_n(StateBase() + from * n, n, StateBase() + to * n);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CopyKvPage(int32_t from, int32_t to) {
   const int64_t n = geometry_.page_bytes();
-  std::memcpy(kv_.get() + to * n, kv_.get() + from * n, static_cast<size_t>(n));
+  std::memcpy(kv_.data() + to * n, kv_.data() + from * n, static_cast<size_t>(n));
   return absl::OkStatus();
 }
 
@@ -308,7 +305,7 @@ absl::Status CpuBackend::Ungroup(Tensor x, int64_t n_k, int64_t rep, int64_t hd,
 
 template <typename T>
 T* CpuBackend::KvLayer(int64_t layer) const {
-  return reinterpret_cast<T*>(kv_.get()) +
+  return reinterpret_cast<T*>(kv_.data()) +
          layer * 2 * geometry_.page_size * geometry_.kv_row_units();
 }
 
@@ -329,7 +326,7 @@ absl::Status WithKvUnit(KvCacheDtype dtype, const F& f) {
 }
 
 float* CpuBackend::StateLayer(int32_t slot, int64_t layer) const {
-  return state_.get() + slot * geometry_.slot_floats() +
+  return StateBase() + slot * geometry_.slot_floats() +
          layer * (geometry_.conv_floats + geometry_.recurrent_floats);
 }
 

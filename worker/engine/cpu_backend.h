@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/zeroed_pages.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ternary_product.h"
@@ -82,6 +83,7 @@ class CpuBackend final : public Backend {
   template <typename T>
   absl::Status Attend(int64_t layer, const AttentionShard& heads, Tensor q_gate, Tensor out);
   float* StateLayer(int32_t slot, int64_t layer) const;
+  float* StateBase() const { return reinterpret_cast<float*>(state_.data()); }
   // The state slot that keeps a copy of token t's state (StepPlan::plane_of_token), or -1.
   int32_t PlaneOf(int64_t t) const {
     return plan_.plane_of_token.empty() ? -1 : plan_.plane_of_token[t];
@@ -92,9 +94,9 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<double> rope_inv_freq_;
   CacheGeometry geometry_;
-  // calloc: the kernel hands out zeroed pages lazily, so an unused budget costs nothing.
-  std::unique_ptr<uint8_t, FreeDeleter> kv_{nullptr, &std::free};  // fp16 or fp32 elements
-  std::unique_ptr<float, FreeDeleter> state_{nullptr, &std::free};
+  ZeroedPages kv_;     // fp16 or fp32 elements
+  ZeroedPages state_;  // float
+
   SlotMemory slots_[kActivationSlots];
   std::vector<SlotMemory> retired_;  // outgrown slot memory, freed when the next step begins
   std::vector<float> tree_scratch_;  // TreeSum's inner levels
