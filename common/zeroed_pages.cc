@@ -1,6 +1,8 @@
 #include "common/zeroed_pages.h"
 
+#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,32 +15,54 @@ namespace walsh {
 
 absl::StatusOr<ZeroedPages> ZeroedPages::Map(size_t bytes, const char* what) {
   bytes = std::max<size_t>(bytes, 1);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t body = (bytes + page - 1) / page * page;
+  const size_t mapped = body + 2 * page;
+  void* mapping = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map ", bytes, " bytes of ", what, ": ", std::strerror(errno)));
   }
-  return ZeroedPages(static_cast<uint8_t*>(p), bytes);
+  uint8_t* data = static_cast<uint8_t*>(mapping) + page;
+  if (mprotect(data, body, PROT_READ | PROT_WRITE) != 0) {
+    const int error = errno;
+    munmap(mapping, mapped);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", bytes, " bytes of ", what, ": ", std::strerror(error)));
+  }
+  ASAN_POISON_MEMORY_REGION(data + bytes, body - bytes);
+  return ZeroedPages(data, bytes, mapping, mapped);
 }
 
 ZeroedPages::~ZeroedPages() { Unmap(); }
 
 ZeroedPages::ZeroedPages(ZeroedPages&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapped_(std::exchange(other.mapped_, 0)) {}
 
 ZeroedPages& ZeroedPages::operator=(ZeroedPages&& other) noexcept {
   if (this != &other) {
     Unmap();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapped_ = std::exchange(other.mapped_, 0);
   }
   return *this;
 }
 
 void ZeroedPages::Unmap() {
-  if (data_ != nullptr) munmap(data_, size_);
+  if (mapping_ != nullptr) {
+    // The next mapping at these addresses must not inherit the poisoned slack.
+    ASAN_UNPOISON_MEMORY_REGION(mapping_, mapped_);
+    munmap(mapping_, mapped_);
+  }
   data_ = nullptr;
   size_ = 0;
+  mapping_ = nullptr;
+  mapped_ = 0;
 }
 
 }  // namespace walsh
