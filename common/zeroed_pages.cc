@@ -1,6 +1,5 @@
 #include "common/zeroed_pages.h"
 
-#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,6 +9,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
+// The compiler's sanitizer header, where it ships one; no-ops without ASan either way.
+#if __has_include(<sanitizer/asan_interface.h>)
+#include <sanitizer/asan_interface.h>
+#endif
+#ifndef ASAN_POISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
 
 namespace walsh {
 
