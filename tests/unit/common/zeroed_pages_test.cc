@@ -14,8 +14,8 @@ TEST(ZeroedPages, ZeroedAndWritableOverItsSize) {
   auto pages = ZeroedPages::Map(3 * 4096 + 5, "test pool");
   ASSERT_TRUE(pages.ok()) << pages.status();
   ASSERT_EQ(pages->size(), 3 * 4096 + 5u);
-  EXPECT_TRUE(std::all_of(pages->data(), pages->data() + pages->size(),
-                          [](uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(
+      std::all_of(pages->data(), pages->data() + pages->size(), [](uint8_t b) { return b == 0; }));
   std::fill(pages->data(), pages->data() + pages->size(), 0xab);
   EXPECT_EQ(pages->data()[pages->size() - 1], 0xab);
 }
