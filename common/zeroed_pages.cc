@@ -26,17 +26,17 @@ absl::StatusOr<ZeroedPages> ZeroedPages::Map(size_t bytes, const char* what) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t body = (bytes + page - 1) / page * page;
   const size_t mapped = body + 2 * page;
-  void* mapping = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping == MAP_FAILED) {
+  auto refused = [&](int error) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map ", bytes, " bytes of ", what, ": ", std::strerror(errno)));
-  }
+        absl::StrCat("cannot map ", bytes, " bytes of ", what, ": ", std::strerror(error)));
+  };
+  void* mapping = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return refused(errno);
   uint8_t* data = static_cast<uint8_t*>(mapping) + page;
   if (mprotect(data, body, PROT_READ | PROT_WRITE) != 0) {
     const int error = errno;
     munmap(mapping, mapped);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map ", bytes, " bytes of ", what, ": ", std::strerror(error)));
+    return refused(error);
   }
   ASAN_POISON_MEMORY_REGION(data + bytes, body - bytes);
   return ZeroedPages(data, bytes, mapping, mapped);

@@ -11,4 +11,4 @@ walsh_discover_tests(cuda_engine_test unit-engine)
 add_executable(gpu_check gpu/gpu_check.cu)
 target_compile_options(gpu_check PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
 target_link_libraries(gpu_check PRIVATE walsh_kernels_cuda walsh_kernels_cpu)
-set_property(GLOBAL APPEND PROPERTY WALSH_RELEASE_TESTS gpu_check)  # CI's Release phase builds it
+set_property(GLOBAL APPEND PROPERTY WALSH_RELEASE_TARGETS gpu_check)  # CI's Release phase builds it
