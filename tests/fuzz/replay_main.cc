@@ -1,7 +1,8 @@
 // Runs the fuzz target over corpus files and directories without libFuzzer (any compiler):
 // the regression half of fuzzing, run by ctest on every build.
-//   <target>_fuzzer [--shard=I/N] PATH...   (--shard: only every Nth input from the I-th, in
-//                                            name order, so ctest can run a corpus N-way)
+//   <target>_fuzzer [--shard=I/N] [--whole] PATH...
+//     --shard: only every Nth input from the I-th, in name order, so ctest can run a corpus N-way
+//     --whole: each input whole only, not also its prefixes (tests/fuzz/CMakeLists.txt says which)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -15,14 +16,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 int main(int argc, char** argv) {
   int first = 1, shard = 0, shards = 1;
-  if (argc > 1 && std::string(argv[1]).rfind("--shard=", 0) == 0) {
+  bool prefixes = true;
+  for (; first < argc && std::string(argv[first]).rfind("--", 0) == 0; ++first) {
+    const std::string flag = argv[first];
+    if (flag == "--whole") {
+      prefixes = false;
+      continue;
+    }
     int consumed = 0;
-    if (std::sscanf(argv[1], "--shard=%d/%d%n", &shard, &shards, &consumed) != 2 ||
-        argv[1][consumed] != '\0' || shards < 1 || shard < 0 || shard >= shards) {
-      std::fprintf(stderr, "--shard=I/N with 0 <= I < N, not %s\n", argv[1]);
+    if (flag.rfind("--shard=", 0) != 0 ||
+        std::sscanf(argv[first], "--shard=%d/%d%n", &shard, &shards, &consumed) != 2 ||
+        argv[first][consumed] != '\0' || shards < 1 || shard < 0 || shard >= shards) {
+      std::fprintf(stderr, "expected --shard=I/N with 0 <= I < N, or --whole; not %s\n",
+                   argv[first]);
       return 1;
     }
-    first = 2;
   }
   std::vector<std::filesystem::path> files;
   for (int i = first; i < argc; ++i) {
@@ -43,7 +51,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
     LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
     // Every prefix of a seed too: truncation is the commonest lie a file tells.
-    for (size_t n = 0; n < bytes.size() && n < 4096; n += 7)
+    for (size_t n = 0; prefixes && n < bytes.size() && n < 4096; n += 7)
       LLVMFuzzerTestOneInput(bytes.data(), n);
     ++count;
   }
