@@ -113,6 +113,23 @@ WALSH_HD void RopeNeoxInPlace(float* head, int64_t n_rot, int64_t pos, const dou
   }
 }
 
+// The same rotation with a position per pair (M-RoPE, docs/vision.md §4): pair i rotates by
+// pos[stream_of_pair[i]] · inv_freq[i], the streams being t, h, w and a fourth (0 for every input
+// walsh takes). With every stream at one position it is RopeNeoxInPlace bit for bit.
+WALSH_HD void RopeStreamsInPlace(float* head, int64_t n_rot, const int32_t* pos,
+                                 const uint8_t* stream_of_pair, const double* inv_freq) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double sin_t, cos_t;
+    SinCos(static_cast<double>(pos[stream_of_pair[i]]) * inv_freq[i], &sin_t, &cos_t);
+    const float c = static_cast<float>(cos_t);
+    const float s = static_cast<float>(sin_t);
+    const float x0 = head[i], x1 = head[i + half];
+    head[i] = x0 * c - x1 * s;
+    head[i + half] = x0 * s + x1 * c;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activation quantization (Q8_0 numerics, kernels/q8_activation.h)
 

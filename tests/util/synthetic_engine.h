@@ -20,7 +20,7 @@ class SyntheticEngine {
   explicit SyntheticEngine(const std::string& preset) {
     auto model = SyntheticModel::Create({.preset = preset, .seed = 8});
     EXPECT_TRUE(model.ok());
-    vocab_ = (*model)->preset().config.vocab_size;
+    config_ = (*model)->preset().config;
     path_ = dir_.File("m.gguf");
     EXPECT_TRUE((*model)->WritePacked(path_).ok());
   }
@@ -39,16 +39,17 @@ class SyntheticEngine {
   std::vector<int32_t> Tokens(int n, uint32_t seed) const {
     std::mt19937 gen(seed);
     std::vector<int32_t> ids(n);
-    for (int32_t& t : ids) t = static_cast<int32_t>(gen() % vocab_);
+    for (int32_t& t : ids) t = static_cast<int32_t>(gen() % config_.vocab_size);
     return ids;
   }
 
-  int64_t vocab() const { return vocab_; }
+  int64_t vocab() const { return config_.vocab_size; }
+  const Qwen35Config& config() const { return config_; }
 
  private:
   TempDir dir_;
   std::string path_;
-  int64_t vocab_ = 0;
+  Qwen35Config config_;
 };
 
 }  // namespace walsh::testing

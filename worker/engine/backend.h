@@ -12,6 +12,7 @@
 #define WALSH_WORKER_ENGINE_BACKEND_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,14 @@ struct StepPlan {
   // GatedDeltaNet state (conv window and recurrent state, every layer) as it is after that
   // token: a speculative step's planes, one of which the sequence rolls back to.
   std::vector<int32_t> plane_of_token;
+  // Image inputs (docs/vision.md §4), empty for a step of text alone. rope_of_token: 3 per token,
+  // the t, h and w positions of its rotary embedding (a text token's three are its M-RoPE
+  // position, which after an image is not its position in the sequence). embedding_of_token: per
+  // token -1 (its own embedding) or the row of embedding_rows (embedding_length floats each, shared
+  // by every rank) that replaces it.
+  std::vector<int32_t> rope_of_token;
+  std::vector<int32_t> embedding_of_token;
+  std::shared_ptr<const std::vector<float>> embedding_rows;
 };
 
 // The sizes of the KV pages and state slots a backend holds (counts from the engine's budget).
@@ -135,6 +144,8 @@ class Backend {
   virtual BackendMemory Memory() const = 0;
   // Bytes the KV pages and state slots may take on this device (the CPU: no limit of its own).
   virtual int64_t cache_bytes_available() const { return INT64_MAX; }
+  // Whether steps may carry image inputs (StepPlan's rope_of_token and embedding_of_token).
+  virtual bool takes_image_inputs() const { return false; }
 
   // Caches: allocated once, zeroed; a state slot is cleared before a new sequence uses it.
   virtual absl::Status AllocateCaches(const CacheGeometry& geometry) = 0;
@@ -153,7 +164,7 @@ class Backend {
   virtual absl::Status BeginStep(const StepPlan& plan) = 0;
 
   // out[t] = the embedding row of token t, with the inverse transform s ⊙ T(e) when the rows
-  // are stored rotated (signs may be null).
+  // are stored rotated (signs may be null); or the plan's image row that replaces it, as it is.
   virtual absl::Status Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                              Tensor out) = 0;
   virtual absl::Status RmsNorm(Tensor x, const float* weight, float eps, Tensor out) = 0;

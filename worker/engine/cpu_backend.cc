@@ -22,7 +22,9 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
       options_(options),
       pool_(options.threads),
       rope_inv_freq_(RopeInverseFrequencies(model.config().rope_dimension_count,
-                                            model.config().rope_freq_base)) {}
+                                            model.config().rope_freq_base)),
+      rope_stream_of_pair_(
+          RopeStreamOfPair(model.config().rope_dimension_count, model.config().rope_sections)) {}
 
 BackendMemory CpuBackend::Memory() const {
   const int64_t f = sizeof(float);
@@ -88,8 +90,13 @@ absl::Status CpuBackend::Embed(const TernaryWeights& table, bool rotated, const 
   ScopedOpTime timer(options_.profile, "embed");
   const int64_t h = table.cols, nb = table.blocks_per_row();
   for (int64_t t = 0; t < out.rows; ++t) {
-    const uint8_t* row = table.data + plan_.tokens[t] * table.row_bytes();
     float* o = out.f32() + t * h;
+    if (!plan_.embedding_of_token.empty() && plan_.embedding_of_token[t] >= 0) {
+      const float* image_row = plan_.embedding_rows->data() + plan_.embedding_of_token[t] * h;
+      std::copy(image_row, image_row + h, o);
+      continue;
+    }
+    const uint8_t* row = table.data + plan_.tokens[t] * table.row_bytes();
     for (int64_t b = 0; b < nb; ++b) {
       for (int j = 0; j < kTernaryBlockElems; ++j) {
         o[b * kTernaryBlockElems + j] = DequantizeTernary(table.format, row, b, j);
@@ -349,16 +356,26 @@ absl::Status CpuBackend::Prepare(const AttentionWeights& w, int64_t layer,
   T* v_layer = k_layer + page * row_units;
   for (int64_t t = 0; t < q_gate.rows; ++t) {
     const int64_t pos = plan_.pos_of_token[t];
+    const int32_t* streams = plan_.rope_of_token.empty() ? nullptr : &plan_.rope_of_token[3 * t];
+    const auto rope = [&](float* head) {
+      if (streams == nullptr) {
+        RopeNeoxInPlace(head, c.rope_dimension_count, pos, rope_inv_freq_.data());
+      } else {
+        const int32_t four[4] = {streams[0], streams[1], streams[2], 0};
+        RopeStreamsInPlace(head, c.rope_dimension_count, four, rope_stream_of_pair_.data(),
+                           rope_inv_freq_.data());
+      }
+    };
     float* qg = q_gate.f32() + t * q_gate.cols;
     for (int64_t j = 0; j < heads.q_heads; ++j) {
       float* q = qg + j * 2 * hd;
       ::walsh::RmsNorm(q, w.q_norm, hd, c.rms_epsilon, q);
-      RopeNeoxInPlace(q, c.rope_dimension_count, pos, rope_inv_freq_.data());
+      rope(q);
     }
     float* kt = k.f32() + t * kv_dim;
     for (int64_t m = 0; m < heads.kv_heads; ++m) {
       ::walsh::RmsNorm(kt + m * hd, w.k_norm, hd, c.rms_epsilon, kt + m * hd);
-      RopeNeoxInPlace(kt + m * hd, c.rope_dimension_count, pos, rope_inv_freq_.data());
+      rope(kt + m * hd);
     }
     const int32_t pg = plan_.seq_pages[plan_.seq_of_token[t]][pos / page];
     const int64_t at = pg * geometry_.page_units() + (pos % page) * row_units;

@@ -30,6 +30,7 @@ class CpuBackend final : public Backend {
   CpuBackend(const Model& model, const CpuBackendOptions& options);
 
   std::string name() const override { return "cpu"; }
+  bool takes_image_inputs() const override { return true; }
   BackendMemory Memory() const override;
   absl::Status AllocateCaches(const CacheGeometry& geometry) override;
   absl::Status ClearStateSlot(int32_t slot) override;
@@ -93,6 +94,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   ThreadPool pool_;
   std::vector<double> rope_inv_freq_;
+  std::vector<uint8_t> rope_stream_of_pair_;
   CacheGeometry geometry_;
   ZeroedPages kv_;     // fp16 or fp32 elements
   ZeroedPages state_;  // float

@@ -1,6 +1,7 @@
 #include "worker/engine/engine.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -154,6 +155,48 @@ absl::Status Engine::RestoreCheckpoint(SequenceId id) {
   return kv_->EndCheckpoint(id, true);
 }
 
+absl::Status Engine::CheckImageInputs(const SequenceInput& in) const {
+  if (in.rope_positions.empty() && in.embedding_of_token.empty()) return absl::OkStatus();
+  for (int r = 0; r < group_.size(); ++r) {
+    if (!group_.backend(r).takes_image_inputs()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", in.id, " brings image inputs, which the ",
+                       group_.backend(r).name(), " backend does not take (the CPU backend does)"));
+    }
+  }
+  const size_t n = in.tokens.size();
+  const int64_t width = model_->config().embedding_length;
+  if (!in.rope_positions.empty() && in.rope_positions.size() != 3 * n) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", in.id, " brings ",
+                                                   in.rope_positions.size(), " rope positions for ",
+                                                   n, " tokens; it needs 3 per token or none"));
+  }
+  for (int32_t p : in.rope_positions) {
+    if (p < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", in.id, " brings a negative rope position ", p));
+    }
+  }
+  if (!in.embedding_of_token.empty() && in.embedding_of_token.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", in.id, " brings ", in.embedding_of_token.size(),
+                     " embedding indices for ", n, " tokens; it needs one per token or none"));
+  }
+  if (in.embeddings.size() % width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", in.id, " brings ",
+                                                   in.embeddings.size(),
+                                                   " embedding floats, not rows of ", width));
+  }
+  const int64_t rows = static_cast<int64_t>(in.embeddings.size()) / width;
+  for (int32_t row : in.embedding_of_token) {
+    if (row < -1 || row >= rows) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", in.id, " names embedding row ",
+                                                     row, " of ", rows, " (-1: none)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch) {
   const Qwen35Config& c = model_->config();
   // Validate everything before touching any state.
@@ -175,6 +218,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
             absl::StrCat("token id ", tok, " is outside [0, ", c.vocab_size, ")"));
       }
     }
+    RETURN_IF_ERROR(CheckImageInputs(in));
     if (sq->awaits_rollback()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sequence ", in.id, " has a speculative step to roll back before its next step"));
@@ -199,12 +243,27 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
   result.vocab = c.vocab_size;
   const bool speculative = std::any_of(batch.begin(), batch.end(),
                                        [](const SequenceInput& in) { return in.keep_states; });
+  const bool images = std::any_of(batch.begin(), batch.end(), [](const SequenceInput& in) {
+    return !in.rope_positions.empty() || !in.embedding_of_token.empty();
+  });
+  auto rows = std::make_shared<std::vector<float>>();
   for (size_t i = 0; i < batch.size(); ++i) {
     const KvManager::Sequence& sq = *kv_->Find(batch[i].id);
+    const SequenceInput& in = batch[i];
+    const int64_t first_row = static_cast<int64_t>(rows->size()) / c.embedding_length;
+    if (images) rows->insert(rows->end(), in.embeddings.begin(), in.embeddings.end());
     plan.seq_slots.push_back(sq.slot);
     plan.seq_pages.push_back(sq.pages);
     for (size_t j = 0; j < batch[i].tokens.size(); ++j) {
       const int64_t pos = sq.length + static_cast<int64_t>(j);
+      if (images) {
+        for (int s = 0; s < 3; ++s) {
+          plan.rope_of_token.push_back(in.rope_positions.empty() ? static_cast<int32_t>(pos)
+                                                                 : in.rope_positions[3 * j + s]);
+        }
+        const int32_t row = in.embedding_of_token.empty() ? -1 : in.embedding_of_token[j];
+        plan.embedding_of_token.push_back(row < 0 ? -1 : static_cast<int32_t>(first_row + row));
+      }
       if (batch[i].all_logits || j + 1 == batch[i].tokens.size()) {
         plan.logit_tokens.push_back(static_cast<int32_t>(plan.tokens.size()));
         result.rows.push_back({batch[i].id, pos});
@@ -218,6 +277,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
       }
     }
   }
+  if (images) plan.embedding_rows = std::move(rows);
   const absl::Status run =
       group_.Run([&](int rank) { return graphs_[rank]->Run(plan, &result.logits); });
   if (!run.ok()) {

@@ -100,8 +100,8 @@ class Engine {
   absl::Status RestoreCheckpoint(SequenceId id);
   absl::Status DropCheckpoint(SequenceId id) { return kv_->EndCheckpoint(id, false); }
   // Runs one step over the batch. Validates everything first: on error (unknown or repeated
-  // sequence, token out of range, context exhausted, or pages not reserved and not to be had)
-  // no sequence changes. Pages the scheduler reserved (KvManager::Reserve) are not taken again.
+  // sequence, token out of range, image inputs malformed or not taken by the backend, context
+  // exhausted, or pages not reserved and not to be had) no sequence changes. Pages the scheduler reserved (KvManager::Reserve) are not taken again.
   absl::StatusOr<ForwardResult> Forward(const std::vector<SequenceInput>& batch);
 
   EngineStats Stats() const { return kv_->Stats(); }
@@ -124,6 +124,7 @@ class Engine {
   const ShardPlan& shard_plan() const { return *plan_; }
 
  private:
+  absl::Status CheckImageInputs(const SequenceInput& in) const;
   absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);
   absl::Status Copy(const CacheCopy& copy);
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, BackendGroup group);

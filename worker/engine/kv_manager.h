@@ -34,6 +34,14 @@ struct SequenceInput {
   // roll back to any length within the step (Engine::Rollback), which it must do, keeping all
   // or fewer, before its next step.
   bool keep_states = false;
+  // Image inputs (docs/vision.md §4), empty for text. rope_positions: 3 per token, the t, h and w
+  // positions of its rotary embedding; a sequence that holds an image passes them with every
+  // later step, since its text tokens' M-RoPE positions then trail their places in the sequence.
+  // embedding_of_token: per token -1 (its own embedding) or the row of `embeddings`
+  // (embedding_length floats each) that replaces it.
+  std::vector<int32_t> rope_positions;
+  std::vector<int32_t> embedding_of_token;
+  std::vector<float> embeddings;
 };
 
 // kv_pages_used counts the pages sequences hold; pages only the prefix cache holds are free

@@ -1,6 +1,7 @@
 // Fold identity: the engine on a Prism-folded file against an independent, plainly written
 // float64 forward pass over the same network unfolded (walsh-mkmodel --dense-out: plain basis,
 // no rotation anywhere). docs/format.md §8 written out as straight loops.
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/mrope_positions.h"
 #include "worker/model/qwen35_config.h"
 
 namespace walsh {
@@ -26,11 +28,17 @@ class DenseReference {
     state_.resize(c_.block_count);
   }
 
-  // Logits after appending `token` at the next position.
-  Vec Step(int32_t token) {
+  // Logits after appending `token` at the next position, its rotary positions all `rope`.
+  Vec Step(int32_t token, int64_t rope) {
     const int64_t H = c_.embedding_length;
     const float* e = W("token_embd.weight") + static_cast<int64_t>(token) * H;
-    Vec h(e, e + H);
+    return StepRow(Vec(e, e + H), {rope, rope, rope});
+  }
+
+  // Logits after appending a row in place of a token's embedding, at rotary positions t, h, w.
+  Vec StepRow(Vec h, std::array<int64_t, 3> rope) {
+    const int64_t H = c_.embedding_length;
+    rope_ = rope;
     for (int64_t i = 0; i < c_.block_count; ++i) {
       const std::string p = absl::StrCat("blk.", i, ".");
       const Vec a = Norm(h, W(p + "attn_norm.weight"));
@@ -43,7 +51,6 @@ class DenseReference {
       const Vec down = MatVec(p + "ffn_down.weight", act);
       for (int64_t j = 0; j < H; ++j) h[j] += down[j];
     }
-    ++pos_;
     return MatVec("output.weight", Norm(h, W("output_norm.weight")));
   }
 
@@ -72,11 +79,19 @@ class DenseReference {
   }
   static double Silu(double x) { return x / (1 + std::exp(-x)); }
   static double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+  // Interleaved M-RoPE: pair i takes t, h or w by i mod 3 within each stream's section, and
+  // otherwise a fourth position, 0 (docs/vision.md §4).
   void Rope(double* x) const {
     const int64_t half = c_.rope_dimension_count / 2;
+    const auto& sec = c_.rope_sections;
     for (int64_t i = 0; i < half; ++i) {
+      const int64_t s = i % (sec[0] + sec[1] + sec[2] + sec[3]);
+      int64_t pos = 0;
+      if (s % 3 == 0 && s < 3 * sec[0]) pos = rope_[0];
+      if (s % 3 == 1 && s < 3 * sec[1]) pos = rope_[1];
+      if (s % 3 == 2 && s < 3 * sec[2]) pos = rope_[2];
       const double th =
-          pos_ * std::pow(double{c_.rope_freq_base}, -2.0 * i / c_.rope_dimension_count);
+          pos * std::pow(double{c_.rope_freq_base}, -2.0 * i / c_.rope_dimension_count);
       const double x0 = x[i], x1 = x[i + half];
       x[i] = x0 * std::cos(th) - x1 * std::sin(th);
       x[i + half] = x0 * std::sin(th) + x1 * std::cos(th);
@@ -181,7 +196,7 @@ class DenseReference {
 
   const GgufFile& g_;
   const Qwen35Config c_;
-  int64_t pos_ = 0;
+  std::array<int64_t, 3> rope_ = {};
   std::vector<std::vector<Vec>> attn_k_, attn_v_, conv_hist_;
   std::vector<Vec> state_;
 };
@@ -200,7 +215,10 @@ double KlDivergence(const Vec& p, const float* q) {
   return kl;
 }
 
-void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int tokens) {
+// With `images`, their tokens take random rows in place of their embeddings and every token its
+// M-RoPE positions.
+void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int tokens,
+                       const std::vector<ImageSpan>& images = {}) {
   auto model = SyntheticModel::Create({.preset = preset, .format = format, .seed = 21});
   ASSERT_TRUE(model.ok());
   testing::TempDir dir;
@@ -214,7 +232,30 @@ void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int toke
   for (int32_t& t : ids) t = static_cast<int32_t>(gen() % (*model)->preset().config.vocab_size);
   DenseReference ref(**dense);
   std::vector<Vec> expected;
-  for (int32_t t : ids) expected.push_back(ref.Step(t));
+  const int64_t H = (*model)->preset().config.embedding_length;
+  const std::vector<int32_t> rope = MropePositions(images, 0, tokens);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> rows;
+  std::vector<int32_t> row_of(tokens, -1);
+  for (const ImageSpan& image : images) {
+    for (int64_t i = image.first; i < image.end(); ++i) row_of[i] = static_cast<int32_t>(i);
+  }
+  rows.resize(tokens * H);
+  for (int i = 0; i < tokens; ++i) {
+    if (row_of[i] < 0) {
+      expected.push_back(ref.Step(ids[i], rope[3 * i]));
+      continue;
+    }
+    for (int64_t j = 0; j < H; ++j) rows[i * H + j] = normal(gen);
+    expected.push_back(ref.StepRow(Vec(rows.begin() + i * H, rows.begin() + (i + 1) * H),
+                                   {rope[3 * i], rope[3 * i + 1], rope[3 * i + 2]}));
+  }
+  SequenceInput input{0, ids, /*all_logits=*/true};
+  if (!images.empty()) {
+    input.rope_positions = rope;
+    input.embedding_of_token = row_of;
+    input.embeddings = rows;
+  }
 
   for (bool quantize : {false, true}) {
     SCOPED_TRACE(quantize ? "int8 activations" : "fp32 activations");
@@ -226,7 +267,8 @@ void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int toke
         Engine::Create(std::move(*bound), {.threads = 2, .quantize_activations = quantize});
     ASSERT_TRUE(engine.ok());
     auto seq = (*engine)->AddSequence();
-    auto out = (*engine)->Forward({{*seq, ids, /*all_logits=*/true}});
+    input.id = *seq;
+    auto out = (*engine)->Forward({input});
     ASSERT_TRUE(out.ok()) << out.status();
     double worst_rel = 0, kl = 0;
     int checked = 0, agree = 0;
@@ -272,6 +314,13 @@ void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int toke
 
 TEST(FoldIdentity, TinyPq2) { CheckFoldIdentity("tiny", TernaryFormat::kPq2_0, 64); }
 TEST(FoldIdentity, TinyPtq1) { CheckFoldIdentity("tiny", TernaryFormat::kPtq1_0, 64); }
+// Two images, one oblong, the second ending the prompt's middle: pair by pair, each stream's
+// rotation and each replaced row are checked against the plain loops above.
+TEST(FoldIdentity, TinyWithImages) {
+  CheckFoldIdentity(
+      "tiny", TernaryFormat::kPq2_0, 48,
+      {{.first = 5, .grid_h = 3, .grid_w = 5}, {.first = 30, .grid_h = 2, .grid_w = 2}});
+}
 TEST(FoldIdentity, Small) { CheckFoldIdentity("small", TernaryFormat::kPq2_0, 12); }
 
 }  // namespace
