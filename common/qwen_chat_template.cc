@@ -19,12 +19,17 @@ class PartsWriter {
  public:
   void Markup(const std::string& s) { Add(s, true); }
   void Text(const std::string& s) { Add(s, false); }
+  void Image(const std::string& bytes) { parts_.push_back({"", false, bytes}); }
+  void Part(const PromptPart& part) {
+    if (!part.image.empty()) return Image(part.image);
+    part.markup ? Markup(part.text) : Text(part.text);
+  }
   std::vector<PromptPart> Take() { return std::move(parts_); }
 
  private:
   void Add(const std::string& s, bool markup) {
     if (s.empty()) return;
-    if (!parts_.empty() && parts_.back().markup == markup) {
+    if (!parts_.empty() && parts_.back().markup == markup && parts_.back().image.empty()) {
       parts_.back().text += s;
     } else {
       parts_.push_back({s, markup});
@@ -102,8 +107,9 @@ std::vector<PromptPart> RenderQwenChatParts(const ChatPrompt& p) {
     }
     w.Markup(absl::StrCat("<|im_start|>", t.role, "\n"));
     w.Text(t.content);
+    for (const PromptPart& part : t.content_parts) w.Part(part);
     for (size_t c = 0; c < t.tool_calls.size(); ++c) {
-      if (c > 0 || !t.content.empty()) w.Markup("\n");
+      if (c > 0 || !t.content.empty() || !t.content_parts.empty()) w.Markup("\n");
       WriteToolCall(w, t.tool_calls[c]);
     }
     w.Markup("<|im_end|>\n");

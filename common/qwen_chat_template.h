@@ -20,10 +20,23 @@ struct RenderedToolCall {
   std::string arguments_json;  // a JSON object, as text
 };
 
+// A part of the rendered prompt: the template's own markup, or text that came from the client
+// (contents, tool definitions, call arguments), whose special tokens must stay text.
+struct PromptPart {
+  std::string text;
+  bool markup = false;
+  // Instead of text: an image's file bytes, which the worker renders as its placeholder
+  // (walsh.v1 PromptPiece.image). Never merged with a neighbour.
+  std::string image;
+};
+
 struct ChatTurn {
   std::string role;  // system, user, assistant or tool
   std::string content;
   std::vector<RenderedToolCall> tool_calls;  // assistant turns only
+  // When not empty, the content instead, in order: the client's text, and its images (as bytes, or
+  // as their placeholders' markup where the worker renders).
+  std::vector<PromptPart> content_parts;
 };
 
 struct ChatPrompt {
@@ -42,13 +55,6 @@ std::string TemplateJson(const nlohmann::ordered_json& v);
 
 // The prefix of the assistant's output that a forced tool call puts in the prompt.
 std::string ForcedToolCallPrefix(const std::string& name);
-
-// A part of the rendered prompt: the template's own markup, or text that came from the client
-// (contents, tool definitions, call arguments), whose special tokens must stay text.
-struct PromptPart {
-  std::string text;
-  bool markup = false;
-};
 
 std::vector<PromptPart> RenderQwenChatParts(const ChatPrompt& prompt);
 std::string RenderQwenChat(const ChatPrompt& prompt);  // the parts joined

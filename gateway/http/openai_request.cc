@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/field_error.h"
@@ -204,27 +205,71 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest& r) {
   return absl::OkStatus();
 }
 
-// Content: a string, or an array of {"type": "text", "text": ...} parts.
-absl::StatusOr<std::string> MessageContent(const Json& m, size_t i) {
+// An image_url part's image: the bytes of a data: URL (base64). walsh fetches nothing, so an
+// http(s) URL is refused.
+absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& field) {
+  const Json* image_url = Get(part, "image_url");
+  const Json* url =
+      image_url != nullptr && image_url->is_object() ? Get(*image_url, "url") : nullptr;
+  if (url == nullptr || !url->is_string())
+    return Refuse(field + ".image_url.url", "expected a string");
+  const std::string& u = url->get_ref<const std::string&>();
+  const size_t comma = u.find(',');
+  if (u.rfind("data:", 0) != 0 || comma == std::string::npos ||
+      u.substr(0, comma).find(";base64") == std::string::npos) {
+    return Refuse(field + ".image_url.url",
+                  "only data: URLs with base64 image bytes are taken (walsh fetches no URL)");
+  }
+  std::string bytes;
+  if (!absl::Base64Unescape(absl::string_view(u.data() + comma + 1, u.size() - comma - 1),
+                            &bytes) ||
+      bytes.empty()) {
+    return Refuse(field + ".image_url.url", "the data: URL's base64 does not decode");
+  }
+  return bytes;
+}
+
+// Content: a string, or an array of {"type": "text", "text": ...} parts, to which a user message
+// may add {"type": "image_url", "image_url": {"url": "data:..."}} parts (then `parts` holds them
+// all, in order).
+absl::Status MessageContent(const Json& m, size_t i, bool user, ChatTurn& turn,
+                            std::vector<std::string>& image_fields) {
   const std::string field = absl::StrCat("messages[", i, "].content");
   auto it = m.find("content");
-  if (it == m.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
+  if (it == m.end() || it->is_null()) return absl::OkStatus();
+  if (it->is_string()) {
+    turn.content = it->get<std::string>();
+    return absl::OkStatus();
+  }
   if (!it->is_array()) return Refuse(field, "expected a string or an array of text parts");
-  std::string out;
+  std::vector<PromptPart> parts;
+  bool images = false;
   for (size_t p = 0; p < it->size(); ++p) {
     const Json& part = (*it)[p];
     const std::string pf = absl::StrCat(field, "[", p, "]");
     if (!part.is_object()) return Refuse(pf, "expected an object");
     auto type = part.find("type");
+    if (type != part.end() && *type == "image_url") {
+      if (!user) return Refuse(pf + ".type", "only a user message may carry images");
+      ASSIGN_OR_RETURN(std::string bytes, ImageUrlBytes(part, pf));
+      parts.push_back({"", false, std::move(bytes)});
+      image_fields.push_back(pf);
+      images = true;
+      continue;
+    }
     if (type == part.end() || *type != "text") {
-      return Refuse(pf + ".type", "only \"text\" parts are supported (no images or audio)");
+      return Refuse(pf + ".type", "only \"text\" and \"image_url\" parts are supported");
     }
     auto text = part.find("text");
     if (text == part.end() || !text->is_string()) return Refuse(pf + ".text", "expected a string");
-    out += text->get<std::string>();
+    parts.push_back({text->get<std::string>(), false});
   }
-  return out;
+  if (!images) {
+    for (PromptPart& part : parts) turn.content += part.text;
+  } else {
+    turn.content_parts = std::move(parts);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RenderedToolCall>> MessageToolCalls(const Json& m, size_t i) {
@@ -259,7 +304,9 @@ absl::StatusOr<std::vector<RenderedToolCall>> MessageToolCalls(const Json& m, si
   return calls;
 }
 
-absl::Status ParseMessages(const Json& j, ChatPrompt& prompt) {
+// image_fields: each image part's field, in the order the prompt holds them.
+absl::Status ParseMessages(const Json& j, ChatPrompt& prompt,
+                           std::vector<std::string>& image_fields) {
   const Json* ms = Get(j, "messages");
   if (ms == nullptr) return Refuse("messages", "is required");
   if (!ms->is_array() || ms->empty()) return Refuse("messages", "expected a non-empty array");
@@ -270,8 +317,8 @@ absl::Status ParseMessages(const Json& j, ChatPrompt& prompt) {
     if (role == m.end() || !role->is_string()) {
       return Refuse(absl::StrCat("messages[", i, "].role"), "expected a string");
     }
-    ASSIGN_OR_RETURN(std::string content, MessageContent(m, i));
-    ChatTurn t{role->get<std::string>(), std::move(content), {}};
+    ChatTurn t{role->get<std::string>(), "", {}, {}};
+    RETURN_IF_ERROR(MessageContent(m, i, t.role == "user", t, image_fields));
     if (t.role == "developer") t.role = "system";
     if (t.role != "system" && t.role != "user" && t.role != "assistant" && t.role != "tool") {
       return Refuse(
@@ -406,7 +453,8 @@ absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
   r.chat = true;
   RETURN_IF_ERROR(ParseCommon(j, r));
   ChatPrompt prompt;
-  RETURN_IF_ERROR(ParseMessages(j, prompt));
+  std::vector<std::string> image_fields;
+  RETURN_IF_ERROR(ParseMessages(j, prompt, image_fields));
   RETURN_IF_ERROR(ParseTools(j, prompt, r));
   RETURN_IF_ERROR(ParseChatTemplateKwargs(j, prompt));
   // A constraint from the first token (a response_format, a forced call) leaves no room for
@@ -423,8 +471,18 @@ absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
     if (!r.logprobs) return Refuse("top_logprobs", "needs logprobs: true");
     r.generate.set_logprobs(static_cast<uint32_t>(*top));
   }
+  size_t images = 0;
   for (PromptPart& part : RenderQwenChatParts(prompt)) {
     v1::PromptPiece* piece = r.generate.mutable_pieces()->add_pieces();
+    if (!part.image.empty()) {
+      piece->set_image(std::move(part.image));
+      // The worker names an image by its piece; the client knows it by its content part.
+      r.field_names.insert(
+          r.field_names.begin(),
+          {absl::StrCat("pieces.pieces[", r.generate.pieces().pieces_size() - 1, "].image"),
+           image_fields[images++]});
+      continue;
+    }
     piece->set_text(std::move(part.text));
     piece->set_markup(part.markup);
   }
@@ -510,6 +568,13 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(const std::string& body) {
 
 void JoinChatPieces(v1::GenerateRequest& generate) {
   if (!generate.has_pieces()) return;
+  auto* pieces = generate.mutable_pieces()->mutable_pieces();
+  if (std::any_of(pieces->begin(), pieces->end(),
+                  [](const v1::PromptPiece& p) { return !p.image().empty(); })) {
+    // Images stay pieces; the text around them is all markup, which tokenizes as joined text.
+    for (v1::PromptPiece& p : *pieces) p.set_markup(p.image().empty());
+    return;
+  }
   std::string text;
   for (const v1::PromptPiece& p : generate.pieces().pieces()) text += p.text();
   generate.set_text(std::move(text));

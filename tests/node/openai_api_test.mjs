@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import zlib from "node:zlib";
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
 import OpenAI from "openai";
@@ -386,16 +387,132 @@ describe("a worker's own HTTP face (a model server for the Gateway API Inference
   });
 });
 
+// A width x height RGB PNG of a pattern drawn from `seed` (stored with node's zlib).
+function png(width, height, seed) {
+  const crcTable = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  const crc = (buf) => {
+    let c = 0xffffffff;
+    for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const body = Buffer.concat([Buffer.from(type, "ascii"), data]);
+    const out = Buffer.alloc(4 + body.length + 4);
+    out.writeUInt32BE(data.length, 0);
+    body.copy(out, 4);
+    out.writeUInt32BE(crc(body), 4 + body.length);
+    return out;
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(width, 0);
+  ihdr.writeUInt32BE(height, 4);
+  ihdr[8] = 8;  // bit depth
+  ihdr[9] = 2;  // RGB
+  const rows = Buffer.alloc(height * (1 + 3 * width));
+  let x = seed * 2654435761 >>> 0 || 1;
+  for (let y = 0; y < height; y++) {
+    rows[y * (1 + 3 * width)] = 0;  // filter: none
+    for (let i = 1; i <= 3 * width; i++) {
+      x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+      rows[y * (1 + 3 * width) + i] = x & 0xff;
+    }
+  }
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk("IHDR", ihdr), chunk("IDAT", zlib.deflateSync(rows)), chunk("IEND", Buffer.alloc(0))]);
+}
+
+describe("images: image_url parts through the SDK to a worker with a vision projector", () => {
+  let gw, client, model;
+  before(async () => {
+    const file = path.join(work, "tiny-vision.gguf");
+    const mmproj = path.join(work, "tiny-vision.mmproj");
+    execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file,
+      "--mmproj-out", mmproj]);
+    const worker = await startWalsh(WALSH_WORKER_BIN, ["--model", file, "--mmproj", mmproj,
+      "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
+    gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, ["--api-key", KEY]);
+    client = new OpenAI({ apiKey: KEY, baseURL: gw.base, maxRetries: 0 });
+    model = (await client.models.list()).data[0].id;
+  });
+  const ask = (image, extra = {}) => ({
+    model, max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: true, ...extra,
+    messages: [{ role: "user", content: [
+      { type: "text", text: "What is this?" },
+      ...(image ? [{ type: "image_url",
+                     image_url: { url: `data:image/png;base64,${image.toString("base64")}` } }]
+        : []),
+    ] }],
+  });
+
+  test("an image counts as its placeholder's tokens and reaches the answer", async () => {
+    const a = png(70, 50, 1), b = png(70, 50, 2);
+    const text = await client.chat.completions.create(ask(null));
+    const withA = await client.chat.completions.create(ask(a));
+    const withB = await client.chat.completions.create(ask(b));
+    const streamed = await collectChat(await client.chat.completions.create(
+      { ...ask(a), stream: true, stream_options: { include_usage: true } }));
+    // docs/vision.md §2's rule, worked here: 70 x 50 rounds to 64 x 64 = 4,096 pixels, under the
+    // minimum of 8,192, so beta = sqrt(8192 / 3500) and the sides go up to ceil(50 beta / 32) = 3
+    // and ceil(70 beta / 32) = 4 windows of 32: 12 rows, and <|vision_start|> and <|vision_end|>.
+    const beta = Math.sqrt(8192 / (70 * 50));
+    const rows = Math.ceil(50 * beta / 32) * Math.ceil(70 * beta / 32);
+    assert.equal(rows, 12);
+    assert.equal(withA.usage.prompt_tokens - text.usage.prompt_tokens, rows + 2);
+    assert.equal(withB.usage.prompt_tokens, withA.usage.prompt_tokens);
+    assert.equal(streamed.content, withA.choices[0].message.content);
+    assert.equal(streamed.usage.prompt_tokens, withA.usage.prompt_tokens);
+    assert.notEqual(withA.choices[0].logprobs.content[0].logprob,
+                    withB.choices[0].logprobs.content[0].logprob, "the image reaches the logits");
+  });
+
+  test("an image it cannot take is 400 naming the field", async () => {
+    const cases = [
+      [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } },
+       "messages[0].content[1].image_url.url"],
+      [{ type: "image_url", image_url: { url: "data:image/png;base64,@@@" } },
+       "messages[0].content[1].image_url.url"],
+      [{ type: "input_audio", input_audio: { data: "", format: "wav" } },
+       "messages[0].content[1].type"],
+    ];
+    for (const [part, param] of cases) {
+      await assert.rejects(client.chat.completions.create({ model, max_tokens: 2, messages: [
+        { role: "user", content: [{ type: "text", text: "x" }, part] }] }),
+      (e) => e.status === 400 && e.message.includes(param), JSON.stringify(part));
+    }
+    const corrupt = png(64, 64, 3).subarray(0, 60);
+    // The worker names the piece; the gateway gives the client its content part's name.
+    await assert.rejects(client.chat.completions.create(ask(corrupt)),
+                         (e) => e.status === 400 && e.param === "messages[0].content[1]",
+                         "a truncated PNG");
+    await assert.rejects(client.chat.completions.create({ model, max_tokens: 2, messages: [
+      { role: "assistant", content: [{ type: "image_url", image_url: {
+        url: `data:image/png;base64,${png(32, 32, 4).toString("base64")}` } }] }] }),
+    (e) => e.status === 400 && e.message.includes("only a user message may carry images"));
+  });
+});
+
 describe("a worker killed mid-stream", () => {
-  test("the HTTP stream migrates exactly: the same text as without the failure", async () => {
+  // The chat carries an image: the Resume carries the request, so the next worker decodes and
+  // encodes the image again and continues from the same rows.
+  test("the HTTP stream migrates exactly, image and all: the same text as without the failure",
+       async () => {
     const file = path.join(work, "tiny-migrate.gguf");
-    execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file]);
+    const mmproj = path.join(work, "tiny-migrate.mmproj");
+    execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file,
+      "--mmproj-out", mmproj]);
     const ws = await Promise.all([0, 1].map(() => startWalsh(WALSH_WORKER_BIN, ["--model", file,
-      "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])));
+      "--mmproj", mmproj, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])));
     const gw = await startGateway(ws.map((w) => `127.0.0.1:${w.grpc_port}`).join(","));
     const c = new OpenAI({ apiKey: "x", baseURL: gw.base, maxRetries: 0 });
+    const image = `data:image/png;base64,${png(48, 40, 9).toString("base64")}`;
     const req = { model: "walsh synthetic tiny", max_tokens: 1500, ignore_eos: true,
-                  temperature: 0.8, seed: 11, messages: [{ role: "user", content: "Go on." }] };
+                  temperature: 0.8, seed: 11, messages: [{ role: "user", content: [
+                    { type: "text", text: "Go on." },
+                    { type: "image_url", image_url: { url: image } }] }] };
     const stream = await c.chat.completions.create({ ...req, stream: true });
     let content = "";
     let finish = null;

@@ -17,7 +17,14 @@ absl::StatusOr<std::vector<PromptPiece>> FormatChatMlPieces(
       return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", m.role,
                                                      "\" is not system, user, assistant or tool"));
     }
+    if (!m.parts.empty() && m.role != "user") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "].parts: only a user message has parts, not ", m.role));
+    }
     prompt.turns.push_back({.role = m.role, .content = m.content});
+    for (const PromptPiece& piece : m.parts) {
+      prompt.turns.back().content_parts.push_back({piece.text, piece.markup});
+    }
   }
   std::vector<PromptPiece> out;
   for (PromptPart& part : RenderQwenChatParts(prompt)) {

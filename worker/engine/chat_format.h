@@ -17,6 +17,9 @@ namespace walsh {
 struct ChatMessage {
   std::string role;  // system, user, assistant or tool
   std::string content;
+  // A user message's content instead, when not empty: its text, and the markup of its images'
+  // placeholders (request_images.h), in order.
+  std::vector<PromptPiece> parts;
 };
 
 absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& messages,

@@ -212,13 +212,17 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
     if (in.tokens.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", in.id, " brings no tokens"));
     }
-    for (int32_t tok : in.tokens) {
-      if (tok < 0 || tok >= c.vocab_size) {
+    RETURN_IF_ERROR(CheckImageInputs(in));
+    for (size_t j = 0; j < in.tokens.size(); ++j) {
+      // A negative id is an image token's cache key (image_prompt.h): only where a row replaces
+      // its embedding.
+      const int32_t tok = in.tokens[j];
+      const bool replaced = !in.embedding_of_token.empty() && in.embedding_of_token[j] >= 0;
+      if ((tok < 0 && !replaced) || tok >= c.vocab_size) {
         return absl::InvalidArgumentError(
             absl::StrCat("token id ", tok, " is outside [0, ", c.vocab_size, ")"));
       }
     }
-    RETURN_IF_ERROR(CheckImageInputs(in));
     if (sq->awaits_rollback()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sequence ", in.id, " has a speculative step to roll back before its next step"));

@@ -38,7 +38,8 @@ struct SequenceInput {
   // positions of its rotary embedding; a sequence that holds an image passes them with every
   // later step, since its text tokens' M-RoPE positions then trail their places in the sequence.
   // embedding_of_token: per token -1 (its own embedding) or the row of `embeddings`
-  // (embedding_length floats each) that replaces it.
+  // (embedding_length floats each) that replaces it; a replaced token's id may be negative, the
+  // image's cache key (image_prompt.h).
   std::vector<int32_t> rope_positions;
   std::vector<int32_t> embedding_of_token;
   std::vector<float> embeddings;

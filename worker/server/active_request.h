@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
+#include "worker/engine/image_prompt.h"
 #include "worker/server/draft_backoff.h"
 #include "worker/server/snapshot_policy.h"
 
@@ -62,6 +63,8 @@ struct ActiveRequest {
   Clock::time_point arrived_at;
   std::optional<std::chrono::system_clock::time_point> deadline;
   std::vector<int32_t> prompt;
+  // Its images' rows, spans and cache keys (docs/vision.md §4); null for text.
+  std::shared_ptr<const PromptImages> images;
   std::unique_ptr<Generation> generation;
   std::shared_ptr<ResponseSink> sink;
   std::atomic<bool> cancelled{false};

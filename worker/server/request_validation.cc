@@ -40,6 +40,46 @@ size_t PromptTokenLimit(const ValidationLimits& lim) {
   return lim.max_context > 0 ? static_cast<size_t>(lim.max_context) : SIZE_MAX;
 }
 
+// Every image the request carries (chat parts, prompt pieces), decoded and preprocessed in
+// prompt order. A Resume's too: its prompt ids hold their placeholders.
+absl::StatusOr<std::vector<PreparedImage>> PrepareRequestImages(const v1::GenerateRequest& req,
+                                                                const ValidationLimits& lim) {
+  std::vector<std::pair<std::string, const std::string*>> found;
+  if (req.input_case() == v1::GenerateRequest::kChat) {
+    for (int i = 0; i < req.chat().messages_size(); ++i) {
+      const auto& parts = req.chat().messages(i).parts();
+      for (int j = 0; j < parts.size(); ++j) {
+        if (parts[j].part_case() != v1::ContentPart::kImage) continue;
+        found.push_back(
+            {absl::StrCat("chat.messages[", i, "].parts[", j, "].image"), &parts[j].image()});
+      }
+    }
+  } else if (req.input_case() == v1::GenerateRequest::kPieces) {
+    const auto& pieces = req.pieces().pieces();
+    for (int i = 0; i < pieces.size() && i < kMaxPromptPieces; ++i) {
+      if (pieces[i].image().empty()) continue;
+      found.push_back({absl::StrCat("pieces.pieces[", i, "].image"), &pieces[i].image()});
+    }
+  }
+  std::vector<PreparedImage> out;
+  if (found.empty()) return out;
+  if (lim.vision == nullptr) {
+    return Bad(found[0].first,
+               "this worker takes no images (it has no vision projector: --mmproj)");
+  }
+  if (static_cast<int64_t>(found.size()) > lim.vision->max_images) {
+    return Bad(found[lim.vision->max_images].first,
+               absl::StrCat(found.size(), " images in one request; the most is ",
+                            lim.vision->max_images, " (--max-images-per-request)"));
+  }
+  for (auto& [field, bytes] : found) {
+    auto image = PrepareImage(*lim.vision, std::move(field), *bytes);
+    if (!image.ok()) return image.status();
+    out.push_back(*std::move(image));
+  }
+  return out;
+}
+
 absl::Status ValidateConstraint(const v1::GenerateRequest& req, const ValidationLimits& lim,
                                 GenerationRequest& g) {
   ConstraintSpec spec;
@@ -92,6 +132,10 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   GenerationRequest& g = out.generation;
   if (req.request_id().size() > 128) return Bad("request_id", "longer than 128 bytes");
 
+  auto images = PrepareRequestImages(req, lim);
+  if (!images.ok()) return images.status();
+  out.images = *std::move(images);
+  size_t next_image = 0;  // the placeholders render in the order the images were prepared
   if (prompt_override != nullptr) {
     g.prompt = *prompt_override;
   } else {
@@ -112,7 +156,26 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
           return Bad("chat", "this model has no tokenizer; send tokens");
         if (req.chat().messages().empty()) return Bad("chat.messages", "must not be empty");
         std::vector<ChatMessage> messages;
-        for (const auto& m : req.chat().messages()) messages.push_back({m.role(), m.content()});
+        for (int i = 0; i < req.chat().messages_size(); ++i) {
+          const v1::ChatMessage& m = req.chat().messages(i);
+          messages.push_back({m.role(), m.content()});
+          if (m.parts().empty()) continue;
+          if (!m.content().empty()) {
+            return Bad(absl::StrCat("chat.messages[", i, "].content"), "cannot go with parts");
+          }
+          for (int j = 0; j < m.parts_size(); ++j) {
+            const v1::ContentPart& part = m.parts(j);
+            if (part.part_case() == v1::ContentPart::PART_NOT_SET) {
+              return Bad(absl::StrCat("chat.messages[", i, "].parts[", j, "]"),
+                         "one of text or image is required");
+            }
+            if (part.part_case() == v1::ContentPart::kText) {
+              messages.back().parts.push_back({part.text(), false});
+            } else {
+              messages.back().parts.push_back({ImagePlaceholder(out.images[next_image++]), true});
+            }
+          }
+        }
         auto pieces = FormatChatMlPieces(messages, req.chat().enable_thinking());
         if (!pieces.ok()) return Bad("chat", pieces.status().message());
         g.prompt = lim.tokenizer->Encode(*pieces, PromptTokenLimit(lim));
@@ -129,7 +192,17 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
         }
         std::vector<PromptPiece> pieces;
         bool any_text = false;
-        for (const v1::PromptPiece& p : given) {
+        for (int i = 0; i < given.size(); ++i) {
+          const v1::PromptPiece& p = given[i];
+          if (!p.image().empty()) {
+            if (!p.text().empty() || p.markup()) {
+              return Bad(absl::StrCat("pieces.pieces[", i, "]"),
+                         "an image piece has no text and is not markup");
+            }
+            pieces.push_back({ImagePlaceholder(out.images[next_image++]), true});
+            any_text = true;
+            continue;
+          }
           pieces.push_back({p.text(), p.markup()});
           any_text |= !p.text().empty();
         }
@@ -146,6 +219,12 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
     return Bad("prompt",
                absl::StrCat("a prompt of more than ", lim.max_context,
                             " tokens exceeds the context limit of ", lim.max_context, " tokens"));
+  }
+  if (lim.vision != nullptr) {
+    auto spans = LocateImages(g.prompt, *lim.vision, out.images,
+                              prompt_override != nullptr ? "prompt_ids" : "prompt");
+    if (!spans.ok()) return spans.status();
+    out.image_spans = *std::move(spans);
   }
 
   const v1::SamplingParams& s = req.sampling();

@@ -10,6 +10,7 @@
 #include "worker/constraint/constraint_cache.h"
 #include "worker/engine/generation.h"
 #include "worker/model/tokenizer.h"
+#include "worker/server/request_images.h"
 
 namespace walsh {
 
@@ -19,12 +20,16 @@ struct ValidationLimits {
   int64_t max_output_tokens = 0;           // max_tokens
   const Tokenizer* tokenizer = nullptr;    // null: token-id input only
   ConstraintCache* constraints = nullptr;  // null: constraints are refused
+  const VisionInput* vision = nullptr;     // null: images are refused
 };
 
 struct ValidRequest {
   GenerationRequest generation;
   uint64_t seed = 0;
   int64_t speculative_tokens = -1;  // num_speculative_tokens; -1: the worker's
+  // Its images, decoded and preprocessed, and where their placeholders sit in the prompt.
+  std::vector<PreparedImage> images;
+  std::vector<ImageSpan> image_spans;
 };
 
 // `prompt_override`: the prompt ids of a Resume (the request's own input is then ignored).

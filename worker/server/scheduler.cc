@@ -59,7 +59,8 @@ absl::Status Scheduler::Submit(std::shared_ptr<ActiveRequest> r) {
           absl::StrCat("the queue is full (", options_.max_queue, " waiting requests)"));
     }
     r->arrival = arrivals_++;
-    r->tokens = r->prompt;
+    // An image's tokens go to the engine as its cache keys (image_prompt.h).
+    r->tokens = r->images ? KeyImageTokens(r->prompt, *r->images) : r->prompt;
     for (int32_t id : r->generation->output()) r->tokens.push_back(id);
     waiting_.push_back(std::move(r));
     ++wakes_;
@@ -406,6 +407,7 @@ void Scheduler::Step() {
              false});
         member_drafts.emplace_back();
       }
+      if (r.images) AttachImageInputs(*r.images, static_cast<int64_t>(r.fed), batch.back());
       members.push_back(&r);
     }
   }
@@ -585,7 +587,8 @@ int64_t Scheduler::DraftLimit(ActiveRequest& r, int64_t planes_free) const {
   const int64_t wanted = r.speculative_tokens >= 0
                              ? std::min(r.speculative_tokens, options_.speculative_tokens)
                              : options_.speculative_tokens;
-  if (wanted < 1 || !DraftsThisStep(r.draft_backoff)) return 0;
+  // A request with images drafts nothing: a drafter reads token ids, and an image's are keys.
+  if (wanted < 1 || r.images || !DraftsThisStep(r.draft_backoff)) return 0;
   const StopConfig& stop = r.generation->request().stop;
   // Room after the token sampled last: outputs left under max_tokens, and positions left in
   // the context (the verified tokens all take one).

@@ -124,6 +124,11 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   request->arrived_at = Clock::now();
   if (p.deadline) request->deadline = *p.deadline;
   request->prompt = valid->generation.prompt;
+  if (!valid->images.empty()) {
+    auto images = EncodeImages(*ctx->limits.vision, valid->images, valid->image_spans);
+    if (!images.ok()) return writer->Complete(ToGrpcStatus(images.status()));
+    request->images = std::make_shared<const PromptImages>(*std::move(images));
+  }
   request->seed = valid->seed;
   request->speculative_tokens = valid->speculative_tokens;
   request->return_prompt_ids = req.return_prompt_ids();

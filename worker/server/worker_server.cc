@@ -19,6 +19,7 @@
 #include "worker/engine/ngram_drafter.h"
 #include "worker/server/drafter_setup.h"
 #include "worker/server/model_info.h"
+#include "worker/server/request_images.h"
 #include "worker/server/services.h"
 #include "worker/vision/vision_model.h"
 
@@ -81,6 +82,7 @@ struct WorkerServer::Parts {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<VisionModel> vision;
+  std::unique_ptr<VisionInput> vision_input;  // what requests' images are taken with
   std::unique_ptr<Drafter> drafter;
   std::unique_ptr<MaskPrefetcher> mask_prefetcher;
   std::unique_ptr<Scheduler> scheduler;
@@ -189,6 +191,28 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
     ThreadPool pool(static_cast<int>(o.threads));
     if (absl::Status s = (*vision)->Canary(&pool); !s.ok()) return Failed("canary_failed", s);
     p.vision = std::move(*vision);
+    auto input = std::make_unique<VisionInput>();
+    input->model = p.vision.get();
+    const MmprojConfig& mc = p.vision->config();
+    input->preprocess.decode = {.max_bytes = o.max_image_bytes, .max_pixels = o.max_image_pixels};
+    input->preprocess.patch_size = mc.patch_size;
+    input->preprocess.merge_size = mc.spatial_merge_size;
+    input->preprocess.mean = mc.image_mean;
+    input->preprocess.std = mc.image_std;
+    input->max_images = o.max_images_per_request;
+    input->threads = static_cast<int>(o.threads);
+    for (auto [name, id] : {std::pair{"<|vision_start|>", &input->vision_start},
+                            std::pair{"<|image_pad|>", &input->image_pad},
+                            std::pair{"<|vision_end|>", &input->vision_end}}) {
+      *id = p.tokenizer ? p.tokenizer->FindToken(name) : -1;
+      if (*id < 0) {
+        return Failed("model_refused",
+                      absl::InvalidArgumentError(absl::StrCat(
+                          o.model, ": the tokenizer has no ", name,
+                          " token, which images take (docs/vision.md §4); --mmproj needs it")));
+      }
+    }
+    p.vision_input = std::move(input);
     info.add_modalities("image");
     auto projector = GgufFile::Open(o.mmproj);
     if (!projector.ok()) return Failed("model_refused", projector.status());
@@ -244,7 +268,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
         TokenizerTrie(*p.tokenizer), o.constraint_cache_mb << 20, p.mask_prefetcher.get());
     CollectConstraintMetrics(p.registry, metrics, p.constraints);
   }
-  p.ctx.limits = {vocab, context, o.max_tokens, p.tokenizer.get(), p.constraints.get()};
+  p.ctx.limits = {
+      vocab, context, o.max_tokens, p.tokenizer.get(), p.constraints.get(), p.vision_input.get()};
   p.ctx.model_info = info;
   p.ctx.scheduler = p.scheduler.get();
   p.ctx.stream_buffers = o.buffers.Limits(p.buffer_budget.get());

@@ -12,8 +12,14 @@ void WorkerServer::Options::Register(FlagSet& flags) {
   flags.String("model", &model, "GGUF model file (required)");
   flags.String("mmproj", &mmproj,
                "the model's vision projector (an mmproj GGUF, qwen3vl_merger): checked against "
-               "the model at load and run by the canary; ModelInfo then lists the image "
-               "modality (images on the APIs: not yet)");
+               "the model at load and run by the canary; requests may then carry images "
+               "(walsh.v1 image parts and pieces) and ModelInfo lists the image modality");
+  flags.Int("max-images-per-request", &max_images_per_request,
+            "with --mmproj: the most images one request may carry, 1..256");
+  flags.Int("max-image-bytes", &max_image_bytes,
+            "with --mmproj: the largest image file a request may carry, in bytes");
+  flags.Int("max-image-pixels", &max_image_pixels,
+            "with --mmproj: the most pixels (width x height) an image may decode to");
   flags.String("listen", &listen, "gRPC address host:port (port 0: pick a free one)");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
   flags.String("probe-listen", &probe_listen,
@@ -102,6 +108,13 @@ absl::Status WorkerServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("prefix-cache-snapshot-interval", prefix_cache_snapshot_interval, 0));
   RETURN_IF_ERROR(FlagAtLeast("max-context", max_context, 0));
   RETURN_IF_ERROR(FlagAtLeast("max-tokens", max_tokens, 1));
+  RETURN_IF_ERROR(FlagWithin("max-images-per-request", max_images_per_request, 1, 256));
+  RETURN_IF_ERROR(FlagAtLeast("max-image-bytes", max_image_bytes, 1));
+  RETURN_IF_ERROR(FlagAtLeast("max-image-pixels", max_image_pixels, 1));
+  if (!mmproj.empty() && device != "cpu") {
+    return absl::InvalidArgumentError(
+        "--mmproj needs --device cpu: the CUDA backend does not take image inputs yet");
+  }
   RETURN_IF_ERROR(buffers.Validate());
   RETURN_IF_ERROR(FlagAtLeast("drain-grace-seconds", drain_grace_seconds, 0));
   Device d;

@@ -289,7 +289,15 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
                               "tool_choice": {"type": "function", "function": {"name": "g"}}})"),
             "tool_choice.function.name");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "tools": [{"type": "retrieval"}]})"), "tools[0].type");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})"),
+            "messages[0].content[0].type");
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+            "messages[0].content[0].image_url.url");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+               "image_url": {"url": "https://example.com/a.png"}}]}]})"),
+            "messages[0].content[0].image_url.url");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "system", "content": [{"type": "image_url",
+               "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})"),
             "messages[0].content[0].type");
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "assistant", "tool_calls": [{"function":
                {"name": "f", "arguments": 7}}]}]})"),
@@ -403,6 +411,43 @@ TEST(OpenAiRequest, StructuredOutputBecomesTheConstraint) {
   EXPECT_EQ(parse(R"("tools": [{"type": "function", "function": {"name": "f"}}])")
                 .generate.constraint_case(),
             v1::GenerateRequest::CONSTRAINT_NOT_SET);
+}
+
+// An image_url part's data: URL becomes an image piece where the part was; the worker's error
+// about that piece comes back naming the part.
+TEST(OpenAiRequest, ImageUrlPartsBecomeImagePiecesNamedByTheirPart) {
+  auto r = ParseChatCompletionRequest(R"({"model": "m", "messages": [
+      {"role": "system", "content": "Sys"},
+      {"role": "user", "content": [{"type": "text", "text": "Look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}},
+        {"type": "text", "text": "!"}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& pieces = r->generate.pieces().pieces();
+  int image = -1;
+  std::string before, after;
+  for (int i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].image().empty()) {
+      EXPECT_EQ(image, -1) << "one image piece";
+      image = i;
+      EXPECT_EQ(pieces[i].image(), "hello");
+      EXPECT_TRUE(pieces[i].text().empty());
+    } else {
+      (image < 0 ? before : after) += pieces[i].text();
+    }
+  }
+  ASSERT_GE(image, 0);
+  EXPECT_EQ(before, "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nLook");
+  EXPECT_EQ(after, "!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const ApiError e = ApiErrorOf(
+      absl::InvalidArgumentError(absl::StrCat("pieces.pieces[", image, "].image: not PNG")),
+      r->field_names);
+  EXPECT_EQ(e.param, "messages[1].content[1]");
+  EXPECT_EQ(e.message, "messages[1].content[1]: not PNG");
+  // With the client's special tokens trusted, the text is markup and the image stays a piece.
+  v1::GenerateRequest g = r->generate;
+  JoinChatPieces(g);
+  ASSERT_TRUE(g.has_pieces());
+  for (const auto& p : g.pieces().pieces()) EXPECT_EQ(p.markup(), p.image().empty());
 }
 
 TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/token_ops.h"
 #include "tests/util/synthetic_engine.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/image_prompt.h"
 #include "worker/engine/mrope_positions.h"
 #include "worker/engine/rope_table.h"
 
@@ -118,45 +120,38 @@ TEST(RopeStreams, EachPairTurnsByItsOwnStream) {
   }
 }
 
-// A prompt with images: its tokens, where the images are, and one row per image token.
+// A prompt with images: its tokens (each image's keyed, as the scheduler feeds them) and images.
 struct ImagePrompt {
   std::vector<int32_t> tokens;
-  std::vector<ImageSpan> images;
-  std::vector<std::vector<float>> rows;  // per image token, in sequence order
+  PromptImages images;
 
   // The input that appends tokens [begin, end).
   SequenceInput Input(SequenceId id, int64_t begin, int64_t end) const {
     SequenceInput in{id, std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end),
                      /*all_logits=*/true};
-    in.rope_positions = MropePositions(images, begin, end);
-    size_t row = 0;
-    for (const ImageSpan& image : images) {
-      for (int64_t i = image.first; i < image.end(); ++i, ++row) {
-        if (i < begin || i >= end) continue;
-        in.embedding_of_token.resize(end - begin, -1);
-        in.embedding_of_token[i - begin] =
-            static_cast<int32_t>(in.embeddings.size() / rows[row].size());
-        in.embeddings.insert(in.embeddings.end(), rows[row].begin(), rows[row].end());
-      }
-    }
+    AttachImageInputs(images, begin, in);
     return in;
   }
 };
 
-ImagePrompt MakeImagePrompt(const testing::SyntheticEngine& f, int64_t width, uint32_t seed) {
+const std::vector<ImageSpan> kTwoImages = {{.first = 4, .grid_h = 3, .grid_w = 4},
+                                           {.first = 18, .grid_h = 2, .grid_w = 1}};
+
+// Random text around `spans`, whose rows are random too (digests: the seed's).
+ImagePrompt MakeImagePrompt(const testing::SyntheticEngine& f, uint32_t seed, int length = 24,
+                            const std::vector<ImageSpan>& spans = kTwoImages) {
   ImagePrompt p;
-  p.tokens = f.Tokens(24, seed);
-  p.images = {{.first = 4, .grid_h = 3, .grid_w = 4}, {.first = 18, .grid_h = 2, .grid_w = 1}};
+  p.images.width = f.config().embedding_length;
+  p.images.spans = spans;
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 0.5f);
-  for (const ImageSpan& image : p.images) {
-    for (int64_t i = 0; i < image.tokens(); ++i) {
-      p.tokens[image.first + i] = 7;  // the pad token's id: its embedding is never read
-      std::vector<float> row(width);
-      for (float& x : row) x = normal(gen);
-      p.rows.push_back(row);
+  for (const ImageSpan& image : spans) {
+    p.images.digests.push_back(seed * 1000003ULL + p.images.digests.size());
+    for (int64_t i = 0; i < image.tokens() * p.images.width; ++i) {
+      p.images.rows.push_back(normal(gen));
     }
   }
+  p.tokens = KeyImageTokens(f.Tokens(length, seed), p.images);
   return p;
 }
 
@@ -206,63 +201,63 @@ TEST(ImageInputs, TextDownTheImagePathIsTheTextPathBitForBit) {
   ExpectBitIdentical(plain->logits, text_rows, "explicit positions");
 }
 
-TEST(ImageInputs, AreScheduleInvariant) {
-  for (const char* preset : {"tiny", "small"}) {
-    SCOPED_TRACE(preset);
-    testing::SyntheticEngine f(preset);
-    const ImagePrompt p = MakeImagePrompt(f, Width(f), 11);
-    auto engine = f.Make();
-    const std::vector<float> whole = Feed(*engine, p, 1000);
-    ExpectBitIdentical(whole, Feed(*engine, p, 1), "one token at a time");
-    ExpectBitIdentical(whole, Feed(*engine, p, 5), "chunks of 5 (splitting the first image)");
-    auto two_threads = f.Make({.threads = 2});
-    ExpectBitIdentical(whole, Feed(*two_threads, p, 7), "2 threads");
-    auto scalar = f.Make({.threads = 2, .isa = CpuIsa::kScalar});
-    ExpectBitIdentical(whole, Feed(*scalar, p, 3), "scalar kernels");
+void CheckScheduleInvariance(const char* preset) {
+  testing::SyntheticEngine f(preset);
+  const ImagePrompt p = MakeImagePrompt(f, 11);
+  auto engine = f.Make();
+  const std::vector<float> whole = Feed(*engine, p, 1000);
+  ExpectBitIdentical(whole, Feed(*engine, p, 1), "one token at a time");
+  ExpectBitIdentical(whole, Feed(*engine, p, 5), "chunks of 5 (splitting the first image)");
+  auto two_threads = f.Make({.threads = 2});
+  ExpectBitIdentical(whole, Feed(*two_threads, p, 7), "2 threads");
+  auto scalar = f.Make({.threads = 2, .isa = CpuIsa::kScalar});
+  ExpectBitIdentical(whole, Feed(*scalar, p, 3), "scalar kernels");
 
-    // Beside a text sequence and another image prompt, each advancing by its own chunks.
-    const ImagePrompt q = MakeImagePrompt(f, Width(f), 12);
-    const std::vector<float> q_solo = Feed(*engine, q, 1000);
-    const std::vector<int32_t> text = f.Tokens(30, 13);
-    auto text_seq = engine->AddSequence();
-    const std::vector<float> text_solo = engine->Forward({{*text_seq, text, true}})->logits;
-    ASSERT_TRUE(engine->RemoveSequence(*text_seq).ok());
-    auto batched = f.Make({.threads = 2});
-    const SequenceId a = *batched->AddSequence(), b = *batched->AddSequence(),
-                     t = *batched->AddSequence();
-    std::vector<float> got_a, got_b, got_t;
-    int64_t fed_a = 0, fed_b = 0, fed_t = 0;
-    while (fed_a < 24 || fed_b < 24 || fed_t < 30) {
-      std::vector<SequenceInput> batch;
-      const int64_t to_a = std::min<int64_t>(24, fed_a + 6),
-                    to_b = std::min<int64_t>(24, fed_b + 4),
-                    to_t = std::min<int64_t>(30, fed_t + 5);
-      if (fed_a < 24) batch.push_back(p.Input(a, fed_a, to_a));
-      if (fed_t < 30) {
-        batch.push_back({t, std::vector<int32_t>(text.begin() + fed_t, text.begin() + to_t), true});
-      }
-      if (fed_b < 24) batch.push_back(q.Input(b, fed_b, to_b));
-      fed_a = to_a, fed_b = to_b, fed_t = to_t;
-      auto out = batched->Forward(batch);
-      ASSERT_TRUE(out.ok()) << out.status();
-      const int64_t v = out->vocab;
-      size_t row = 0;
-      for (const SequenceInput& in : batch) {
-        std::vector<float>& dst = in.id == a ? got_a : in.id == b ? got_b : got_t;
-        dst.insert(dst.end(), out->logits.begin() + row * v,
-                   out->logits.begin() + (row + in.tokens.size()) * v);
-        row += in.tokens.size();
-      }
+  // Beside a text sequence and another image prompt, each advancing by its own chunks.
+  const ImagePrompt q = MakeImagePrompt(f, 12);
+  const std::vector<float> q_solo = Feed(*engine, q, 1000);
+  const std::vector<int32_t> text = f.Tokens(30, 13);
+  auto text_seq = engine->AddSequence();
+  const std::vector<float> text_solo = engine->Forward({{*text_seq, text, true}})->logits;
+  ASSERT_TRUE(engine->RemoveSequence(*text_seq).ok());
+  auto batched = f.Make({.threads = 2});
+  const SequenceId a = *batched->AddSequence(), b = *batched->AddSequence(),
+                   t = *batched->AddSequence();
+  std::vector<float> got_a, got_b, got_t;
+  int64_t fed_a = 0, fed_b = 0, fed_t = 0;
+  while (fed_a < 24 || fed_b < 24 || fed_t < 30) {
+    std::vector<SequenceInput> batch;
+    const int64_t to_a = std::min<int64_t>(24, fed_a + 6), to_b = std::min<int64_t>(24, fed_b + 4),
+                  to_t = std::min<int64_t>(30, fed_t + 5);
+    if (fed_a < 24) batch.push_back(p.Input(a, fed_a, to_a));
+    if (fed_t < 30) {
+      batch.push_back({t, std::vector<int32_t>(text.begin() + fed_t, text.begin() + to_t), true});
     }
-    ExpectBitIdentical(whole, got_a, "image prompt in a mixed batch");
-    ExpectBitIdentical(q_solo, got_b, "second image prompt in a mixed batch");
-    ExpectBitIdentical(text_solo, got_t, "text beside image prompts");
+    if (fed_b < 24) batch.push_back(q.Input(b, fed_b, to_b));
+    fed_a = to_a, fed_b = to_b, fed_t = to_t;
+    auto out = batched->Forward(batch);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const int64_t v = out->vocab;
+    size_t row = 0;
+    for (const SequenceInput& in : batch) {
+      std::vector<float>& dst = in.id == a ? got_a : in.id == b ? got_b : got_t;
+      dst.insert(dst.end(), out->logits.begin() + row * v,
+                 out->logits.begin() + (row + in.tokens.size()) * v);
+      row += in.tokens.size();
+    }
   }
+  ExpectBitIdentical(whole, got_a, "image prompt in a mixed batch");
+  ExpectBitIdentical(q_solo, got_b, "second image prompt in a mixed batch");
+  ExpectBitIdentical(text_solo, got_t, "text beside image prompts");
 }
+
+// The small preset: the released model's rotary sections and block size.
+TEST(ImageInputs, AreScheduleInvariant) { CheckScheduleInvariance("tiny"); }
+TEST(ImageInputs, AreScheduleInvariantOnTheSmallShapes) { CheckScheduleInvariance("small"); }
 
 TEST(ImageInputs, RowsAndPositionsBothReachTheLogits) {
   testing::SyntheticEngine f("tiny");
-  const ImagePrompt p = MakeImagePrompt(f, Width(f), 21);
+  const ImagePrompt p = MakeImagePrompt(f, 21);
   auto engine = f.Make();
   const std::vector<float> base = Feed(*engine, p, 1000);
   const int64_t v = f.vocab();
@@ -270,26 +265,77 @@ TEST(ImageInputs, RowsAndPositionsBothReachTheLogits) {
     return std::vector<float>(l.end() - v, l.end());
   };
   ImagePrompt other_rows = p;
-  other_rows.rows[5][0] += 1.0f;  // one value of one row of the first image
+  other_rows.images.rows[5 * Width(f)] += 1.0f;  // one value of one row of the first image
   EXPECT_NE(last(base), last(Feed(*engine, other_rows, 1000)));
   // The logits before the first image are untouched by it (causal order).
   const std::vector<float> changed = Feed(*engine, other_rows, 1000);
   ExpectBitIdentical(std::vector<float>(base.begin(), base.begin() + 4 * v),
                      std::vector<float>(changed.begin(), changed.begin() + 4 * v), "before");
   ImagePrompt flat = p;
-  for (ImageSpan& image : flat.images) image.grid_w = image.tokens(), image.grid_h = 1;
+  for (ImageSpan& image : flat.images.spans) image.grid_w = image.tokens(), image.grid_h = 1;
   EXPECT_NE(last(base), last(Feed(*engine, flat, 1000)))
       << "the 3×4 grid and a 1×12 strip must rotate differently";
 }
 
 TEST(ImageInputs, TensorParallelRanksAgreeBitForBit) {
   testing::SyntheticEngine f("tiny");
-  const ImagePrompt p = MakeImagePrompt(f, Width(f), 31);
+  const ImagePrompt p = MakeImagePrompt(f, 31);
   auto one = f.Make();
   const std::vector<float> expected = Feed(*one, p, 5);
   for (int tp : {2, 4}) {
     auto engine = f.Make({.tp = tp});
     ExpectBitIdentical(expected, Feed(*engine, p, 5), "tp=" + std::to_string(tp));
+  }
+}
+
+TEST(ImageTokenKeys, AreNegativeAndDifferByImageAndPlace) {
+  std::set<int32_t> seen;
+  for (uint64_t digest : {1ULL, 2ULL, 0xffffffffffffffffULL}) {
+    for (int64_t i = 0; i < 1000; ++i) {
+      const int32_t key = ImageTokenKey(digest, i);
+      EXPECT_LT(key, 0);
+      seen.insert(key);
+    }
+  }
+  EXPECT_GT(seen.size(), 2990u);  // 3000 draws from 2^31: a repeat or two at most
+}
+
+TEST(ImageInputs, ThePrefixCacheSharesAnImageOnlyWithTheSameImage) {
+  testing::SyntheticEngine f("tiny");
+  const std::vector<ImageSpan> one = {{.first = 6, .grid_h = 3, .grid_w = 4}};  // tokens 6..17
+  const ImagePrompt p = MakeImagePrompt(f, 61, 50, one);
+  auto cold = f.Make({.prefix_caching = false});
+  auto warm = f.Make({.prefix_caching = true});
+  const std::vector<float> expected = Feed(*cold, p, 1000);
+  {  // 40 tokens fed and snapshotted: two full pages of 16 and the state at 40
+    const SequenceId seq = *warm->AddSequence();
+    ASSERT_TRUE(warm->Forward({p.Input(seq, 0, 40)}).ok());
+    ASSERT_TRUE(warm->Snapshot(seq).ok());
+    ASSERT_TRUE(warm->RemoveSequence(seq).ok());
+  }
+  PrefixLookup lookup;
+  auto seq = warm->AddSequence(p.tokens, &lookup);
+  ASSERT_TRUE(seq.ok());
+  ASSERT_EQ(lookup.hit_tokens, 40);
+  auto rest = warm->Forward({p.Input(*seq, 40, 50)});
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  const int64_t v = f.vocab();
+  ExpectBitIdentical(std::vector<float>(expected.begin() + 40 * v, expected.end()), rest->logits,
+                     "warm after the image vs cold");
+  ASSERT_TRUE(warm->RemoveSequence(*seq).ok());
+
+  // The same text and layout with another image (and the same rows under another digest): the
+  // first page holds image tokens, so nothing is shared.
+  for (bool same_rows : {false, true}) {
+    ImagePrompt other = MakeImagePrompt(f, 62, 50, one);
+    std::vector<int32_t> text = f.Tokens(50, 61);
+    if (same_rows) other.images.rows = p.images.rows;
+    other.tokens = KeyImageTokens(text, other.images);
+    PrefixLookup miss;
+    auto s2 = warm->AddSequence(other.tokens, &miss);
+    ASSERT_TRUE(s2.ok());
+    EXPECT_EQ(miss.hit_tokens, 0) << (same_rows ? "same rows, another digest" : "another image");
+    ASSERT_TRUE(warm->RemoveSequence(*s2).ok());
   }
 }
 
@@ -322,6 +368,9 @@ TEST(ImageInputs, MalformedInputsAreRefusedByNameAndChangeNothing) {
             std::string::npos);
   in.embeddings.assign(width, 0.0f);
   in.embedding_of_token = {0, -1};
+  in.tokens = {1, -5};  // a key only where a row replaces the embedding
+  EXPECT_EQ(refusal(in), "token id -5 is outside [0, " + std::to_string(f.vocab()) + ")");
+  in.tokens = {-5, 2};
   EXPECT_EQ(refusal(in), "accepted");
 }
 

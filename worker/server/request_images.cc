@@ -1,0 +1,111 @@
+#include "worker/server/request_images.h"
+
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace walsh {
+namespace {
+
+uint64_t ImageDigest(std::string_view bytes, int64_t grid_h, int64_t grid_w) {
+  Sha256 h;
+  h.Update(bytes.data(), bytes.size());
+  const int64_t grid[2] = {grid_h, grid_w};
+  h.Update(grid, sizeof(grid));
+  const std::string hex = h.HexDigest();
+  uint64_t out = 0;
+  for (int i = 0; i < 16; ++i) {
+    const char c = hex[i];
+    out = out << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedImage> PrepareImage(const VisionInput& vision, std::string field,
+                                           std::string_view bytes) {
+  if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": an empty image"));
+  auto pixels = PreprocessImage(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      vision.preprocess);
+  if (!pixels.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", pixels.status().message()));
+  }
+  PreparedImage out;
+  const int64_t side = vision.preprocess.patch_size * vision.preprocess.merge_size;
+  out.grid_h = pixels->height / side;
+  out.grid_w = pixels->width / side;
+  out.digest = ImageDigest(bytes, out.grid_h, out.grid_w);
+  out.pixels = std::move(*pixels);
+  out.field = std::move(field);
+  return out;
+}
+
+std::string ImagePlaceholder(const PreparedImage& image) {
+  std::string out = "<|vision_start|>";
+  for (int64_t i = 0; i < image.grid_h * image.grid_w; ++i) out += "<|image_pad|>";
+  return out + "<|vision_end|>";
+}
+
+absl::StatusOr<std::vector<ImageSpan>> LocateImages(absl::Span<const int32_t> prompt,
+                                                    const VisionInput& vision,
+                                                    const std::vector<PreparedImage>& images,
+                                                    absl::string_view prompt_field) {
+  std::vector<ImageSpan> spans;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] != vision.image_pad) continue;
+    size_t end = i;
+    while (end < prompt.size() && prompt[end] == vision.image_pad) ++end;
+    const size_t k = spans.size();
+    if (k >= images.size() || i == 0 || prompt[i - 1] != vision.vision_start) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prompt_field, ": holds <|image_pad|> tokens (id ", vision.image_pad, ") at ",
+                       i, " that no image placed; only an image part or piece may place them"));
+    }
+    const PreparedImage& image = images[k];
+    const int64_t rows = image.grid_h * image.grid_w, run = static_cast<int64_t>(end - i);
+    if (run != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(prompt_field, ": image ", k, " (", image.field,
+                                                     ") has ", run, " <|image_pad|> tokens at ", i,
+                                                     "; it gives ", rows, " rows"));
+    }
+    spans.push_back(
+        {.first = static_cast<int64_t>(i), .grid_h = image.grid_h, .grid_w = image.grid_w});
+    i = end - 1;
+  }
+  if (spans.size() != images.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(prompt_field, ": holds ", spans.size(),
+                                                   " image placeholders for ", images.size(),
+                                                   " images"));
+  }
+  return spans;
+}
+
+absl::StatusOr<PromptImages> EncodeImages(const VisionInput& vision,
+                                          const std::vector<PreparedImage>& images,
+                                          std::vector<ImageSpan> spans) {
+  PromptImages out;
+  out.width = vision.model->config().projection_dim;
+  out.spans = std::move(spans);
+  std::unique_ptr<ThreadPool> pool;
+  if (vision.threads > 1) pool = std::make_unique<ThreadPool>(vision.threads);
+  for (const PreparedImage& image : images) {
+    ASSIGN_OR_RETURN(std::vector<float> rows,
+                     vision.model->encoder().Encode(image.pixels, pool.get()));
+    if (static_cast<int64_t>(rows.size()) != image.grid_h * image.grid_w * out.width) {
+      return absl::InternalError(absl::StrCat(image.field, ": the encoder gave ", rows.size(),
+                                              " values for a ", image.grid_h, "x", image.grid_w,
+                                              " grid"));
+    }
+    out.rows.insert(out.rows.end(), rows.begin(), rows.end());
+    out.digests.push_back(image.digest);
+  }
+  return out;
+}
+
+}  // namespace walsh
