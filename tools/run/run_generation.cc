@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "tools/run/run_images.h"
 #include "tools/run/token_printer.h"
 #include "worker/engine/chat_format.h"
 #include "worker/engine/engine.h"
@@ -131,12 +132,17 @@ GenerationRequest RequestFor(const RunOptions& o, std::vector<int32_t> prompt,
 
 // Feeds the prompt in chunks; `last` gets the logits after it, `logits_out` (if open) every
 // position's.
+// With images, `prompt` holds their keys (image_prompt.h) and every step their inputs.
 absl::Status Prefill(Engine& engine, SequenceId seq, const std::vector<int32_t>& prompt,
-                     int64_t chunk_size, std::FILE* logits_out, std::vector<float>& last) {
+                     const PromptImages& images, int64_t chunk_size, std::FILE* logits_out,
+                     std::vector<float>& last) {
   for (size_t i = 0; i < prompt.size(); i += chunk_size) {
-    std::vector<int32_t> chunk(prompt.begin() + i,
-                               prompt.begin() + std::min(prompt.size(), i + chunk_size));
-    ASSIGN_OR_RETURN(ForwardResult out, engine.Forward({{seq, chunk, logits_out != nullptr}}));
+    SequenceInput in{seq,
+                     std::vector<int32_t>(prompt.begin() + i,
+                                          prompt.begin() + std::min(prompt.size(), i + chunk_size)),
+                     logits_out != nullptr};
+    AttachImageInputs(images, static_cast<int64_t>(i), in);
+    ASSIGN_OR_RETURN(ForwardResult out, engine.Forward({in}));
     if (logits_out != nullptr) {
       std::fwrite(out.logits.data(), sizeof(float), out.logits.size(), logits_out);
     }
@@ -154,7 +160,8 @@ struct Decoded {
 
 // Samples, prints and feeds back tokens until the generation ends or the context is full.
 absl::StatusOr<Decoded> Decode(Engine& engine, SequenceId seq, Generation& gen,
-                               std::vector<float>& last, TokenPrinter& printer, bool no_tokens) {
+                               const PromptImages& images, std::vector<float>& last,
+                               TokenPrinter& printer, bool no_tokens) {
   Decoded d;
   if (no_tokens) d.finish = FinishReason::kLength;
   const int64_t vocab = static_cast<int64_t>(last.size());
@@ -165,7 +172,9 @@ absl::StatusOr<Decoded> Decode(Engine& engine, SequenceId seq, Generation& gen,
     d.finish = t.finish;
     d.matched_stop = t.matched_stop;
     if (d.finish != FinishReason::kNone) break;
-    auto out = engine.Forward({{seq, {t.id}}});
+    SequenceInput in{seq, {t.id}};
+    AttachImageInputs(images, gen.request().prompt.size() + d.tokens - 1, in);
+    auto out = engine.Forward({in});
     if (!out.ok() && out.status().code() == absl::StatusCode::kOutOfRange) {
       d.finish = FinishReason::kLength;  // the context is full
       break;
@@ -189,7 +198,13 @@ absl::Status RunGeneration(const RunOptions& o) {
   if (!file.ok()) return ModelError(absl::StrCat("refused: ", file.status().message()));
   Preload(*file->gguf, isatty(STDERR_FILENO) || file->gguf->file_size() > (size_t{1} << 30));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, TokenizerFor(*file->gguf, o));
-  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptIds(o, tokenizer.get()));
+  PromptImages images;
+  std::vector<int32_t> prompt;
+  if (o.images.empty()) {
+    ASSIGN_OR_RETURN(prompt, PromptIds(o, tokenizer.get()));
+  } else {
+    ASSIGN_OR_RETURN(prompt, ImagePromptIds(o, *tokenizer, file->config.embedding_length, &images));
+  }
   const int64_t vocab = file->config.vocab_size;
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    EngineFor(std::move(*file), o, static_cast<int64_t>(prompt.size())));
@@ -210,7 +225,8 @@ absl::Status RunGeneration(const RunOptions& o) {
 
   const auto prefill_start = Clock::now();
   std::vector<float> last(vocab);
-  if (absl::Status s = Prefill(*engine, *seq, prompt, o.prefill_chunk, logits_out.get(), last);
+  if (absl::Status s = Prefill(*engine, *seq, KeyImageTokens(prompt, images), images,
+                               o.prefill_chunk, logits_out.get(), last);
       !s.ok()) {
     return RunError(s);
   }
@@ -221,7 +237,8 @@ absl::Status RunGeneration(const RunOptions& o) {
 
   const auto decode_start = Clock::now();
   TokenPrinter printer(o.output, o.logprobs > 0);
-  absl::StatusOr<Decoded> decoded = Decode(*engine, *seq, gen, last, printer, o.max_tokens == 0);
+  absl::StatusOr<Decoded> decoded =
+      Decode(*engine, *seq, gen, images, last, printer, o.max_tokens == 0);
   if (!decoded.ok()) return RunError(decoded.status());
   const double decode_s = Seconds(decode_start);
   printer.Finish(decoded->finish, decoded->matched_stop, prompt.size(), decoded->tokens);

@@ -13,6 +13,11 @@ void RunOptions::Register(FlagSet& flags) {
       "messages", &messages,
       "chat messages as JSON [{\"role\": \"user\", \"content\": \"...\"}], ChatML-formatted");
   flags.String("tokens", &tokens, "prompt as comma-separated token ids");
+  flags.String("mmproj", &mmproj, "the model's vision projector (an mmproj GGUF), for --image");
+  flags.String("image", &images,
+               "with --mmproj and --prompt: image files (PNG, JPEG, WebP), comma-separated; each "
+               "takes the place of the next <__image__> in --prompt, and those without one go "
+               "before it");
   flags.Int("max-tokens", &max_tokens, "tokens to generate at most");
   flags.Double("temperature", &temperature, "0 is greedy");
   flags.Int("top-k", &top_k, "keep the k most likely tokens (0: off)");
@@ -45,6 +50,16 @@ absl::Status RunOptions::Validate() const {
   if (model.empty()) return absl::InvalidArgumentError("--model FILE is required (see --help)");
   if (!prompt.empty() + !messages.empty() + !tokens.empty() != 1) {
     return absl::InvalidArgumentError("give exactly one of --prompt, --messages, --tokens");
+  }
+  if (!images.empty() && (mmproj.empty() || prompt.empty())) {
+    return absl::InvalidArgumentError("--image needs --mmproj and --prompt");
+  }
+  if (!mmproj.empty() && images.empty()) {
+    return absl::InvalidArgumentError("--mmproj is for --image; give the images");
+  }
+  if (!mmproj.empty() && device != "cpu") {
+    return absl::InvalidArgumentError(
+        "--mmproj needs --device cpu: the CUDA backend does not take image inputs yet");
   }
   if (output != "text" && output != "ids" && output != "json") {
     return absl::InvalidArgumentError("--output must be text, ids or json");

@@ -16,6 +16,8 @@ struct RunOptions {
   // Exactly one of the three prompts.
   std::string prompt, messages, tokens;
   bool thinking = false;
+  // Images with --prompt: a vision projector and comma-separated image files (docs/vision.md).
+  std::string mmproj, images;
 
   int64_t max_tokens = 128;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0;

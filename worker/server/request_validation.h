@@ -10,7 +10,7 @@
 #include "worker/constraint/constraint_cache.h"
 #include "worker/engine/generation.h"
 #include "worker/model/tokenizer.h"
-#include "worker/server/request_images.h"
+#include "worker/vision/prompt_images.h"
 
 namespace walsh {
 

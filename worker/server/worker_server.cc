@@ -19,8 +19,8 @@
 #include "worker/engine/ngram_drafter.h"
 #include "worker/server/drafter_setup.h"
 #include "worker/server/model_info.h"
-#include "worker/server/request_images.h"
 #include "worker/server/services.h"
+#include "worker/vision/prompt_images.h"
 #include "worker/vision/vision_model.h"
 
 namespace walsh {
@@ -191,28 +191,18 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
     ThreadPool pool(static_cast<int>(o.threads));
     if (absl::Status s = (*vision)->Canary(&pool); !s.ok()) return Failed("canary_failed", s);
     p.vision = std::move(*vision);
-    auto input = std::make_unique<VisionInput>();
-    input->model = p.vision.get();
-    const MmprojConfig& mc = p.vision->config();
-    input->preprocess.decode = {.max_bytes = o.max_image_bytes, .max_pixels = o.max_image_pixels};
-    input->preprocess.patch_size = mc.patch_size;
-    input->preprocess.merge_size = mc.spatial_merge_size;
-    input->preprocess.mean = mc.image_mean;
-    input->preprocess.std = mc.image_std;
-    input->max_images = o.max_images_per_request;
-    input->threads = static_cast<int>(o.threads);
-    for (auto [name, id] : {std::pair{"<|vision_start|>", &input->vision_start},
-                            std::pair{"<|image_pad|>", &input->image_pad},
-                            std::pair{"<|vision_end|>", &input->vision_end}}) {
-      *id = p.tokenizer ? p.tokenizer->FindToken(name) : -1;
-      if (*id < 0) {
-        return Failed("model_refused",
-                      absl::InvalidArgumentError(absl::StrCat(
-                          o.model, ": the tokenizer has no ", name,
-                          " token, which images take (docs/vision.md §4); --mmproj needs it")));
-      }
+    if (p.tokenizer == nullptr) {
+      return Failed("model_refused", absl::InvalidArgumentError(absl::StrCat(
+                                         o.model, ": --mmproj needs a model with a tokenizer")));
     }
-    p.vision_input = std::move(input);
+    auto input = VisionInputFor(*p.vision, *p.tokenizer,
+                                {.max_bytes = o.max_image_bytes, .max_pixels = o.max_image_pixels},
+                                o.max_images_per_request, static_cast<int>(o.threads));
+    if (!input.ok()) {
+      return Failed("model_refused", absl::InvalidArgumentError(
+                                         absl::StrCat(o.model, ": ", input.status().message())));
+    }
+    p.vision_input = std::make_unique<VisionInput>(*std::move(input));
     info.add_modalities("image");
     auto projector = GgufFile::Open(o.mmproj);
     if (!projector.ok()) return Failed("model_refused", projector.status());

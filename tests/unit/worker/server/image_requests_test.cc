@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -21,8 +24,8 @@
 #include "worker/engine/image_prompt.h"
 #include "worker/model/gguf_file.h"
 #include "worker/model/tokenizer.h"
-#include "worker/server/request_images.h"
 #include "worker/server/worker_server.h"
+#include "worker/vision/prompt_images.h"
 
 namespace walsh {
 namespace {
@@ -128,16 +131,11 @@ class ImageRequests : public ::testing::Test {
     Served out;
     auto vision_model = VisionModel::Load(dir_->File("v.mmproj"), hidden_);
     EXPECT_TRUE(vision_model.ok());
-    VisionInput vision;
-    vision.model = vision_model->get();
-    const MmprojConfig& mc = vision.model->config();
-    vision.preprocess.patch_size = mc.patch_size;
-    vision.preprocess.merge_size = mc.spatial_merge_size;
-    vision.preprocess.mean = mc.image_mean;
-    vision.preprocess.std = mc.image_std;
-    vision.vision_start = Token("<|vision_start|>");
-    vision.image_pad = Token("<|image_pad|>");
-    vision.vision_end = Token("<|vision_end|>");
+    auto file_for_tokens = GgufFile::Open(dir_->File("tiny.gguf"));
+    auto tokenizer = Tokenizer::FromGguf(**file_for_tokens);
+    auto input = VisionInputFor(**vision_model, **tokenizer, {}, 4, 1);
+    EXPECT_TRUE(input.ok()) << input.status();
+    const VisionInput& vision = *input;
     auto prepared = PrepareImage(vision, "image", image);
     EXPECT_TRUE(prepared.ok()) << prepared.status();
     auto spans = LocateImages(prompt_ids, vision, {*prepared}, "prompt");
@@ -307,6 +305,58 @@ TEST_F(ImageRequests, AreRefusedNamingTheField) {
   u->set_content("text");
   u->add_parts()->set_image(a);
   EXPECT_EQ(refusal(w, mixed), "chat.messages[0].content: cannot go with parts");
+}
+
+// walsh-run --mmproj --image, the process a user runs: the worker's tokens for the same prompt.
+TEST_F(ImageRequests, WalshRunGivesTheWorkersTokens) {
+  using testing::RunProcess;
+  auto worker = WorkerServer::Start(Options(true));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string a = Png(70, 50, 1);
+  testing::WriteFileOrDie(dir_->File("a.png"), a);
+  const Served served = Generate(**worker, ImageRequest(a));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  const std::vector<std::string> run = {WALSH_RUN_BIN,
+                                        "--model",
+                                        dir_->File("tiny.gguf"),
+                                        "--mmproj",
+                                        dir_->File("v.mmproj"),
+                                        "--image",
+                                        dir_->File("a.png"),
+                                        "--prompt",
+                                        "Look: <__image__> What is it?",
+                                        "--max-tokens",
+                                        "6",
+                                        "--ignore-eos",
+                                        "--output",
+                                        "ids"};
+  const auto ran = RunProcess(run);
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  std::vector<int32_t> ids;
+  for (absl::string_view id : absl::StrSplit(absl::StripAsciiWhitespace(ran.out), ',')) {
+    ids.push_back(std::stoi(std::string(id)));
+  }
+  EXPECT_EQ(ids, served.ids);
+  EXPECT_NE(ran.err.find(absl::StrCat("prompt ", served.prompt_ids.size(), " tokens")),
+            std::string::npos)
+      << ran.err;
+
+  // Refusals name what they refuse.
+  const auto no_projector = RunProcess({WALSH_RUN_BIN, "--model", dir_->File("tiny.gguf"),
+                                        "--image", dir_->File("a.png"), "--prompt", "x"});
+  EXPECT_EQ(no_projector.exit_code, 2);
+  EXPECT_THAT(no_projector.err, HasSubstr("--image needs --mmproj and --prompt"));
+  testing::WriteFileOrDie(dir_->File("cut.png"), a.substr(0, a.size() / 2));
+  std::vector<std::string> cut = run;
+  cut[6] = dir_->File("cut.png");
+  const auto corrupt = RunProcess(cut);
+  EXPECT_EQ(corrupt.exit_code, 2);
+  EXPECT_THAT(corrupt.err, HasSubstr("--image " + dir_->File("cut.png") + ": "));
+  std::vector<std::string> two_markers = run;
+  two_markers[8] = "<__image__><__image__>";
+  const auto markers = RunProcess(two_markers);
+  EXPECT_EQ(markers.exit_code, 2);
+  EXPECT_THAT(markers.err, HasSubstr("--prompt has 2 <__image__> markers for 1 images"));
 }
 
 TEST(ImageRequestOptions, MmprojNeedsTheCpuBackend) {

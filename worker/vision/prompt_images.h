@@ -1,8 +1,8 @@
-// The images of a walsh.v1 request (chat parts and prompt pieces; docs/vision.md): each decoded
+// A prompt's images (docs/vision.md), for the worker's requests and walsh-run alike: each decoded
 // and preprocessed as it is met, rendered as its placeholder, found again in the tokenized prompt,
 // and encoded into the rows the engine puts in place of the placeholder's pad tokens.
-#ifndef WALSH_WORKER_SERVER_REQUEST_IMAGES_H_
-#define WALSH_WORKER_SERVER_REQUEST_IMAGES_H_
+#ifndef WALSH_WORKER_VISION_PROMPT_IMAGES_H_
+#define WALSH_WORKER_VISION_PROMPT_IMAGES_H_
 
 #include <cstdint>
 #include <string>
@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "worker/engine/image_prompt.h"
+#include "worker/model/tokenizer.h"
 #include "worker/vision/image_preprocessor.h"
 #include "worker/vision/pixel_values.h"
 #include "worker/vision/vision_model.h"
@@ -28,6 +29,12 @@ struct VisionInput {
   // The placeholder's tokens, read from the tokenizer by name.
   int32_t vision_start = -1, image_pad = -1, vision_end = -1;
 };
+
+// The projector's preprocessing (patch, merge, mean, std), the limits given, and the placeholder's
+// tokens from the tokenizer; INVALID_ARGUMENT naming a token the tokenizer lacks.
+absl::StatusOr<VisionInput> VisionInputFor(const VisionModel& model, const Tokenizer& tokenizer,
+                                           const ImageDecodeLimits& limits, int64_t max_images,
+                                           int threads);
 
 // An image decoded and preprocessed, before its rows are computed.
 struct PreparedImage {
@@ -61,4 +68,4 @@ absl::StatusOr<PromptImages> EncodeImages(const VisionInput& vision,
 
 }  // namespace walsh
 
-#endif  // WALSH_WORKER_SERVER_REQUEST_IMAGES_H_
+#endif  // WALSH_WORKER_VISION_PROMPT_IMAGES_H_

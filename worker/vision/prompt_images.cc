@@ -1,4 +1,4 @@
-#include "worker/server/request_images.h"
+#include "worker/vision/prompt_images.h"
 
 #include <cstring>
 #include <memory>
@@ -26,6 +26,31 @@ uint64_t ImageDigest(std::string_view bytes, int64_t grid_h, int64_t grid_w) {
 }
 
 }  // namespace
+
+absl::StatusOr<VisionInput> VisionInputFor(const VisionModel& model, const Tokenizer& tokenizer,
+                                           const ImageDecodeLimits& limits, int64_t max_images,
+                                           int threads) {
+  VisionInput v;
+  v.model = &model;
+  const MmprojConfig& c = model.config();
+  v.preprocess.decode = limits;
+  v.preprocess.patch_size = c.patch_size;
+  v.preprocess.merge_size = c.spatial_merge_size;
+  v.preprocess.mean = c.image_mean;
+  v.preprocess.std = c.image_std;
+  v.max_images = max_images;
+  v.threads = threads;
+  for (auto [name, id] :
+       {std::pair{"<|vision_start|>", &v.vision_start}, std::pair{"<|image_pad|>", &v.image_pad},
+        std::pair{"<|vision_end|>", &v.vision_end}}) {
+    *id = tokenizer.FindToken(name);
+    if (*id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the tokenizer has no ", name, " token, which images take (docs/vision.md §4)"));
+    }
+  }
+  return v;
+}
 
 absl::StatusOr<PreparedImage> PrepareImage(const VisionInput& vision, std::string field,
                                            std::string_view bytes) {
