@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(const Option
   ASSIGN_OR_RETURN(const TrustedProxies trusted_proxies,
                    TrustedProxies::Parse(o.trusted_proxy_cidrs));
   ASSIGN_OR_RETURN(HttpServerOptions http_options, o.http.Options(o.tls));
+  ASSIGN_OR_RETURN(MediaFetchOptions media_options, o.http.Media());
   parts->keys = std::make_unique<ApiKeys>(o.api_key, o.api_key_file);
   RETURN_IF_ERROR(parts->keys->Load());
   ASSIGN_OR_RETURN(auto server_credentials, MakeServerCredentials(o.tls));
@@ -141,6 +142,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(const Option
     ho.api_keys = p.keys.get();
     ho.worker_wait = std::chrono::milliseconds(o.worker_wait_ms);
     ho.chat_content_special_tokens = o.http.chat_content_special_tokens;
+    ho.media = media_options;
     ho.trusted_proxies = trusted_proxies;
     GatewayServer* g = gateway.get();
     ho.ready = [g] { return !g->draining_ && !g->parts_->pool->Candidates().empty(); };

@@ -81,6 +81,7 @@ absl::Status GatewayServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("max-inflight", max_inflight, 1));
   RETURN_IF_ERROR(FlagAtLeast("max-queue", max_queue, 0));
   RETURN_IF_ERROR(buffers.Validate());
+  RETURN_IF_ERROR(http.Media().status());
   RETURN_IF_ERROR(FlagAtLeast("max-retries", max_retries, 0));
   RETURN_IF_ERROR(FlagAtLeast("max-migrations", max_migrations, 0));
   RETURN_IF_ERROR(FlagAtLeast("retry-rounds", retry_rounds, 0));

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace walsh {
 
@@ -34,6 +36,41 @@ void HttpFlags::Register(FlagSet& flags, const std::string& listen_help) {
   flags.Bool("chat-content-special-tokens", &chat_content_special_tokens,
              "recognize special tokens such as <|im_start|> written in HTTP chat messages and "
              "tools (off: they stay text, so a client cannot fake a turn)");
+  flags.String("allowed-media-domains", &allowed_media_domains,
+               "hosts (exact names, comma-separated) whose http(s) image URLs the HTTP API "
+               "fetches, redirects included; empty: image URLs must be data: URLs");
+  flags.Int("media-fetch-timeout-seconds", &media_fetch_timeout_seconds,
+            "longest fetch of one image URL, connecting and redirects included");
+  flags.Int("media-fetch-max-bytes", &media_fetch_max_bytes,
+            "largest image fetched from a URL; beyond: 400");
+  flags.String("media-ca-file", &media_ca_file,
+               "PEM file of the CAs trusted for https image URLs; empty: the system's");
+}
+
+absl::StatusOr<MediaFetchOptions> HttpFlags::Media() const {
+  MediaFetchOptions o;
+  if (media_fetch_timeout_seconds < 1 || media_fetch_timeout_seconds > 600) {
+    return absl::InvalidArgumentError("--media-fetch-timeout-seconds must be in [1, 600]");
+  }
+  if (media_fetch_max_bytes < 1 || media_fetch_max_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--media-fetch-max-bytes must be in [1, 1 GiB]");
+  }
+  o.timeout = absl::Seconds(media_fetch_timeout_seconds);
+  o.max_bytes = media_fetch_max_bytes;
+  o.ca_file = media_ca_file;
+  for (absl::string_view host : absl::StrSplit(allowed_media_domains, ',', absl::SkipEmpty())) {
+    host = absl::StripAsciiWhitespace(host);
+    absl::StatusOr<MediaUrl> url = ParseMediaUrl(absl::StrCat("http://", host));
+    if (host.empty() || !url.ok() || url->HostHeader() != absl::AsciiStrToLower(host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--allowed-media-domains: \"", host, "\" is not a host name (no scheme, port or path)"));
+    }
+    o.allowed_domains.push_back(url->host);
+  }
+  if (o.allowed_domains.empty() && !media_ca_file.empty()) {
+    return absl::InvalidArgumentError("--media-ca-file needs --allowed-media-domains");
+  }
+  return o;
 }
 
 absl::StatusOr<HttpServerOptions> HttpFlags::Options(const ServerTlsFiles& tls) const {

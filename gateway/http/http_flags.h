@@ -11,6 +11,7 @@
 #include "common/cli_flags.h"
 #include "common/tls_credentials.h"
 #include "gateway/http/http_server.h"
+#include "gateway/http/media_fetcher.h"
 
 namespace walsh {
 
@@ -20,11 +21,18 @@ struct HttpFlags {
   int64_t idle_seconds = 60, header_seconds = 10, body_seconds = 30, stall_seconds = 30;
   std::string served_model_name;  // empty: the model's general.name
   bool chat_content_special_tokens = false;
+  // Images by http(s) URL (docs/openai.md §Images): fetched only from these hosts.
+  std::string allowed_media_domains;  // comma-separated; empty: none
+  int64_t media_fetch_timeout_seconds = 10;
+  int64_t media_fetch_max_bytes = int64_t{20} << 20;
+  std::string media_ca_file;
 
   void Register(FlagSet& flags, const std::string& listen_help);
   // Every flag's range checked (the error names it) and the certificate read: HTTPS when `tls`
   // has one.
   absl::StatusOr<HttpServerOptions> Options(const ServerTlsFiles& tls) const;
+  // The media flags checked, each error naming its flag.
+  absl::StatusOr<MediaFetchOptions> Media() const;
 };
 
 }  // namespace walsh

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_error.h"
 #include "common/grpc_status.h"
 #include "gateway/http/chat_output_parser.h"
 #include "gateway/http/generate_call.h"
@@ -158,10 +159,24 @@ class Answer {
 
 }  // namespace
 
+absl::Status OpenAiServer::FetchImages(OpenAiRequest& r) const {
+  for (OpenAiRequest::RemoteImage& image : r.remote_images) {
+    absl::StatusOr<MediaUrl> url = ParseMediaUrl(image.url);
+    if (!url.ok()) return FieldError(image.field, url.status().message());
+    absl::StatusOr<std::string> bytes = media_->Fetch(*url);
+    if (!bytes.ok()) return FieldError(image.field, bytes.status().message());
+    r.generate.mutable_pieces()->mutable_pieces(image.piece)->set_image(*std::move(bytes));
+  }
+  return absl::OkStatus();
+}
+
 void OpenAiServer::Generate(HttpExchange& x, bool chat) {
   auto parsed = chat ? ParseChatCompletionRequest(x.body()) : ParseCompletionRequest(x.body());
   if (!parsed.ok()) return x.SendError(ApiErrorOf(parsed.status()));
   OpenAiRequest& r = *parsed;
+  if (absl::Status fetched = FetchImages(r); !fetched.ok()) {
+    return x.SendError(ApiErrorOf(fetched));
+  }
   if (options_.chat_content_special_tokens) JoinChatPieces(r.generate);
   auto info = FleetModel(x);
   if (!info.ok()) return x.SendError(ApiErrorOf(info.status()));

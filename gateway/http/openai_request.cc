@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "gateway/http/api_error.h"
 #include "gateway/http/json_shape.h"
+#include "gateway/http/media_url.h"
 #include "gateway/http/structured_output.h"
 #include "nlohmann/json.hpp"
 
@@ -18,6 +19,12 @@ namespace walsh {
 namespace {
 
 using Json = nlohmann::ordered_json;  // keeps the client's key order for the prompt
+
+// An image part's field, and whether its URL is fetched (http(s)) rather than inline (data:).
+struct ImageField {
+  std::string field;  // messages[i].content[j]
+  bool remote = false;
+};
 
 absl::Status Refuse(const std::string& field, const std::string& why) {
   return FieldError(field, why);
@@ -205,20 +212,28 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest& r) {
   return absl::OkStatus();
 }
 
-// An image_url part's image: the bytes of a data: URL (base64). walsh fetches nothing, so an
-// http(s) URL is refused.
-absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& field) {
+// An image_url part's image: the bytes of a data: URL (base64), or an http(s) URL for the server
+// to fetch (`remote`, the URL checked here and returned normalized).
+absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& field,
+                                          bool& remote) {
   const Json* image_url = Get(part, "image_url");
   const Json* url =
       image_url != nullptr && image_url->is_object() ? Get(*image_url, "url") : nullptr;
   if (url == nullptr || !url->is_string())
     return Refuse(field + ".image_url.url", "expected a string");
   const std::string& u = url->get_ref<const std::string&>();
+  remote = IsHttpUrl(u);
+  if (remote) {
+    absl::StatusOr<MediaUrl> parsed = ParseMediaUrl(u);
+    if (!parsed.ok())
+      return Refuse(field + ".image_url.url", std::string(parsed.status().message()));
+    return parsed->Spec();
+  }
   const size_t comma = u.find(',');
   if (u.rfind("data:", 0) != 0 || comma == std::string::npos ||
       u.substr(0, comma).find(";base64") == std::string::npos) {
     return Refuse(field + ".image_url.url",
-                  "only data: URLs with base64 image bytes are taken (walsh fetches no URL)");
+                  "expected a data: URL with base64 image bytes, or an http(s) URL");
   }
   std::string bytes;
   if (!absl::Base64Unescape(absl::string_view(u.data() + comma + 1, u.size() - comma - 1),
@@ -233,7 +248,7 @@ absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& f
 // may add {"type": "image_url", "image_url": {"url": "data:..."}} parts (then `parts` holds them
 // all, in order).
 absl::Status MessageContent(const Json& m, size_t i, bool user, ChatTurn& turn,
-                            std::vector<std::string>& image_fields) {
+                            std::vector<ImageField>& image_fields) {
   const std::string field = absl::StrCat("messages[", i, "].content");
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) return absl::OkStatus();
@@ -251,9 +266,10 @@ absl::Status MessageContent(const Json& m, size_t i, bool user, ChatTurn& turn,
     auto type = part.find("type");
     if (type != part.end() && *type == "image_url") {
       if (!user) return Refuse(pf + ".type", "only a user message may carry images");
-      ASSIGN_OR_RETURN(std::string bytes, ImageUrlBytes(part, pf));
+      bool remote = false;
+      ASSIGN_OR_RETURN(std::string bytes, ImageUrlBytes(part, pf, remote));
       parts.push_back({"", false, std::move(bytes)});
-      image_fields.push_back(pf);
+      image_fields.push_back({pf, remote});
       images = true;
       continue;
     }
@@ -306,7 +322,7 @@ absl::StatusOr<std::vector<RenderedToolCall>> MessageToolCalls(const Json& m, si
 
 // image_fields: each image part's field, in the order the prompt holds them.
 absl::Status ParseMessages(const Json& j, ChatPrompt& prompt,
-                           std::vector<std::string>& image_fields) {
+                           std::vector<ImageField>& image_fields) {
   const Json* ms = Get(j, "messages");
   if (ms == nullptr) return Refuse("messages", "is required");
   if (!ms->is_array() || ms->empty()) return Refuse("messages", "expected a non-empty array");
@@ -453,7 +469,7 @@ absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
   r.chat = true;
   RETURN_IF_ERROR(ParseCommon(j, r));
   ChatPrompt prompt;
-  std::vector<std::string> image_fields;
+  std::vector<ImageField> image_fields;
   RETURN_IF_ERROR(ParseMessages(j, prompt, image_fields));
   RETURN_IF_ERROR(ParseTools(j, prompt, r));
   RETURN_IF_ERROR(ParseChatTemplateKwargs(j, prompt));
@@ -475,12 +491,17 @@ absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
   for (PromptPart& part : RenderQwenChatParts(prompt)) {
     v1::PromptPiece* piece = r.generate.mutable_pieces()->add_pieces();
     if (!part.image.empty()) {
-      piece->set_image(std::move(part.image));
+      const int index = r.generate.pieces().pieces_size() - 1;
+      const ImageField& field = image_fields[images++];
+      if (field.remote) {
+        piece->set_image("");
+        r.remote_images.push_back({index, std::move(part.image), field.field + ".image_url.url"});
+      } else {
+        piece->set_image(std::move(part.image));
+      }
       // The worker names an image by its piece; the client knows it by its content part.
-      r.field_names.insert(
-          r.field_names.begin(),
-          {absl::StrCat("pieces.pieces[", r.generate.pieces().pieces_size() - 1, "].image"),
-           image_fields[images++]});
+      r.field_names.insert(r.field_names.begin(),
+                           {absl::StrCat("pieces.pieces[", index, "].image"), field.field});
       continue;
     }
     piece->set_text(std::move(part.text));

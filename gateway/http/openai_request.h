@@ -28,6 +28,14 @@ struct OpenAiRequest {
   bool tool_call_required = false;  // tool_choice "required"
   bool parallel_tool_calls = true;  // false: only the first tool call is returned
   v1::GenerateRequest generate;
+  // Images named by http(s) URL: the server fetches each (MediaFetcher) into its prompt piece,
+  // still empty here, or refuses the request naming `field`.
+  struct RemoteImage {
+    int piece = 0;  // in generate.pieces
+    std::string url;
+    std::string field;  // messages[i].content[j].image_url.url
+  };
+  std::vector<RemoteImage> remote_images;
   // walsh.v1 field names in INVALID_ARGUMENT messages -> this request's field names.
   std::vector<std::pair<std::string, std::string>> field_names;
 };

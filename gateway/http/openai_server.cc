@@ -37,6 +37,9 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(OpenAiServerOp
                                                                   grpc::Server* grpc_server,
                                                                   HttpMetrics* metrics) {
   std::unique_ptr<OpenAiServer> s(new OpenAiServer(std::move(options), grpc_server, metrics));
+  auto media = MediaFetcher::Create(s->options_.media);
+  if (!media.ok()) return media.status();
+  s->media_ = std::move(*media);
   OpenAiServer* self = s.get();
   auto http = HttpServer::Start(
       s->options_.http, [self](const HttpExchange& x) { return self->CheckHead(x); },

@@ -20,6 +20,7 @@
 #include "gateway/http/http_exchange.h"
 #include "gateway/http/http_metrics.h"
 #include "gateway/http/http_server.h"
+#include "gateway/http/media_fetcher.h"
 #include "gateway/http/openai_request.h"
 #include "gateway/trusted_proxies.h"
 #include "grpcpp/grpcpp.h"
@@ -46,6 +47,7 @@ struct OpenAiServerOptions {
   // templates do); off: they stay text, so a client cannot write a control token.
   bool chat_content_special_tokens = false;
   TrustedProxies trusted_proxies;  // peers whose X-Forwarded-For names the client
+  MediaFetchOptions media;         // images by http(s) URL (--allowed-media-domains)
 };
 
 class OpenAiServer {
@@ -72,6 +74,8 @@ class OpenAiServer {
   absl::optional<ApiError> CheckHead(const HttpExchange& x) const;
   void Record(const HttpExchange& x, int status, double seconds) const;
   void Generate(HttpExchange& x, bool chat);
+  // Fills each image the request names by URL, or says which one failed (a FieldError).
+  absl::Status FetchImages(OpenAiRequest& r) const;
   void ListModels(HttpExchange& x);
   absl::Status Authorize(const HttpExchange& x) const;
   // Whether a worker is routable now or becomes so within worker_wait (false at once when the
@@ -88,7 +92,8 @@ class OpenAiServer {
   const OpenAiServerOptions options_;
   HttpMetrics* metrics_;
   std::unique_ptr<v1::Generator::Stub> stub_;
-  const int64_t started_ = 0;         // unix time, the models' "created"
+  const int64_t started_ = 0;  // unix time, the models' "created"
+  std::unique_ptr<MediaFetcher> media_;
   std::unique_ptr<HttpServer> http_;  // last: stopped first, while the rest still stands
 
   Mutex mu_;

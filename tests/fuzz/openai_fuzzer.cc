@@ -7,6 +7,7 @@
 
 #include "gateway/http/api_error.h"
 #include "gateway/http/chat_output_parser.h"
+#include "gateway/http/media_url.h"
 #include "gateway/http/openai_request.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -38,6 +39,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto r = parse(text);
     if (!r.ok() && ApiErrorOf(r.status()).http_status != 400) {
       fuzz::Violated("a refused body is not a 400");
+    }
+    if (!r.ok()) continue;
+    // What the server would fetch is exactly what the host check sees: a normalized URL.
+    for (const auto& remote : r->remote_images) {
+      auto url = ParseMediaUrl(remote.url);
+      if (!url.ok() || url->Spec() != remote.url) fuzz::Violated("a URL to fetch is not normal");
+      if (remote.piece < 0 || remote.piece >= r->generate.pieces().pieces_size() ||
+          !r->generate.pieces().pieces(remote.piece).image().empty()) {
+        fuzz::Violated("a URL to fetch names no empty piece");
+      }
     }
   }
 

@@ -388,18 +388,44 @@ describe("a worker's own HTTP face (a model server for the Gateway API Inference
 });
 
 describe("images: image_url parts through the SDK to a worker with a vision projector", () => {
-  let gw, client, model;
+  let gw, client, model, origin, originUrl;
+  // The images' own web server: the gateway fetches from it (--allowed-media-domains 127.0.0.1).
+  const served = png(70, 50, 1);
   before(async () => {
+    origin = http.createServer((req, res) => {
+      if (req.url === "/a.png") {
+        res.writeHead(200, { "content-type": "image/png" }).end(served);
+      } else if (req.url === "/chunked.png") {
+        res.writeHead(200, { "content-type": "image/png" });
+        res.write(served.subarray(0, 100));
+        res.end(served.subarray(100));
+      } else if (req.url === "/hop") {
+        res.writeHead(302, { location: "/a.png" }).end();
+      } else if (req.url === "/away") {
+        res.writeHead(302, { location: `http://localhost:${origin.address().port}/a.png` }).end();
+      } else if (req.url === "/big.png") {
+        res.writeHead(200, { "content-type": "image/png" }).end(Buffer.alloc(300000, 7));
+      } else if (req.url === "/silent.png") {
+        // never answered; closed by the gateway's timeout
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+    await new Promise((resolve) => origin.listen(0, "127.0.0.1", resolve));
+    originUrl = `http://127.0.0.1:${origin.address().port}`;
     const file = path.join(work, "tiny-vision.gguf");
     const mmproj = path.join(work, "tiny-vision.mmproj");
     execFileSync(WALSH_MKMODEL_BIN, ["--preset", "tiny", "--format", "pq2_0", "--out", file,
       "--mmproj-out", mmproj]);
     const worker = await startWalsh(WALSH_WORKER_BIN, ["--model", file, "--mmproj", mmproj,
       "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
-    gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, ["--api-key", KEY]);
+    gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, ["--api-key", KEY,
+      "--allowed-media-domains", "127.0.0.1", "--media-fetch-timeout-seconds", "1",
+      "--media-fetch-max-bytes", "200000"]);
     client = new OpenAI({ apiKey: KEY, baseURL: gw.base, maxRetries: 0 });
     model = (await client.models.list()).data[0].id;
   });
+  after(() => { origin.closeAllConnections(); origin.close(); });
   const ask = (image, extra = {}) => ({
     model, max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: true, ...extra,
     messages: [{ role: "user", content: [
@@ -431,10 +457,36 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
                     withB.choices[0].logprobs.content[0].logprob, "the image reaches the logits");
   });
 
+  test("an image URL on an allowed host is fetched: the same answer as its bytes inline",
+       async () => {
+    const inline = await client.chat.completions.create(ask(served));
+    for (const url of [`${originUrl}/a.png`, `${originUrl}/chunked.png`, `${originUrl}/hop`]) {
+      const fetched = await client.chat.completions.create({ ...ask(null), messages: [
+        { role: "user", content: [{ type: "text", text: "What is this?" },
+                                  { type: "image_url", image_url: { url } }] }] });
+      assert.equal(fetched.usage.prompt_tokens, inline.usage.prompt_tokens, url);
+      assert.equal(fetched.choices[0].message.content, inline.choices[0].message.content, url);
+      assert.deepEqual(fetched.choices[0].logprobs, inline.choices[0].logprobs, url);
+    }
+  });
+
   test("an image it cannot take is 400 naming the field", async () => {
+    const url = "messages[0].content[1].image_url.url";
+    const fetches = [
+      ["https://example.com/cat.png", 'the host "example.com" is not in --allowed-media-domains'],
+      [`${originUrl}/away`, 'redirected: the host "localhost" is not in --allowed-media-domains'],
+      [`${originUrl}/missing.png`, "the server answered 404"],
+      [`${originUrl}/big.png`, "larger than 200000 bytes (--media-fetch-max-bytes)"],
+      [`${originUrl}/silent.png`, "took longer than 1s (--media-fetch-timeout-seconds)"],
+      ["ftp://127.0.0.1/a.png", "expected a data: URL with base64 image bytes, or an http(s) URL"],
+    ];
+    for (const [u, why] of fetches) {
+      await assert.rejects(client.chat.completions.create({ model, max_tokens: 2, messages: [
+        { role: "user", content: [{ type: "text", text: "x" },
+                                  { type: "image_url", image_url: { url: u } }] }] }),
+      (e) => e.status === 400 && e.param === url && e.message.includes(why), u);
+    }
     const cases = [
-      [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } },
-       "messages[0].content[1].image_url.url"],
       [{ type: "image_url", image_url: { url: "data:image/png;base64,@@@" } },
        "messages[0].content[1].image_url.url"],
       [{ type: "input_audio", input_audio: { data: "", format: "wav" } },

@@ -93,6 +93,7 @@ struct WorkerServer::Parts {
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options& o) {
   RETURN_IF_ERROR(o.Validate());
   ASSIGN_OR_RETURN(HttpServerOptions http_options, o.http.Options(o.tls));
+  ASSIGN_OR_RETURN(MediaFetchOptions media_options, o.http.Media());
   ASSIGN_OR_RETURN(auto credentials, MakeServerCredentials(o.tls));
   auto parts = std::make_unique<Parts>();
   Parts& p = *parts;
@@ -144,6 +145,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
     ho.http.stream.budget = p.buffer_budget.get();
     ho.served_model_name = o.http.served_model_name;
     ho.chat_content_special_tokens = o.http.chat_content_special_tokens;
+    ho.media = media_options;
     ho.ready = [&p] { return p.http_serving.load(); };
     ho.routable = [&p] { return p.http_serving.load(); };
     ho.fingerprint = [&p] { return p.http_serving ? p.model_fingerprint : std::string(); };

@@ -116,6 +116,7 @@ absl::Status WorkerServer::Options::Validate() const {
         "--mmproj needs --device cpu: the CUDA backend does not take image inputs yet");
   }
   RETURN_IF_ERROR(buffers.Validate());
+  RETURN_IF_ERROR(http.Media().status());
   RETURN_IF_ERROR(FlagAtLeast("drain-grace-seconds", drain_grace_seconds, 0));
   Device d;
   if (!ParseDevice(device, &d)) {

@@ -289,12 +289,16 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
                               "tool_choice": {"type": "function", "function": {"name": "g"}}})"),
             "tool_choice.function.name");
   EXPECT_EQ(RefusedParam("{" + m + R"(, "tools": [{"type": "retrieval"}]})"), "tools[0].type");
-  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})"),
-            "messages[0].content[0].type");
+  EXPECT_EQ(
+      RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})"),
+      "messages[0].content[0].type");
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
             "messages[0].content[0].image_url.url");
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
-               "image_url": {"url": "https://example.com/a.png"}}]}]})"),
+               "image_url": {"url": "ftp://example.com/a.png"}}]}]})"),
+            "messages[0].content[0].image_url.url");
+  EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+               "image_url": {"url": "https://user@example.com/a.png"}}]}]})"),
             "messages[0].content[0].image_url.url");
   EXPECT_EQ(RefusedParam(R"({"messages": [{"role": "system", "content": [{"type": "image_url",
                "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})"),
@@ -448,6 +452,22 @@ TEST(OpenAiRequest, ImageUrlPartsBecomeImagePiecesNamedByTheirPart) {
   JoinChatPieces(g);
   ASSERT_TRUE(g.has_pieces());
   for (const auto& p : g.pieces().pieces()) EXPECT_EQ(p.markup(), p.image().empty());
+}
+
+// An http(s) URL is for the server to fetch: its piece waits empty, the URL normalized beside it.
+TEST(OpenAiRequest, ImageUrlsToFetchAreListedWithTheirPieceAndField) {
+  auto r = ParseChatCompletionRequest(R"({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}},
+        {"type": "image_url", "image_url": {"url": "HTTPS://Images.Example.com:443/a.png#x"}}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->remote_images.size(), 1u);
+  const OpenAiRequest::RemoteImage& remote = r->remote_images[0];
+  EXPECT_EQ(remote.url, "https://images.example.com/a.png");
+  EXPECT_EQ(remote.field, "messages[0].content[1].image_url.url");
+  ASSERT_GE(remote.piece, 1);
+  const v1::PromptPiece& piece = r->generate.pieces().pieces(remote.piece);
+  EXPECT_TRUE(piece.image().empty() && piece.text().empty());
+  EXPECT_EQ(r->generate.pieces().pieces(remote.piece - 1).image(), "hello");
 }
 
 TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {

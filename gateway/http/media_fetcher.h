@@ -1,0 +1,52 @@
+// Fetches the images an OpenAI request names by http(s) URL (docs/openai.md §Images), for hosts
+// on the server's --allowed-media-domains only: without that flag nothing is fetched. One GET
+// per image over a fresh connection, HTTPS verified against the trusted CAs and the host's
+// name, redirects followed only to allowed hosts, the whole fetch bounded in time and bytes.
+#ifndef WALSH_GATEWAY_HTTP_MEDIA_FETCHER_H_
+#define WALSH_GATEWAY_HTTP_MEDIA_FETCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gateway/http/media_url.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace walsh {
+
+struct MediaFetchOptions {
+  std::vector<std::string> allowed_domains;    // exact host names, lower case; empty: none
+  absl::Duration timeout = absl::Seconds(10);  // one image's fetch, redirects included
+  int64_t max_bytes = int64_t{20} << 20;       // one image's body
+  int max_redirects = 3;
+  std::string ca_file;  // the CAs HTTPS trusts (PEM); empty: the system's
+};
+
+class MediaFetcher {
+ public:
+  // Fails naming --media-ca-file when it cannot be read.
+  static absl::StatusOr<std::unique_ptr<MediaFetcher>> Create(MediaFetchOptions options);
+  ~MediaFetcher();
+  MediaFetcher(const MediaFetcher&) = delete;
+  MediaFetcher& operator=(const MediaFetcher&) = delete;
+
+  // The body of a 2xx answer to GET `url`. A refusal's message says what failed (the host not
+  // allowed, the connection, the certificate, the status, the size, the time) and names the
+  // flag that would change it.
+  absl::StatusOr<std::string> Fetch(const MediaUrl& url) const;
+
+ private:
+  explicit MediaFetcher(MediaFetchOptions options);
+  absl::Status CheckAllowed(const MediaUrl& url) const;
+
+  const MediaFetchOptions options_;
+  SSL_CTX* tls_ = nullptr;  // owned
+};
+
+}  // namespace walsh
+
+#endif  // WALSH_GATEWAY_HTTP_MEDIA_FETCHER_H_

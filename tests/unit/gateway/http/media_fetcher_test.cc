@@ -1,0 +1,316 @@
+// MediaFetcher against a scripted origin on loopback (plain and TLS, with the throwaway CA of
+// scripts/make-test-ca): what an allowed host serves comes back byte for byte, however it is
+// framed; every refusal says why and names the flag that governs it.
+#include "gateway/http/media_fetcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gateway/http/http_flags.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace walsh {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Answers each connection with what `answer` returns for the request's head; "" holds the
+// connection open, unanswered, until the server stops.
+class Origin {
+ public:
+  using Answer = std::function<std::string(const std::string& head)>;
+  Origin(const char* address, Answer answer, const std::string& cert = "",
+         const std::string& key = "")
+      : answer_(std::move(answer)) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, address, &a.sin_addr);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    listen(fd_, 8);
+    if (!cert.empty()) {
+      tls_ = SSL_CTX_new(TLS_server_method());
+      EXPECT_EQ(SSL_CTX_use_certificate_chain_file(tls_, cert.c_str()), 1);
+      EXPECT_EQ(SSL_CTX_use_PrivateKey_file(tls_, key.c_str(), SSL_FILETYPE_PEM), 1);
+    }
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~Origin() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+    if (tls_ != nullptr) SSL_CTX_free(tls_);
+  }
+  int port() const { return port_; }
+  int connections() const { return connections_; }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      ++connections_;
+      SSL* ssl = nullptr;
+      if (tls_ != nullptr) {
+        ssl = SSL_new(tls_);
+        SSL_set_fd(ssl, c);
+        if (SSL_accept(ssl) != 1) {  // a client that refused the certificate
+          SSL_free(ssl);
+          close(c);
+          continue;
+        }
+      }
+      std::string head;
+      char buf[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const int n = ssl != nullptr ? SSL_read(ssl, buf, sizeof buf)
+                                     : static_cast<int>(read(c, buf, sizeof buf));
+        if (n <= 0) break;
+        head.append(buf, static_cast<size_t>(n));
+      }
+      const std::string out = answer_(head);
+      if (out.empty()) {
+        while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else if (ssl != nullptr) {
+        SSL_write(ssl, out.data(), static_cast<int>(out.size()));
+        SSL_shutdown(ssl);
+      } else {
+        (void)!write(c, out.data(), out.size());
+      }
+      if (ssl != nullptr) SSL_free(ssl);
+      close(c);
+    }
+  }
+
+  Answer answer_;
+  int fd_ = -1;
+  int port_ = 0;
+  SSL_CTX* tls_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+std::string Ok(const std::string& body) {
+  return absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: ", body.size(),
+                      "\r\n\r\n", body);
+}
+
+// Every byte value, so a framing bug that drops or adds one shows.
+std::string Image(size_t size) {
+  std::string s(size, '\0');
+  for (size_t i = 0; i < size; ++i) s[i] = static_cast<char>((i * 7 + i / 256) & 0xff);
+  return s;
+}
+
+MediaUrl Url(const std::string& spec) {
+  absl::StatusOr<MediaUrl> u = ParseMediaUrl(spec);
+  EXPECT_TRUE(u.ok()) << spec << ": " << u.status();
+  return u.ok() ? *u : MediaUrl{};
+}
+
+std::unique_ptr<MediaFetcher> Fetcher(std::vector<std::string> hosts, int64_t max_bytes = 1 << 20,
+                                      std::string ca_file = "",
+                                      absl::Duration timeout = absl::Seconds(5)) {
+  MediaFetchOptions o;
+  o.allowed_domains = std::move(hosts);
+  o.max_bytes = max_bytes;
+  o.ca_file = std::move(ca_file);
+  o.timeout = timeout;
+  auto f = MediaFetcher::Create(o);
+  EXPECT_TRUE(f.ok()) << f.status();
+  return f.ok() ? std::move(*f) : nullptr;
+}
+
+TEST(MediaUrl, ParsesWhatIsFetchedAndRefusesTheRest) {
+  MediaUrl u = Url("HTTPS://Example.COM:8443/a/b.png?x=1#frag");
+  EXPECT_TRUE(u.https);
+  EXPECT_EQ(u.host, "example.com");
+  EXPECT_EQ(u.port, 8443);
+  EXPECT_EQ(u.target, "/a/b.png?x=1");
+  EXPECT_EQ(u.Spec(), "https://example.com:8443/a/b.png?x=1");
+  EXPECT_EQ(Url("http://h").target, "/");
+  EXPECT_EQ(Url("http://h?q").target, "/?q");
+  EXPECT_EQ(Url("http://h:80/").HostHeader(), "h");
+  EXPECT_EQ(Url("http://[::1]:81/x").HostHeader(), "[::1]:81");
+  EXPECT_TRUE(Url("http://127.0.0.1/").ip_literal());
+  EXPECT_FALSE(Url("http://localhost/").ip_literal());
+  for (const char* bad :
+       {"ftp://h/x", "file:///etc/passwd", "http://", "http:///x", "http://user@h/x", "http://h:0/",
+        "http://h:65536/", "http://h:+80/", "http://h:/x", "http://h/a b", "http://h/a\r\nX: y",
+        "http://h\\@evil/", "http://[::1/", "http://[zz]/", "http://h%2f/"}) {
+    EXPECT_FALSE(ParseMediaUrl(bad).ok()) << bad;
+  }
+  const MediaUrl base = Url("https://a.test:444/dir/x.png");
+  EXPECT_EQ(ResolveLocation(base, "/y.png")->Spec(), "https://a.test:444/y.png");
+  EXPECT_EQ(ResolveLocation(base, "http://b.test/z")->Spec(), "http://b.test/z");
+  EXPECT_FALSE(ResolveLocation(base, "y.png").ok());
+  EXPECT_FALSE(ResolveLocation(base, "//b.test/z").ok());
+}
+
+TEST(MediaFetcher, FetchesWhatAnAllowedHostServesHoweverItIsFramed) {
+  const std::string image = Image(70000);
+  std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (size_t at = 0; at < image.size(); at += 30000) {
+    const std::string piece = image.substr(at, 30000);
+    absl::StrAppend(&chunked, absl::Hex(piece.size()), ";ext=1\r\n", piece, "\r\n");
+  }
+  absl::StrAppend(&chunked, "0\r\nTrailer: x\r\n\r\n");
+  Origin origin("127.0.0.1", [&](const std::string& head) -> std::string {
+    if (absl::StartsWith(head, "GET /length ")) return Ok(image) + "trailing junk";
+    if (absl::StartsWith(head, "GET /chunked ")) return chunked;
+    if (absl::StartsWith(head, "GET /close ")) return "HTTP/1.0 200 OK\r\n\r\n" + image;
+    if (absl::StartsWith(head, "GET /continue "))
+      return "HTTP/1.1 100 Continue\r\n\r\n" + Ok(image);
+    if (absl::StartsWith(head, "GET /hop ")) {
+      return "HTTP/1.1 302 Found\r\nLocation: /length\r\nContent-Length: 0\r\n\r\n";
+    }
+    return "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+  });
+  auto f = Fetcher({"127.0.0.1"});
+  for (const char* path : {"/length", "/chunked", "/close", "/continue", "/hop"}) {
+    absl::StatusOr<std::string> got =
+        f->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)));
+    ASSERT_TRUE(got.ok()) << path << ": " << got.status();
+    EXPECT_EQ(*got, image) << path;
+  }
+}
+
+TEST(MediaFetcher, RefusalsSayWhyAndNameTheFlag) {
+  const std::string image = Image(5000);
+  Origin origin("127.0.0.1", [&](const std::string& head) -> std::string {
+    if (absl::StartsWith(head, "GET /missing ")) return "HTTP/1.1 404 Not Found\r\n\r\n";
+    if (absl::StartsWith(head, "GET /big ")) return Ok(image);
+    if (absl::StartsWith(head, "GET /big-unsaid ")) return "HTTP/1.1 200 OK\r\n\r\n" + image;
+    if (absl::StartsWith(head, "GET /big-chunked ")) {
+      return absl::StrCat("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n", image,
+                          "\r\n0\r\n\r\n");
+    }
+    if (absl::StartsWith(head, "GET /short ")) {
+      return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc";
+    }
+    if (absl::StartsWith(head, "GET /gzip ")) {
+      return "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc";
+    }
+    if (absl::StartsWith(head, "GET /away ")) {
+      return absl::StrCat("HTTP/1.1 301 Moved\r\nLocation: http://localhost:", 1, "/x\r\n\r\n");
+    }
+    if (absl::StartsWith(head, "GET /loop "))
+      return "HTTP/1.1 302 Found\r\nLocation: /loop\r\n\r\n";
+    if (absl::StartsWith(head, "GET /silent ")) return "";
+    return "garbage\r\n\r\n";
+  });
+  auto f = Fetcher({"127.0.0.1"}, 4096, "", absl::Milliseconds(500));
+  const auto refused = [&](const std::string& path) {
+    absl::StatusOr<std::string> got =
+        f->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)));
+    EXPECT_FALSE(got.ok()) << path;
+    return std::string(got.status().message());
+  };
+  EXPECT_THAT(refused("/missing"), HasSubstr("the server answered 404"));
+  for (const char* big : {"/big", "/big-unsaid", "/big-chunked"}) {
+    EXPECT_THAT(refused(big), HasSubstr("larger than 4096 bytes (--media-fetch-max-bytes)"));
+  }
+  EXPECT_THAT(refused("/short"), HasSubstr("closed before the whole body"));
+  EXPECT_THAT(refused("/gzip"), HasSubstr("Content-Encoding \"gzip\""));
+  EXPECT_THAT(refused("/away"),
+              HasSubstr("redirected: the host \"localhost\" is not in --allowed-media-domains"));
+  EXPECT_THAT(refused("/loop"), HasSubstr("more than 3 redirects"));
+  EXPECT_THAT(refused("/garbage"), HasSubstr("not HTTP/1.x"));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(refused("/silent"),
+              HasSubstr("took longer than 500ms (--media-fetch-timeout-seconds)"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the deadline bounds the wait";
+
+  // A host off the list is refused before any connection.
+  const int before = origin.connections();
+  absl::StatusOr<std::string> other =
+      f->Fetch(Url(absl::StrCat("http://localhost:", origin.port(), "/big")));
+  EXPECT_THAT(std::string(other.status().message()),
+              HasSubstr("the host \"localhost\" is not in --allowed-media-domains"));
+  auto none = Fetcher({});
+  absl::StatusOr<std::string> off =
+      none->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), "/big")));
+  EXPECT_THAT(std::string(off.status().message()),
+              HasSubstr("--allowed-media-domains names no host"));
+  EXPECT_EQ(origin.connections(), before);
+}
+
+TEST(MediaFetcher, HttpsTrustsTheCaGivenAndChecksTheName) {
+  testing::TempDir dir;
+  for (const char* name : {"pki", "other"}) {
+    const auto made = testing::RunProcess(
+        {std::string(WALSH_SOURCE_DIR) + "/scripts/make-test-ca", dir.File(name)});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+  }
+  const std::string pki = dir.File("pki") + "/";
+  const std::string image = Image(20000);
+  const auto serve = [&](const std::string&) { return Ok(image); };
+  // The certificate names localhost and 127.0.0.1; 127.0.0.2 is loopback too, but not named.
+  Origin origin("127.0.0.1", serve, pki + "server.pem", pki + "server.key");
+  Origin unnamed("127.0.0.2", serve, pki + "server.pem", pki + "server.key");
+  auto f = Fetcher({"127.0.0.1", "localhost", "127.0.0.2"}, 1 << 20, pki + "ca.pem");
+  for (const char* host : {"127.0.0.1", "localhost"}) {
+    absl::StatusOr<std::string> got =
+        f->Fetch(Url(absl::StrCat("https://", host, ":", origin.port(), "/x.png")));
+    ASSERT_TRUE(got.ok()) << host << ": " << got.status();
+    EXPECT_EQ(*got, image);
+  }
+  absl::StatusOr<std::string> wrong_name =
+      f->Fetch(Url(absl::StrCat("https://127.0.0.2:", unnamed.port(), "/x.png")));
+  EXPECT_THAT(std::string(wrong_name.status().message()), HasSubstr("is not trusted"));
+  auto other = Fetcher({"127.0.0.1"}, 1 << 20, dir.File("other") + "/ca.pem");
+  absl::StatusOr<std::string> untrusted =
+      other->Fetch(Url(absl::StrCat("https://127.0.0.1:", origin.port(), "/x.png")));
+  EXPECT_THAT(std::string(untrusted.status().message()), HasSubstr("is not trusted"));
+  EXPECT_THAT(std::string(untrusted.status().message()), HasSubstr("--media-ca-file"));
+
+  MediaFetchOptions missing;
+  missing.allowed_domains = {"h"};
+  missing.ca_file = dir.File("absent.pem");
+  EXPECT_THAT(std::string(MediaFetcher::Create(missing).status().message()),
+              HasSubstr("--media-ca-file"));
+}
+
+TEST(MediaFlags, EachNamesItsFlag) {
+  const auto error = [](HttpFlags f) { return std::string(f.Media().status().message()); };
+  HttpFlags f;
+  f.allowed_media_domains = " Images.Example.com,127.0.0.1 ,,";
+  absl::StatusOr<MediaFetchOptions> o = f.Media();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->allowed_domains, (std::vector<std::string>{"images.example.com", "127.0.0.1"}));
+  for (const char* bad : {"https://h", "h:80", "h/x", "a b"}) {
+    HttpFlags b;
+    b.allowed_media_domains = bad;
+    EXPECT_THAT(error(b), HasSubstr("--allowed-media-domains")) << bad;
+  }
+  HttpFlags t;
+  t.media_fetch_timeout_seconds = 0;
+  EXPECT_THAT(error(t), HasSubstr("--media-fetch-timeout-seconds"));
+  HttpFlags m;
+  m.media_fetch_max_bytes = 0;
+  EXPECT_THAT(error(m), HasSubstr("--media-fetch-max-bytes"));
+  HttpFlags c;
+  c.media_ca_file = "x.pem";
+  EXPECT_THAT(error(c), HasSubstr("--media-ca-file needs --allowed-media-domains"));
+}
+
+}  // namespace
+}  // namespace walsh
