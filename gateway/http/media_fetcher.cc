@@ -12,21 +12,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "gateway/http/media_response.h"
 
 namespace walsh {
 namespace {
-
-constexpr size_t kMaxHeadBytes = 64 << 10;
 
 absl::Status Failed(absl::string_view why) { return absl::UnavailableError(why); }
 
@@ -231,64 +228,6 @@ class Connection {
   SSL* ssl_ = nullptr;
 };
 
-struct ResponseHead {
-  int status = 0;
-  std::map<std::string, std::string> headers;  // names in lower case; repeats joined by ", "
-  size_t size = 0;                             // bytes up to the body
-};
-
-// The status line and headers, once `bytes` holds them whole; nullopt before.
-absl::StatusOr<std::optional<ResponseHead>> ParseHead(absl::string_view bytes) {
-  const size_t end = bytes.find("\r\n\r\n");
-  if (end == absl::string_view::npos) {
-    if (bytes.size() > kMaxHeadBytes) return Failed("the answer's headers pass 64 KiB");
-    return std::nullopt;
-  }
-  ResponseHead head;
-  head.size = end + 4;
-  std::vector<absl::string_view> lines = absl::StrSplit(bytes.substr(0, end), "\r\n");
-  absl::string_view status = lines[0];
-  if (!absl::ConsumePrefix(&status, "HTTP/1.") || status.size() < 5 || status[1] != ' ' ||
-      !absl::SimpleAtoi(status.substr(2, 3), &head.status) || head.status < 100 ||
-      head.status > 599) {
-    return Failed("the answer is not HTTP/1.x");
-  }
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const size_t colon = lines[i].find(':');
-    if (colon == absl::string_view::npos || colon == 0) return Failed("a malformed header line");
-    std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
-    const std::string value(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
-    auto [it, fresh] = head.headers.emplace(std::move(name), value);
-    if (!fresh) absl::StrAppend(&it->second, ", ", value);
-  }
-  return head;
-}
-
-absl::StatusOr<std::string> Dechunk(absl::string_view body, int64_t max_bytes) {
-  std::string out;
-  for (;;) {
-    const size_t eol = body.find("\r\n");
-    if (eol == absl::string_view::npos) return Failed("the chunked body ends early");
-    absl::string_view size_text = body.substr(0, eol);
-    if (const size_t semi = size_text.find(';'); semi != absl::string_view::npos) {
-      size_text = size_text.substr(0, semi);
-    }
-    size_text = absl::StripAsciiWhitespace(size_text);
-    uint64_t size = 0;
-    if (size_text.empty() || size_text.size() > 15 || !absl::SimpleHexAtoi(size_text, &size)) {
-      return Failed("a malformed chunk size");
-    }
-    body.remove_prefix(eol + 2);
-    if (size == 0) return out;  // trailers, if any, are not read
-    if (body.size() < size + 2 || body.substr(size, 2) != "\r\n") {
-      return Failed("the chunked body ends early");
-    }
-    if (static_cast<int64_t>(out.size() + size) > max_bytes) return Failed("too large");
-    out.append(body.data(), size);
-    body.remove_prefix(size + 2);
-  }
-}
-
 absl::Status TooLarge(int64_t max_bytes) {
   return Failed(
       absl::StrCat("the image is larger than ", max_bytes, " bytes (--media-fetch-max-bytes)"));
@@ -305,15 +244,16 @@ absl::StatusOr<std::string> GetOnce(const MediaUrl& url, SSL_CTX* tls, absl::Tim
                               "Accept-Encoding: identity\r\nConnection: close\r\n\r\n")));
   std::string raw;
   std::optional<ResponseHead> head;
-  while (!head) {
-    ASSIGN_OR_RETURN(const size_t n,
-                     c.Read(raw, kMaxHeadBytes + 1 - std::min(raw.size(), kMaxHeadBytes)));
-    ASSIGN_OR_RETURN(head, ParseHead(raw));
-    if (!head && n == 0) return Failed("the connection closed before the answer's headers");
+  for (;;) {
+    ASSIGN_OR_RETURN(head, ParseResponseHead(raw));
     if (head && head->status < 200) {  // 1xx: another head follows
       raw.erase(0, head->size);
-      head.reset();
+      continue;
     }
+    if (head) break;
+    ASSIGN_OR_RETURN(const size_t n, c.Read(raw, kMaxResponseHeadBytes + 1 -
+                                                     std::min(raw.size(), kMaxResponseHeadBytes)));
+    if (n == 0) return Failed("the connection closed before the answer's headers");
   }
   if (head->status >= 300 && head->status < 400) {
     auto it = head->headers.find("location");
@@ -346,7 +286,14 @@ absl::StatusOr<std::string> GetOnce(const MediaUrl& url, SSL_CTX* tls, absl::Tim
   raw.erase(0, head->size);
   // A chunked body may carry its framing besides the bytes: a sixteenth more, and a page.
   const size_t cap = static_cast<size_t>(max_bytes) + (chunked ? max_bytes / 16 + 4096 : 0);
-  while (!length || raw.size() < static_cast<size_t>(*length)) {
+  // Whether the body is whole before the server closes: by its length, or (chunked) by its
+  // last chunk, since a server may keep the connection open despite Connection: close. Only a
+  // chunked body that could be whole (ending in an empty line) is parsed to see.
+  const auto whole = [&] {
+    if (length) return raw.size() >= static_cast<size_t>(*length);
+    return chunked && absl::EndsWith(raw, "\r\n\r\n") && Dechunk(raw, max_bytes).ok();
+  };
+  while (!whole()) {
     if (raw.size() > cap) return TooLarge(max_bytes);
     ASSIGN_OR_RETURN(const size_t n, c.Read(raw, cap + 1 - raw.size()));
     if (n == 0) break;
@@ -357,7 +304,7 @@ absl::StatusOr<std::string> GetOnce(const MediaUrl& url, SSL_CTX* tls, absl::Tim
   if (length) raw.resize(static_cast<size_t>(*length));
   if (chunked) {
     absl::StatusOr<std::string> body = Dechunk(raw, max_bytes);
-    if (!body.ok() && body.status().message() == "too large") return TooLarge(max_bytes);
+    if (absl::IsResourceExhausted(body.status())) return TooLarge(max_bytes);
     return body;
   }
   if (static_cast<int64_t>(raw.size()) > max_bytes) return TooLarge(max_bytes);

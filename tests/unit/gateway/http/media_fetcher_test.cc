@@ -26,11 +26,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Answers each connection with what `answer` returns for the request's head; "" holds the
-// connection open, unanswered, until the server stops.
+// What the origin writes on a connection, and whether it then holds it open until it stops.
+struct Reply {
+  Reply(std::string b, bool h = false) : bytes(std::move(b)), hold(h) {}  // NOLINT: implicit
+  Reply(const char* b) : bytes(b), hold(false) {}                         // NOLINT: implicit
+  std::string bytes;
+  bool hold;
+};
+
+// Answers each connection, one at a time, with what `answer` returns for the request's head.
 class Origin {
  public:
-  using Answer = std::function<std::string(const std::string& head)>;
+  using Answer = std::function<Reply(const std::string& head)>;
   Origin(const char* address, Answer answer, const std::string& cert = "",
          const std::string& key = "")
       : answer_(std::move(answer)) {
@@ -85,15 +92,15 @@ class Origin {
         if (n <= 0) break;
         head.append(buf, static_cast<size_t>(n));
       }
-      const std::string out = answer_(head);
-      if (out.empty()) {
-        while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      } else if (ssl != nullptr) {
-        SSL_write(ssl, out.data(), static_cast<int>(out.size()));
-        SSL_shutdown(ssl);
+      const Reply reply = answer_(head);
+      const std::string& out = reply.bytes;
+      if (ssl != nullptr) {
+        if (!out.empty()) SSL_write(ssl, out.data(), static_cast<int>(out.size()));
       } else {
         (void)!write(c, out.data(), out.size());
       }
+      while (reply.hold && !stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (ssl != nullptr) SSL_shutdown(ssl);
       if (ssl != nullptr) SSL_free(ssl);
       close(c);
     }
@@ -173,9 +180,10 @@ TEST(MediaFetcher, FetchesWhatAnAllowedHostServesHoweverItIsFramed) {
     absl::StrAppend(&chunked, absl::Hex(piece.size()), ";ext=1\r\n", piece, "\r\n");
   }
   absl::StrAppend(&chunked, "0\r\nTrailer: x\r\n\r\n");
-  Origin origin("127.0.0.1", [&](const std::string& head) -> std::string {
+  Origin origin("127.0.0.1", [&](const std::string& head) -> Reply {
     if (absl::StartsWith(head, "GET /length ")) return Ok(image) + "trailing junk";
     if (absl::StartsWith(head, "GET /chunked ")) return chunked;
+    if (absl::StartsWith(head, "GET /chunked-held ")) return Reply(chunked, /*hold=*/true);
     if (absl::StartsWith(head, "GET /close ")) return "HTTP/1.0 200 OK\r\n\r\n" + image;
     if (absl::StartsWith(head, "GET /continue "))
       return "HTTP/1.1 100 Continue\r\n\r\n" + Ok(image);
@@ -185,7 +193,8 @@ TEST(MediaFetcher, FetchesWhatAnAllowedHostServesHoweverItIsFramed) {
     return "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
   });
   auto f = Fetcher({"127.0.0.1"});
-  for (const char* path : {"/length", "/chunked", "/close", "/continue", "/hop"}) {
+  // Last: the origin answers one connection at a time, and holds this one until it stops.
+  for (const char* path : {"/length", "/chunked", "/close", "/continue", "/hop", "/chunked-held"}) {
     absl::StatusOr<std::string> got =
         f->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)));
     ASSERT_TRUE(got.ok()) << path << ": " << got.status();
@@ -195,7 +204,7 @@ TEST(MediaFetcher, FetchesWhatAnAllowedHostServesHoweverItIsFramed) {
 
 TEST(MediaFetcher, RefusalsSayWhyAndNameTheFlag) {
   const std::string image = Image(5000);
-  Origin origin("127.0.0.1", [&](const std::string& head) -> std::string {
+  Origin origin("127.0.0.1", [&](const std::string& head) -> Reply {
     if (absl::StartsWith(head, "GET /missing ")) return "HTTP/1.1 404 Not Found\r\n\r\n";
     if (absl::StartsWith(head, "GET /big ")) return Ok(image);
     if (absl::StartsWith(head, "GET /big-unsaid ")) return "HTTP/1.1 200 OK\r\n\r\n" + image;
@@ -214,7 +223,7 @@ TEST(MediaFetcher, RefusalsSayWhyAndNameTheFlag) {
     }
     if (absl::StartsWith(head, "GET /loop "))
       return "HTTP/1.1 302 Found\r\nLocation: /loop\r\n\r\n";
-    if (absl::StartsWith(head, "GET /silent ")) return "";
+    if (absl::StartsWith(head, "GET /silent ")) return Reply("", /*hold=*/true);
     return "garbage\r\n\r\n";
   });
   auto f = Fetcher({"127.0.0.1"}, 4096, "", absl::Milliseconds(500));
@@ -262,7 +271,7 @@ TEST(MediaFetcher, HttpsTrustsTheCaGivenAndChecksTheName) {
   }
   const std::string pki = dir.File("pki") + "/";
   const std::string image = Image(20000);
-  const auto serve = [&](const std::string&) { return Ok(image); };
+  const auto serve = [&](const std::string&) { return Reply(Ok(image)); };
   // The certificate names localhost and 127.0.0.1; 127.0.0.2 is loopback too, but not named.
   Origin origin("127.0.0.1", serve, pki + "server.pem", pki + "server.key");
   Origin unnamed("127.0.0.2", serve, pki + "server.pem", pki + "server.key");
