@@ -13,6 +13,15 @@ HttpMetrics::HttpMetrics(MetricsRegistry& r, const std::string& prefix)
       stalled_streams(r.AddCounter(prefix + "_stalled_streams_total",
                                    "HTTP event streams closed because their client read nothing "
                                    "for --http-stall-timeout-seconds while their buffer was full.")
-                          .counter()) {}
+                          .counter()),
+      image_fetches(r.AddCounter(prefix + "_image_fetches_total",
+                                 "Image URLs in chat requests, by outcome: ok, refused (a host off "
+                                 "--allowed-media-domains), timeout, failed.",
+                                 {"outcome"})),
+      image_fetch_duration(r.AddHistogram(prefix + "_image_fetch_duration_seconds",
+                                          "Fetching one image URL, redirects included "
+                                          "(refusals by host not counted).",
+                                          LatencyBuckets())
+                               .histogram()) {}
 
 }  // namespace walsh

@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP face's metrics, named under the serving process's prefix
 // (walsh_gateway_http_*, walsh_worker_http_*): requests by route and status, their duration,
-// and the streams closed because their client stopped reading.
+// the streams closed because their client stopped reading, and the image URLs fetched.
 #ifndef WALSH_GATEWAY_HTTP_HTTP_METRICS_H_
 #define WALSH_GATEWAY_HTTP_HTTP_METRICS_H_
 
@@ -16,6 +16,8 @@ struct HttpMetrics {
   MetricFamily& requests;  // by route and HTTP status (499: the client left first)
   MetricFamily& duration;  // by route
   Counter& stalled_streams;
+  MetricFamily& image_fetches;  // by outcome: ok, refused (the host), timeout, failed
+  Histogram& image_fetch_duration;
 };
 
 }  // namespace walsh

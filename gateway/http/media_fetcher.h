@@ -34,9 +34,10 @@ class MediaFetcher {
   MediaFetcher(const MediaFetcher&) = delete;
   MediaFetcher& operator=(const MediaFetcher&) = delete;
 
-  // The body of a 2xx answer to GET `url`. A refusal's message says what failed (the host not
-  // allowed, the connection, the certificate, the status, the size, the time) and names the
-  // flag that would change it.
+  // The body of a 2xx answer to GET `url`. A refusal's message says what failed and names the
+  // flag that would change it: INVALID_ARGUMENT for a host not allowed (the first or a
+  // redirect's), DEADLINE_EXCEEDED past the timeout, UNAVAILABLE for the rest (the connection,
+  // the certificate, the status, the framing, the size).
   absl::StatusOr<std::string> Fetch(const MediaUrl& url) const;
 
  private:

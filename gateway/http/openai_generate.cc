@@ -163,7 +163,16 @@ absl::Status OpenAiServer::FetchImages(OpenAiRequest& r) const {
   for (OpenAiRequest::RemoteImage& image : r.remote_images) {
     absl::StatusOr<MediaUrl> url = ParseMediaUrl(image.url);
     if (!url.ok()) return FieldError(image.field, url.status().message());
+    const absl::Time start = absl::Now();
     absl::StatusOr<std::string> bytes = media_->Fetch(*url);
+    const char* outcome = bytes.ok()                                 ? "ok"
+                          : absl::IsInvalidArgument(bytes.status())  ? "refused"
+                          : absl::IsDeadlineExceeded(bytes.status()) ? "timeout"
+                                                                     : "failed";
+    metrics_->image_fetches.counter({outcome}).Inc();
+    if (!absl::IsInvalidArgument(bytes.status())) {
+      metrics_->image_fetch_duration.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    }
     if (!bytes.ok()) return FieldError(image.field, bytes.status().message());
     r.generate.mutable_pieces()->mutable_pieces(image.piece)->set_image(*std::move(bytes));
   }

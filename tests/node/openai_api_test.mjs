@@ -468,6 +468,8 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
       assert.equal(fetched.choices[0].message.content, inline.choices[0].message.content, url);
       assert.deepEqual(fetched.choices[0].logprobs, inline.choices[0].logprobs, url);
     }
+    assert.equal(await metric(gw.metrics_port,
+                              'walsh_gateway_http_image_fetches_total{outcome="ok"}'), 3);
   });
 
   test("an image it cannot take is 400 naming the field", async () => {
@@ -485,6 +487,11 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
         { role: "user", content: [{ type: "text", text: "x" },
                                   { type: "image_url", image_url: { url: u } }] }] }),
       (e) => e.status === 400 && e.param === url && e.message.includes(why), u);
+    }
+    for (const [outcome, n] of [["refused", 2], ["failed", 2], ["timeout", 1]]) {
+      assert.equal(await metric(gw.metrics_port,
+                                `walsh_gateway_http_image_fetches_total{outcome="${outcome}"}`), n,
+                   outcome);
     }
     const cases = [
       [{ type: "image_url", image_url: { url: "data:image/png;base64,@@@" } },
