@@ -42,7 +42,10 @@ void HttpFlags::Register(FlagSet& flags, const std::string& listen_help) {
   flags.Int("media-fetch-timeout-seconds", &media_fetch_timeout_seconds,
             "longest fetch of one image URL, connecting and redirects included");
   flags.Int("media-fetch-max-bytes", &media_fetch_max_bytes,
-            "largest image fetched from a URL; beyond: 400");
+            "most image bytes fetched for one request, all its URLs together; beyond: 400 "
+            "(gRPC's 4 MiB message limit bounds what reaches the worker)");
+  flags.Int("media-fetch-max-images", &media_fetch_max_images,
+            "most image URLs in one request; more: 400 before any is fetched");
   flags.String("media-ca-file", &media_ca_file,
                "PEM file of the CAs trusted for https image URLs; empty: the system's");
 }
@@ -55,6 +58,10 @@ absl::StatusOr<MediaFetchOptions> HttpFlags::Media() const {
   if (media_fetch_max_bytes < 1 || media_fetch_max_bytes > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("--media-fetch-max-bytes must be in [1, 1 GiB]");
   }
+  if (media_fetch_max_images < 1 || media_fetch_max_images > 256) {
+    return absl::InvalidArgumentError("--media-fetch-max-images must be in [1, 256]");
+  }
+  o.max_images = static_cast<int>(media_fetch_max_images);
   o.timeout = absl::Seconds(media_fetch_timeout_seconds);
   o.max_bytes = media_fetch_max_bytes;
   o.ca_file = media_ca_file;

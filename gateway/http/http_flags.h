@@ -24,7 +24,8 @@ struct HttpFlags {
   // Images by http(s) URL (docs/openai.md §Images): fetched only from these hosts.
   std::string allowed_media_domains;  // comma-separated; empty: none
   int64_t media_fetch_timeout_seconds = 10;
-  int64_t media_fetch_max_bytes = int64_t{20} << 20;
+  int64_t media_fetch_max_bytes = int64_t{4} << 20;
+  int64_t media_fetch_max_images = 4;
   std::string media_ca_file;
 
   void Register(FlagSet& flags, const std::string& listen_help);

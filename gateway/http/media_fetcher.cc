@@ -25,6 +25,8 @@
 namespace walsh {
 namespace {
 
+constexpr int kMaxInterimAnswers = 8;
+
 absl::Status Failed(absl::string_view why) { return absl::UnavailableError(why); }
 
 std::string TlsErrors() {
@@ -86,6 +88,7 @@ class Connection {
 
   absl::Status WriteAll(absl::string_view bytes) {
     while (!bytes.empty()) {
+      RETURN_IF_ERROR(CheckDeadline());
       ssize_t n;
       if (ssl_ != nullptr) {
         n = SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size()));
@@ -111,6 +114,9 @@ class Connection {
     char buf[16384];
     const size_t want = std::min(sizeof buf, at_most);
     for (;;) {
+      // Checked before every read, not only when one would wait: a peer that never makes the
+      // reader wait must not hold it past its deadline.
+      RETURN_IF_ERROR(CheckDeadline());
       if (ssl_ != nullptr) {
         const int n = SSL_read(ssl_, buf, static_cast<int>(want));
         if (n > 0) {
@@ -135,6 +141,13 @@ class Connection {
  private:
   absl::Status Errno(absl::string_view doing) const {
     return Failed(absl::StrCat(doing, ": ", std::strerror(errno)));
+  }
+
+  absl::Status CheckDeadline() const {
+    if (absl::Now() >= deadline_) {
+      return absl::DeadlineExceededError("the fetch took longer than its timeout");
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Wait(short events) {
@@ -230,7 +243,9 @@ class Connection {
 
 absl::Status TooLarge(int64_t max_bytes) {
   return Failed(
-      absl::StrCat("the image is larger than ", max_bytes, " bytes (--media-fetch-max-bytes)"));
+      absl::StrCat("the image is larger than the ", max_bytes,
+                   " bytes its request may still fetch (--media-fetch-max-bytes, for all of a "
+                   "request's images)"));
 }
 
 // One GET: the body of a 2xx, or (on 3xx) the redirect's Location in `location`.
@@ -244,9 +259,10 @@ absl::StatusOr<std::string> GetOnce(const MediaUrl& url, SSL_CTX* tls, absl::Tim
                               "Accept-Encoding: identity\r\nConnection: close\r\n\r\n")));
   std::string raw;
   std::optional<ResponseHead> head;
-  for (;;) {
+  for (int interim = 0;;) {
     ASSIGN_OR_RETURN(head, ParseResponseHead(raw));
     if (head && head->status < 200) {  // 1xx: another head follows
+      if (++interim > kMaxInterimAnswers) return Failed("more than 8 interim (1xx) answers");
       raw.erase(0, head->size);
       continue;
     }
@@ -287,17 +303,23 @@ absl::StatusOr<std::string> GetOnce(const MediaUrl& url, SSL_CTX* tls, absl::Tim
   // A chunked body may carry its framing besides the bytes: a sixteenth more, and a page.
   const size_t cap = static_cast<size_t>(max_bytes) + (chunked ? max_bytes / 16 + 4096 : 0);
   // Whether the body is whole before the server closes: by its length, or (chunked) by its
-  // last chunk, since a server may keep the connection open despite Connection: close. Only a
-  // chunked body that could be whole (ending in an empty line) is parsed to see.
+  // last chunk, since a server may keep the connection open despite Connection: close. The
+  // chunks' framing is followed as the bytes arrive, each byte read once.
+  size_t chunks_passed = 0;
+  absl::Status framing = absl::OkStatus();
   const auto whole = [&] {
     if (length) return raw.size() >= static_cast<size_t>(*length);
-    return chunked && absl::EndsWith(raw, "\r\n\r\n") && Dechunk(raw, max_bytes).ok();
+    if (!chunked) return false;
+    absl::StatusOr<bool> done = ChunkedBodyWhole(raw, &chunks_passed);
+    if (!done.ok()) framing = done.status();
+    return !done.ok() || *done;
   };
   while (!whole()) {
     if (raw.size() > cap) return TooLarge(max_bytes);
     ASSIGN_OR_RETURN(const size_t n, c.Read(raw, cap + 1 - raw.size()));
     if (n == 0) break;
   }
+  RETURN_IF_ERROR(framing);
   if (length && raw.size() < static_cast<size_t>(*length)) {
     return Failed("the connection closed before the whole body came");
   }
@@ -319,9 +341,8 @@ absl::StatusOr<std::unique_ptr<MediaFetcher>> MediaFetcher::Create(MediaFetchOpt
   f->tls_ = SSL_CTX_new(TLS_client_method());
   if (f->tls_ == nullptr) return absl::InternalError(TlsErrors());
   SSL_CTX_set_min_proto_version(f->tls_, TLS1_2_VERSION);
-  // A peer that closes without close_notify ends the body as a plain close does; a cut short
-  // image is then refused by its decoder, as a cut short plain body is.
-  SSL_CTX_set_options(f->tls_, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  // A TLS peer that closes without close_notify is an error (OpenSSL's default), not the end
+  // of a body: one framed by the close could otherwise be cut short by anyone on the path.
   SSL_CTX_set_verify(f->tls_, SSL_VERIFY_PEER, nullptr);
   const int loaded =
       f->options_.ca_file.empty()
@@ -355,14 +376,15 @@ absl::Status MediaFetcher::CheckAllowed(const MediaUrl& url) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> MediaFetcher::Fetch(const MediaUrl& url) const {
+absl::StatusOr<std::string> MediaFetcher::Fetch(const MediaUrl& url, int64_t max_bytes) const {
   RETURN_IF_ERROR(CheckAllowed(url));
   SigpipeHeld sigpipe_held;
   const absl::Time deadline = absl::Now() + options_.timeout;
   MediaUrl at = url;
   for (int redirects = 0;; ++redirects) {
     std::string location;
-    absl::StatusOr<std::string> body = GetOnce(at, tls_, deadline, options_.max_bytes, location);
+    absl::StatusOr<std::string> body =
+        GetOnce(at, tls_, deadline, std::min(max_bytes, options_.max_bytes), location);
     if (!body.ok()) {
       if (absl::IsDeadlineExceeded(body.status())) {
         return absl::DeadlineExceededError(absl::StrCat(
@@ -380,6 +402,10 @@ absl::StatusOr<std::string> MediaFetcher::Fetch(const MediaUrl& url) const {
     absl::StatusOr<MediaUrl> next = ResolveLocation(at, location);
     if (!next.ok()) {
       return Failed(absl::StrCat("fetching ", at.Spec(), ": ", next.status().message()));
+    }
+    if (at.https && !next->https) {
+      return Failed(absl::StrCat("fetching ", at.Spec(), ": a redirect from https to http (",
+                                 next->Spec(), ") is not followed"));
     }
     if (absl::Status allowed = CheckAllowed(*next); !allowed.ok()) {
       return absl::InvalidArgumentError(

@@ -21,7 +21,8 @@ namespace walsh {
 struct MediaFetchOptions {
   std::vector<std::string> allowed_domains;    // exact host names, lower case; empty: none
   absl::Duration timeout = absl::Seconds(10);  // one image's fetch, redirects included
-  int64_t max_bytes = int64_t{20} << 20;       // one image's body
+  int64_t max_bytes = int64_t{4} << 20;        // the bodies of one request's images, together
+  int max_images = 4;                          // image URLs in one request
   int max_redirects = 3;
   std::string ca_file;  // the CAs HTTPS trusts (PEM); empty: the system's
 };
@@ -38,7 +39,10 @@ class MediaFetcher {
   // flag that would change it: INVALID_ARGUMENT for a host not allowed (the first or a
   // redirect's), DEADLINE_EXCEEDED past the timeout, UNAVAILABLE for the rest (the connection,
   // the certificate, the status, the framing, the size).
-  absl::StatusOr<std::string> Fetch(const MediaUrl& url) const;
+  // `max_bytes`: what the request may still fetch (at most options().max_bytes).
+  absl::StatusOr<std::string> Fetch(const MediaUrl& url, int64_t max_bytes) const;
+
+  const MediaFetchOptions& options() const { return options_; }
 
  private:
   explicit MediaFetcher(MediaFetchOptions options);

@@ -1,9 +1,11 @@
 #include "gateway/http/media_response.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -13,6 +15,22 @@ namespace walsh {
 namespace {
 
 absl::Status Failed(absl::string_view why) { return absl::UnavailableError(why); }
+
+// A chunk's size line (without its CRLF): the hex size before any extension.
+absl::StatusOr<uint64_t> ChunkSize(absl::string_view line) {
+  if (const size_t semi = line.find(';'); semi != absl::string_view::npos) {
+    line = line.substr(0, semi);
+  }
+  line = absl::StripAsciiWhitespace(line);
+  uint64_t size = 0;
+  if (line.empty() || line.size() > 15) return Failed("a malformed chunk size");
+  for (char c : line) {
+    if (!absl::ascii_isxdigit(c)) return Failed("a malformed chunk size");
+    size = size * 16 + static_cast<uint64_t>(
+                           absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10);
+  }
+  return size;
+}
 
 }  // namespace
 
@@ -50,18 +68,9 @@ absl::StatusOr<std::string> Dechunk(absl::string_view body, int64_t max_bytes) {
   for (;;) {
     const size_t eol = body.find("\r\n");
     if (eol == absl::string_view::npos) return Failed("the chunked body ends early");
-    absl::string_view size_text = body.substr(0, eol);
-    if (const size_t semi = size_text.find(';'); semi != absl::string_view::npos) {
-      size_text = size_text.substr(0, semi);
-    }
-    size_text = absl::StripAsciiWhitespace(size_text);
-    uint64_t size = 0;
-    if (size_text.empty() || size_text.size() > 15) return Failed("a malformed chunk size");
-    for (char c : size_text) {
-      if (!absl::ascii_isxdigit(c)) return Failed("a malformed chunk size");
-      size = size * 16 + static_cast<uint64_t>(
-                             absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10);
-    }
+    absl::StatusOr<uint64_t> parsed = ChunkSize(body.substr(0, eol));
+    if (!parsed.ok()) return parsed.status();
+    const uint64_t size = *parsed;
     body.remove_prefix(eol + 2);
     if (size == 0) return out;
     if (body.size() < size + 2 || body.substr(size, 2) != "\r\n") {
@@ -72,6 +81,30 @@ absl::StatusOr<std::string> Dechunk(absl::string_view body, int64_t max_bytes) {
     }
     out.append(body.data(), size);
     body.remove_prefix(size + 2);
+  }
+}
+
+absl::StatusOr<bool> ChunkedBodyWhole(absl::string_view body, size_t* at) {
+  for (;;) {
+    const absl::string_view rest = body.substr(std::min(*at, body.size()));
+    const size_t eol = rest.find("\r\n");
+    if (eol == absl::string_view::npos) {
+      if (rest.size() > 4096) return Failed("a chunk size line passes 4 KiB");
+      return false;
+    }
+    absl::StatusOr<uint64_t> size = ChunkSize(rest.substr(0, eol));
+    if (!size.ok()) return size.status();
+    if (*size == 0) {
+      // The trailer section ends at an empty line: at once, or after trailer lines.
+      const absl::string_view trailers = rest.substr(eol + 2);
+      if (absl::StartsWith(trailers, "\r\n")) return true;
+      if (trailers.find("\r\n\r\n") != absl::string_view::npos) return true;
+      if (trailers.size() > 4096) return Failed("the chunked body's trailers pass 4 KiB");
+      return false;
+    }
+    if (rest.size() < eol + 2 + *size + 2) return false;
+    if (rest.substr(eol + 2 + *size, 2) != "\r\n") return Failed("a chunk without its CRLF");
+    *at += eol + 2 + *size + 2;
   }
 }
 

@@ -30,6 +30,12 @@ absl::StatusOr<std::optional<ResponseHead>> ParseResponseHead(absl::string_view 
 // short body; RESOURCE_EXHAUSTED past `max_bytes`.
 absl::StatusOr<std::string> Dechunk(absl::string_view body, int64_t max_bytes);
 
+// Whether `body`, a chunked body as far as it has arrived, is whole: its last chunk and trailers
+// are in it. Resumes from `*at` (0 at first; the offset of the first chunk not yet passed), so
+// calls after each read cost the new bytes only. UNAVAILABLE for framing that is malformed, or a
+// size line or trailer section past 4 KiB.
+absl::StatusOr<bool> ChunkedBodyWhole(absl::string_view body, size_t* at);
+
 }  // namespace walsh
 
 #endif  // WALSH_GATEWAY_HTTP_MEDIA_RESPONSE_H_

@@ -160,11 +160,18 @@ class Answer {
 }  // namespace
 
 absl::Status OpenAiServer::FetchImages(OpenAiRequest& r) const {
+  const MediaFetchOptions& limits = media_->options();
+  if (r.remote_images.size() > static_cast<size_t>(limits.max_images)) {
+    return FieldError(r.remote_images[limits.max_images].field,
+                      absl::StrCat("more than ", limits.max_images,
+                                   " image URLs in one request (--media-fetch-max-images)"));
+  }
+  int64_t left = limits.max_bytes;
   for (OpenAiRequest::RemoteImage& image : r.remote_images) {
     absl::StatusOr<MediaUrl> url = ParseMediaUrl(image.url);
     if (!url.ok()) return FieldError(image.field, url.status().message());
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::string> bytes = media_->Fetch(*url);
+    absl::StatusOr<std::string> bytes = media_->Fetch(*url, left);
     const char* outcome = bytes.ok()                                 ? "ok"
                           : absl::IsInvalidArgument(bytes.status())  ? "refused"
                           : absl::IsDeadlineExceeded(bytes.status()) ? "timeout"
@@ -174,6 +181,7 @@ absl::Status OpenAiServer::FetchImages(OpenAiRequest& r) const {
       metrics_->image_fetch_duration.Observe(absl::ToDoubleSeconds(absl::Now() - start));
     }
     if (!bytes.ok()) return FieldError(image.field, bytes.status().message());
+    left -= static_cast<int64_t>(bytes->size());
     r.generate.mutable_pieces()->mutable_pieces(image.piece)->set_image(*std::move(bytes));
   }
   return absl::OkStatus();
@@ -183,10 +191,6 @@ void OpenAiServer::Generate(HttpExchange& x, bool chat) {
   auto parsed = chat ? ParseChatCompletionRequest(x.body()) : ParseCompletionRequest(x.body());
   if (!parsed.ok()) return x.SendError(ApiErrorOf(parsed.status()));
   OpenAiRequest& r = *parsed;
-  if (absl::Status fetched = FetchImages(r); !fetched.ok()) {
-    return x.SendError(ApiErrorOf(fetched));
-  }
-  if (options_.chat_content_special_tokens) JoinChatPieces(r.generate);
   auto info = FleetModel(x);
   if (!info.ok()) return x.SendError(ApiErrorOf(info.status()));
   const v1::ModelInfo& model = *info;
@@ -197,6 +201,11 @@ void OpenAiServer::Generate(HttpExchange& x, bool chat) {
          absl::StrCat("model: ", Quoted(r.model), " is not served here (", Quoted(name), " is)"),
          "invalid_request_error", "model", "model_not_found"});
   }
+  // After the cheap checks: a request refused anyway fetches nothing.
+  if (absl::Status fetched = FetchImages(r); !fetched.ok()) {
+    return x.SendError(ApiErrorOf(fetched));
+  }
+  if (options_.chat_content_special_tokens) JoinChatPieces(r.generate);
   // top_k at or past the vocabulary keeps every token: off, as vLLM clamps it.
   if (r.generate.sampling().top_k() >= static_cast<int64_t>(model.vocab_size())) {
     r.generate.mutable_sampling()->clear_top_k();

@@ -1,7 +1,8 @@
 // libFuzzer target: arbitrary bytes as an origin's answer to an image fetch. The head parser
 // and the chunked decoder may refuse (with a message), never crash; what they accept holds
-// together (the head's size within the bytes, a body no larger than its framing), and any bytes
-// chunked at the input's chosen sizes decode back to themselves.
+// together (the head's size within the bytes, a body no larger than its framing, a body found
+// whole decodes), and any bytes chunked at the input's chosen sizes decode back to themselves and
+// are found whole exactly when the last of them has arrived.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -41,5 +42,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StrAppend(&chunked, "0\r\n\r\n");
   auto again = Dechunk(chunked, static_cast<int64_t>(bytes.size()));
   if (!again.ok() || *again != bytes) fuzz::Violated("chunked bytes do not decode to themselves");
+
+  // Fed as it arrives, `chunk` bytes at a time, the framing is whole exactly at its end.
+  size_t at = 0;
+  for (size_t end = chunk;; end += chunk) {
+    const size_t e = std::min(end, chunked.size());
+    auto whole = ChunkedBodyWhole(absl::string_view(chunked).substr(0, e), &at);
+    if (!whole.ok()) fuzz::Violated("well-formed chunked framing refused");
+    if (*whole != (e == chunked.size())) fuzz::Violated("chunked framing whole too early or late");
+    if (e == chunked.size()) break;
+  }
+  // What is found whole decodes.
+  size_t from = 0;
+  auto found = ChunkedBodyWhole(bytes, &from);
+  if (found.ok() && *found && !Dechunk(bytes, int64_t{1} << 40).ok()) {
+    fuzz::Violated("a body found whole does not decode");
+  }
   return 0;
 }

@@ -421,7 +421,7 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
       "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
     gw = await startGateway(`127.0.0.1:${worker.grpc_port}`, ["--api-key", KEY,
       "--allowed-media-domains", "127.0.0.1", "--media-fetch-timeout-seconds", "1",
-      "--media-fetch-max-bytes", "200000"]);
+      "--media-fetch-max-bytes", "200000", "--media-fetch-max-images", "2"]);
     client = new OpenAI({ apiKey: KEY, baseURL: gw.base, maxRetries: 0 });
     model = (await client.models.list()).data[0].id;
   });
@@ -478,7 +478,7 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
       ["https://example.com/cat.png", 'the host "example.com" is not in --allowed-media-domains'],
       [`${originUrl}/away`, 'redirected: the host "localhost" is not in --allowed-media-domains'],
       [`${originUrl}/missing.png`, "the server answered 404"],
-      [`${originUrl}/big.png`, "larger than 200000 bytes (--media-fetch-max-bytes)"],
+      [`${originUrl}/big.png`, "larger than the 200000 bytes its request may still fetch"],
       [`${originUrl}/silent.png`, "took longer than 1s (--media-fetch-timeout-seconds)"],
       ["ftp://127.0.0.1/a.png", "expected a data: URL with base64 image bytes, or an http(s) URL"],
     ];
@@ -488,6 +488,12 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
                                   { type: "image_url", image_url: { url: u } }] }] }),
       (e) => e.status === 400 && e.param === url && e.message.includes(why), u);
     }
+    // More URLs than --media-fetch-max-images: refused before any is fetched (the counts below).
+    const three = [1, 2, 3].map(() => ({ type: "image_url", image_url: { url: `${originUrl}/a.png` } }));
+    await assert.rejects(client.chat.completions.create({ model, max_tokens: 2, messages: [
+      { role: "user", content: [{ type: "text", text: "x" }, ...three] }] }),
+    (e) => e.status === 400 && e.param === "messages[0].content[3].image_url.url" &&
+           e.message.includes("more than 2 image URLs in one request (--media-fetch-max-images)"));
     for (const [outcome, n] of [["refused", 2], ["failed", 2], ["timeout", 1]]) {
       assert.equal(await metric(gw.metrics_port,
                                 `walsh_gateway_http_image_fetches_total{outcome="${outcome}"}`), n,

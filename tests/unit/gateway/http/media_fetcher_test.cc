@@ -195,8 +195,8 @@ TEST(MediaFetcher, FetchesWhatAnAllowedHostServesHoweverItIsFramed) {
   auto f = Fetcher({"127.0.0.1"});
   // Last: the origin answers one connection at a time, and holds this one until it stops.
   for (const char* path : {"/length", "/chunked", "/close", "/continue", "/hop", "/chunked-held"}) {
-    absl::StatusOr<std::string> got =
-        f->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)));
+    absl::StatusOr<std::string> got = f->Fetch(
+        Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)), f->options().max_bytes);
     ASSERT_TRUE(got.ok()) << path << ": " << got.status();
     EXPECT_EQ(*got, image) << path;
   }
@@ -224,18 +224,27 @@ TEST(MediaFetcher, RefusalsSayWhyAndNameTheFlag) {
     if (absl::StartsWith(head, "GET /loop "))
       return "HTTP/1.1 302 Found\r\nLocation: /loop\r\n\r\n";
     if (absl::StartsWith(head, "GET /silent ")) return Reply("", /*hold=*/true);
+    if (absl::StartsWith(head, "GET /interim ")) {
+      std::string heads;
+      for (int i = 0; i < 20; ++i) heads += "HTTP/1.1 100 Continue\r\n\r\n";
+      return heads + Ok("abc");
+    }
+    if (absl::StartsWith(head, "GET /small ")) return Ok(image.substr(0, 200));
     return "garbage\r\n\r\n";
   });
   auto f = Fetcher({"127.0.0.1"}, 4096, "", absl::Milliseconds(500));
   const auto refused = [&](const std::string& path) {
-    absl::StatusOr<std::string> got =
-        f->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)));
+    absl::StatusOr<std::string> got = f->Fetch(
+        Url(absl::StrCat("http://127.0.0.1:", origin.port(), path)), f->options().max_bytes);
     EXPECT_FALSE(got.ok()) << path;
     return std::string(got.status().message());
   };
   EXPECT_THAT(refused("/missing"), HasSubstr("the server answered 404"));
   for (const char* big : {"/big", "/big-unsaid", "/big-chunked"}) {
-    EXPECT_THAT(refused(big), HasSubstr("larger than 4096 bytes (--media-fetch-max-bytes)"));
+    EXPECT_THAT(
+        refused(big),
+        HasSubstr(
+            "larger than the 4096 bytes its request may still fetch (--media-fetch-max-bytes"));
   }
   EXPECT_THAT(refused("/short"), HasSubstr("closed before the whole body"));
   EXPECT_THAT(refused("/gzip"), HasSubstr("Content-Encoding \"gzip\""));
@@ -243,23 +252,32 @@ TEST(MediaFetcher, RefusalsSayWhyAndNameTheFlag) {
               HasSubstr("redirected: the host \"localhost\" is not in --allowed-media-domains"));
   EXPECT_THAT(refused("/loop"), HasSubstr("more than 3 redirects"));
   EXPECT_THAT(refused("/garbage"), HasSubstr("not HTTP/1.x"));
+  EXPECT_THAT(refused("/interim"), HasSubstr("more than 8 interim (1xx) answers"));
+  // The request's budget, not the flag's, bounds each fetch.
+  const MediaUrl small = Url(absl::StrCat("http://127.0.0.1:", origin.port(), "/small"));
+  EXPECT_TRUE(f->Fetch(small, 200).ok());
+  EXPECT_THAT(std::string(f->Fetch(small, 199).status().message()),
+              HasSubstr("larger than the 199 bytes its request may still fetch"));
+
+  // A host off the list is refused before any connection.
+  const int before = origin.connections();
+  absl::StatusOr<std::string> other = f->Fetch(
+      Url(absl::StrCat("http://localhost:", origin.port(), "/big")), f->options().max_bytes);
+  EXPECT_THAT(std::string(other.status().message()),
+              HasSubstr("the host \"localhost\" is not in --allowed-media-domains"));
+  auto none = Fetcher({});
+  absl::StatusOr<std::string> off = none->Fetch(
+      Url(absl::StrCat("http://127.0.0.1:", origin.port(), "/big")), none->options().max_bytes);
+  EXPECT_THAT(std::string(off.status().message()),
+              HasSubstr("--allowed-media-domains names no host"));
+  EXPECT_EQ(origin.connections(), before);
+  EXPECT_TRUE(f->Fetch(small, 200).ok()) << "the origin still answers, so it would have counted";
+
+  // Last: the origin holds this connection until it stops.
   const absl::Time start = absl::Now();
   EXPECT_THAT(refused("/silent"),
               HasSubstr("took longer than 500ms (--media-fetch-timeout-seconds)"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the deadline bounds the wait";
-
-  // A host off the list is refused before any connection.
-  const int before = origin.connections();
-  absl::StatusOr<std::string> other =
-      f->Fetch(Url(absl::StrCat("http://localhost:", origin.port(), "/big")));
-  EXPECT_THAT(std::string(other.status().message()),
-              HasSubstr("the host \"localhost\" is not in --allowed-media-domains"));
-  auto none = Fetcher({});
-  absl::StatusOr<std::string> off =
-      none->Fetch(Url(absl::StrCat("http://127.0.0.1:", origin.port(), "/big")));
-  EXPECT_THAT(std::string(off.status().message()),
-              HasSubstr("--allowed-media-domains names no host"));
-  EXPECT_EQ(origin.connections(), before);
 }
 
 TEST(MediaFetcher, HttpsTrustsTheCaGivenAndChecksTheName) {
@@ -273,21 +291,36 @@ TEST(MediaFetcher, HttpsTrustsTheCaGivenAndChecksTheName) {
   const std::string image = Image(20000);
   const auto serve = [&](const std::string&) { return Reply(Ok(image)); };
   // The certificate names localhost and 127.0.0.1; 127.0.0.2 is loopback too, but not named.
-  Origin origin("127.0.0.1", serve, pki + "server.pem", pki + "server.key");
+  Origin plain("127.0.0.1", serve);
+  Origin origin(
+      "127.0.0.1",
+      [&](const std::string& head) -> Reply {
+        if (absl::StartsWith(head, "GET /down ")) {
+          return absl::StrCat("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:", plain.port(),
+                              "/x.png\r\nContent-Length: 0\r\n\r\n");
+        }
+        return Ok(image);
+      },
+      pki + "server.pem", pki + "server.key");
   Origin unnamed("127.0.0.2", serve, pki + "server.pem", pki + "server.key");
   auto f = Fetcher({"127.0.0.1", "localhost", "127.0.0.2"}, 1 << 20, pki + "ca.pem");
   for (const char* host : {"127.0.0.1", "localhost"}) {
-    absl::StatusOr<std::string> got =
-        f->Fetch(Url(absl::StrCat("https://", host, ":", origin.port(), "/x.png")));
+    absl::StatusOr<std::string> got = f->Fetch(
+        Url(absl::StrCat("https://", host, ":", origin.port(), "/x.png")), f->options().max_bytes);
     ASSERT_TRUE(got.ok()) << host << ": " << got.status();
     EXPECT_EQ(*got, image);
   }
-  absl::StatusOr<std::string> wrong_name =
-      f->Fetch(Url(absl::StrCat("https://127.0.0.2:", unnamed.port(), "/x.png")));
+  absl::StatusOr<std::string> wrong_name = f->Fetch(
+      Url(absl::StrCat("https://127.0.0.2:", unnamed.port(), "/x.png")), f->options().max_bytes);
   EXPECT_THAT(std::string(wrong_name.status().message()), HasSubstr("is not trusted"));
+  absl::StatusOr<std::string> downgraded = f->Fetch(
+      Url(absl::StrCat("https://127.0.0.1:", origin.port(), "/down")), f->options().max_bytes);
+  EXPECT_THAT(std::string(downgraded.status().message()),
+              HasSubstr("a redirect from https to http"));
+  EXPECT_EQ(plain.connections(), 0);
   auto other = Fetcher({"127.0.0.1"}, 1 << 20, dir.File("other") + "/ca.pem");
-  absl::StatusOr<std::string> untrusted =
-      other->Fetch(Url(absl::StrCat("https://127.0.0.1:", origin.port(), "/x.png")));
+  absl::StatusOr<std::string> untrusted = other->Fetch(
+      Url(absl::StrCat("https://127.0.0.1:", origin.port(), "/x.png")), other->options().max_bytes);
   EXPECT_THAT(std::string(untrusted.status().message()), HasSubstr("is not trusted"));
   EXPECT_THAT(std::string(untrusted.status().message()), HasSubstr("--media-ca-file"));
 
@@ -316,6 +349,9 @@ TEST(MediaFlags, EachNamesItsFlag) {
   HttpFlags m;
   m.media_fetch_max_bytes = 0;
   EXPECT_THAT(error(m), HasSubstr("--media-fetch-max-bytes"));
+  HttpFlags n;
+  n.media_fetch_max_images = 257;
+  EXPECT_THAT(error(n), HasSubstr("--media-fetch-max-images"));
   HttpFlags c;
   c.media_ca_file = "x.pem";
   EXPECT_THAT(error(c), HasSubstr("--media-ca-file needs --allowed-media-domains"));
