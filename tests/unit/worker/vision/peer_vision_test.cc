@@ -19,9 +19,8 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
-#include "worker/model/gguf_file.h"
-#include "worker/model/mmproj_config.h"
 #include "worker/vision/vision_encoder.h"
+#include "worker/vision/vision_model.h"
 
 namespace walsh {
 namespace {
@@ -72,13 +71,9 @@ TEST(PeerVision, TheEncoderAgreesWithLlamaCppsClip) {
     const std::string bytes = testing::ReadFileOrDie(path);
     ASSERT_EQ(Sha256Hex(bytes.data(), bytes.size()), digests.at(c.preset))
         << "not the projector the peer read (walsh-mkmodel's output changed)";
-    auto file = GgufFile::Open(path);
-    ASSERT_TRUE(file.ok()) << file.status();
-    auto config = ParseMmprojConfig(**file);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto weights = VisionWeights::Load(**file, *config);
-    ASSERT_TRUE(weights.ok()) << weights.status();
-    const VisionEncoder encoder(std::move(*weights));
+    auto model = VisionModel::Load(path, c.text_width);  // as walsh-worker --mmproj loads it
+    ASSERT_TRUE(model.ok()) << model.status();
+    const VisionEncoder& encoder = (*model)->encoder();
 
     PixelValues px{c.height, c.width,
                    ReadFloats(testing::TestDataPath("peer-vision/" + name + ".pixels.f32"))};
