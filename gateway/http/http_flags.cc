@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace walsh {
 
@@ -52,15 +53,9 @@ void HttpFlags::Register(FlagSet& flags, const std::string& listen_help) {
 
 absl::StatusOr<MediaFetchOptions> HttpFlags::Media() const {
   MediaFetchOptions o;
-  if (media_fetch_timeout_seconds < 1 || media_fetch_timeout_seconds > 600) {
-    return absl::InvalidArgumentError("--media-fetch-timeout-seconds must be in [1, 600]");
-  }
-  if (media_fetch_max_bytes < 1 || media_fetch_max_bytes > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError("--media-fetch-max-bytes must be in [1, 1 GiB]");
-  }
-  if (media_fetch_max_images < 1 || media_fetch_max_images > 256) {
-    return absl::InvalidArgumentError("--media-fetch-max-images must be in [1, 256]");
-  }
+  RETURN_IF_ERROR(FlagWithin("media-fetch-timeout-seconds", media_fetch_timeout_seconds, 1, 600));
+  RETURN_IF_ERROR(FlagWithin("media-fetch-max-bytes", media_fetch_max_bytes, 1, int64_t{1} << 30));
+  RETURN_IF_ERROR(FlagWithin("media-fetch-max-images", media_fetch_max_images, 1, 256));
   o.max_images = static_cast<int>(media_fetch_max_images);
   o.timeout = absl::Seconds(media_fetch_timeout_seconds);
   o.max_bytes = media_fetch_max_bytes;

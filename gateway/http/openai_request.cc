@@ -22,8 +22,8 @@ using Json = nlohmann::ordered_json;  // keeps the client's key order for the pr
 
 // An image part's field, and whether its URL is fetched (http(s)) rather than inline (data:).
 struct ImageField {
-  std::string field;  // messages[i].content[j]
-  bool remote = false;
+  std::string field;            // messages[i].content[j]
+  std::optional<MediaUrl> url;  // set: fetched (http(s)), not inline (data:)
 };
 
 absl::Status Refuse(const std::string& field, const std::string& why) {
@@ -213,21 +213,21 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest& r) {
 }
 
 // An image_url part's image: the bytes of a data: URL (base64), or an http(s) URL for the server
-// to fetch (`remote`, the URL checked here and returned normalized).
+// to fetch (`remote`, the URL checked here; its normal form stands in for the bytes).
 absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& field,
-                                          bool& remote) {
+                                          std::optional<MediaUrl>& remote) {
   const Json* image_url = Get(part, "image_url");
   const Json* url =
       image_url != nullptr && image_url->is_object() ? Get(*image_url, "url") : nullptr;
   if (url == nullptr || !url->is_string())
     return Refuse(field + ".image_url.url", "expected a string");
   const std::string& u = url->get_ref<const std::string&>();
-  remote = IsHttpUrl(u);
-  if (remote) {
+  if (IsHttpUrl(u)) {
     absl::StatusOr<MediaUrl> parsed = ParseMediaUrl(u);
     if (!parsed.ok())
       return Refuse(field + ".image_url.url", std::string(parsed.status().message()));
-    return parsed->Spec();
+    remote = *std::move(parsed);
+    return remote->Spec();
   }
   const size_t comma = u.find(',');
   if (u.rfind("data:", 0) != 0 || comma == std::string::npos ||
@@ -266,10 +266,10 @@ absl::Status MessageContent(const Json& m, size_t i, bool user, ChatTurn& turn,
     auto type = part.find("type");
     if (type != part.end() && *type == "image_url") {
       if (!user) return Refuse(pf + ".type", "only a user message may carry images");
-      bool remote = false;
+      std::optional<MediaUrl> remote;
       ASSIGN_OR_RETURN(std::string bytes, ImageUrlBytes(part, pf, remote));
       parts.push_back({"", false, std::move(bytes)});
-      image_fields.push_back({pf, remote});
+      image_fields.push_back({pf, std::move(remote)});
       images = true;
       continue;
     }
@@ -493,9 +493,9 @@ absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
     if (!part.image.empty()) {
       const int index = r.generate.pieces().pieces_size() - 1;
       const ImageField& field = image_fields[images++];
-      if (field.remote) {
+      if (field.url) {
         piece->set_image("");
-        r.remote_images.push_back({index, std::move(part.image), field.field + ".image_url.url"});
+        r.remote_images.push_back({index, *field.url, field.field + ".image_url.url"});
       } else {
         piece->set_image(std::move(part.image));
       }

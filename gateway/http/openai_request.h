@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/qwen_chat_template.h"
+#include "gateway/http/media_url.h"
 #include "walsh/v1/generator.pb.h"
 
 namespace walsh {
@@ -32,7 +33,7 @@ struct OpenAiRequest {
   // still empty here, or refuses the request naming `field`.
   struct RemoteImage {
     int piece = 0;  // in generate.pieces
-    std::string url;
+    MediaUrl url;
     std::string field;  // messages[i].content[j].image_url.url
   };
   std::vector<RemoteImage> remote_images;

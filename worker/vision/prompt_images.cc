@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -16,12 +17,8 @@ uint64_t ImageDigest(std::string_view bytes, int64_t grid_h, int64_t grid_w) {
   h.Update(bytes.data(), bytes.size());
   const int64_t grid[2] = {grid_h, grid_w};
   h.Update(grid, sizeof(grid));
-  const std::string hex = h.HexDigest();
   uint64_t out = 0;
-  for (int i = 0; i < 16; ++i) {
-    const char c = hex[i];
-    out = out << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  }
+  (void)absl::SimpleHexAtoi(h.HexDigest().substr(0, 16), &out);  // 16 hex digits: always parses
   return out;
 }
 

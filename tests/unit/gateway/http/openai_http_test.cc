@@ -462,7 +462,7 @@ TEST(OpenAiRequest, ImageUrlsToFetchAreListedWithTheirPieceAndField) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->remote_images.size(), 1u);
   const OpenAiRequest::RemoteImage& remote = r->remote_images[0];
-  EXPECT_EQ(remote.url, "https://images.example.com/a.png");
+  EXPECT_EQ(remote.url.Spec(), "https://images.example.com/a.png");
   EXPECT_EQ(remote.field, "messages[0].content[1].image_url.url");
   ASSERT_GE(remote.piece, 1);
   const v1::PromptPiece& piece = r->generate.pieces().pieces(remote.piece);
