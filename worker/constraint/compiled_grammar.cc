@@ -4,19 +4,57 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 
 namespace walsh {
-namespace {
 
-void AddUnique(std::vector<GrammarStack>& set, GrammarStack&& stack) {
-  if (set.size() >= kMaxGrammarStacks) return;
-  for (const GrammarStack& s : set) {
-    if (s == stack) return;
+// Adds stacks to a set kept in first-seen order (the order interning and the masks depend on),
+// up to kMaxGrammarStacks. A small set is scanned for a duplicate; past kScannedStacks, an index
+// of positions in it is built and kept: scanning hundreds of stacks per addition was most of a
+// large walk's time, while hashing every addition to a set of a few stacks costs more than it
+// saves.
+class CompiledGrammar::StackSetBuilder {
+ public:
+  explicit StackSetBuilder(std::vector<GrammarStack>& stacks)
+      : stacks_(stacks), index_(0, Hash{&stacks}, Eq{&stacks}) {}
+  void Add(GrammarStack&& stack) {
+    if (stacks_.size() >= kMaxGrammarStacks) return;
+    if (stacks_.size() < kScannedStacks) {
+      if (std::find(stacks_.begin(), stacks_.end(), stack) != stacks_.end()) return;
+      stacks_.push_back(std::move(stack));
+      return;
+    }
+    if (index_.empty()) {
+      for (size_t i = 0; i < stacks_.size(); ++i) index_.insert(static_cast<int32_t>(i));
+    }
+    if (index_.contains(stack)) return;
+    stacks_.push_back(std::move(stack));
+    index_.insert(static_cast<int32_t>(stacks_.size() - 1));
   }
-  set.push_back(std::move(stack));
-}
 
-}  // namespace
+ private:
+  // Positions in `stacks` hashed and compared as the stacks they name, so a stack is looked up
+  // without a copy.
+  struct Hash {
+    using is_transparent = void;
+    const std::vector<GrammarStack>* stacks;
+    size_t operator()(int32_t i) const { return (*this)((*stacks)[i]); }
+    size_t operator()(const GrammarStack& s) const { return absl::Hash<GrammarStack>{}(s); }
+  };
+  struct Eq {
+    using is_transparent = void;
+    const std::vector<GrammarStack>* stacks;
+    const GrammarStack& Of(int32_t i) const { return (*stacks)[i]; }
+    const GrammarStack& Of(const GrammarStack& s) const { return s; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Of(a) == Of(b);
+    }
+  };
+  static constexpr size_t kScannedStacks = 16;
+  std::vector<GrammarStack>& stacks_;
+  absl::flat_hash_set<int32_t, Hash, Eq> index_;  // empty until the set passes kScannedStacks
+};
 
 CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const TokenTrie> trie)
     : root_(grammar.root()), trie_(std::move(trie)) {
@@ -168,8 +206,7 @@ void CompiledGrammar::ComputeFollowSets() {
   }
 }
 
-void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
-                             bool* escaped) const {
+void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, bool* escaped) const {
   std::vector<GrammarStack> work;
   absl::flat_hash_set<GrammarStack> entered;
   work.push_back(std::move(stack));
@@ -182,7 +219,7 @@ void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
     work.pop_back();
     while ((budget -= static_cast<int64_t>(s.size()) + 1) >= 0) {
       if (s.empty()) {
-        AddUnique(out, std::move(s));
+        out.Add(std::move(s));
         break;
       }
       const int32_t top = s.back();
@@ -192,7 +229,7 @@ void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
       }
       const Element& e = elements_[top];
       if (e.kind == Kind::kBytes) {
-        AddUnique(out, std::move(s));
+        out.Add(std::move(s));
         break;
       }
       if (e.kind == Kind::kRule) {
@@ -220,18 +257,20 @@ void CompiledGrammar::Expand(GrammarStack stack, std::vector<GrammarStack>& out,
 
 std::vector<GrammarStack> CompiledGrammar::Start() const {
   std::vector<GrammarStack> out;
-  for (int32_t start : alternatives_[root_]) Expand({start}, out, nullptr);
+  StackSetBuilder builder(out);
+  for (int32_t start : alternatives_[root_]) Expand({start}, builder, nullptr);
   return out;
 }
 
 void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byte,
                               std::vector<GrammarStack>& to, bool* escaped) const {
   to.clear();
+  StackSetBuilder builder(to);
   for (const GrammarStack& s : from) {
     if (s.empty() || !Matches(s.back(), byte)) continue;
     GrammarStack next = s;
     ++next.back();
-    Expand(std::move(next), to, escaped);
+    Expand(std::move(next), builder, escaped);
   }
 }
 

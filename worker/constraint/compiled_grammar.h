@@ -106,8 +106,9 @@ class CompiledGrammar {
   bool Matches(int32_t position, uint8_t b) const {
     return (elements_[position].bytes[b >> 6] >> (b & 63)) & 1;
   }
+  class StackSetBuilder;
   // Expands `stack` until every top is a byte class, adding the results to `out`.
-  void Expand(GrammarStack stack, std::vector<GrammarStack>& out, bool* escaped) const;
+  void Expand(GrammarStack stack, StackSetBuilder& out, bool* escaped) const;
   // The mask of `position` with `below` (-1: none) the frame under it, cached.
   const ContextMask& MaskFor(int32_t below, int32_t position) const;
   // With a frame below, `alone` is the position's own mask, whose uncertain subtrees are all

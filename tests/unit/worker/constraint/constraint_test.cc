@@ -470,6 +470,29 @@ TEST(Constraints, HostileInputsAreRefusedOrBoundedNeverACrash) {
   EXPECT_TRUE(FullMatch(*big, "9007199254740993"));
 }
 
+// Advancing a set of stacks equals advancing each stack alone and merging the results in
+// order, duplicates dropped, both below and past the size where the set is indexed rather than
+// scanned for them.
+TEST(StackSets, AdvanceMergesEachStacksResultsOnceInFirstSeenOrder) {
+  auto g = Compile(RegexGrammar("(a|aa|aaa|ab|ba){0,12}(b|ab)"), SmallVocabulary(0, 1));
+  std::vector<GrammarStack> cur = g->Start(), next;
+  size_t largest = cur.size();
+  for (char c : std::string("aaaaaaabaaaaa")) {
+    g->Advance(cur, static_cast<uint8_t>(c), next);
+    std::vector<GrammarStack> merged, alone;
+    for (const GrammarStack& s : cur) {
+      g->Advance({s}, static_cast<uint8_t>(c), alone);
+      for (GrammarStack& t : alone) {
+        if (std::find(merged.begin(), merged.end(), t) == merged.end()) merged.push_back(t);
+      }
+    }
+    ASSERT_EQ(next, merged) << "after '" << c << "'";
+    largest = std::max(largest, next.size());
+    cur.swap(next);
+  }
+  EXPECT_GT(largest, 16u);  // the indexed path ran
+}
+
 TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
   auto trie = SmallVocabulary(600, 3);
   CheckMasksAlongRandomWalks(Compile(JsonObjectGrammar(), trie), 6, 40, 1);
