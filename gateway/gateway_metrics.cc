@@ -44,16 +44,23 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r, WorkerPool* pool, const Buffe
           r.AddGauge("walsh_gateway_worker_inflight", "Open streams per worker.", {"worker"})),
       worker_healthy(r.AddGauge("walsh_gateway_worker_healthy",
                                 "1 if the worker is SERVING with the pool's model.", {"worker"})),
+      worker_missed_checks(r.AddGauge(
+          "walsh_gateway_worker_missed_checks",
+          "Health checks to the worker timed out in a row (--worker-check-misses takes it out of "
+          "routing).",
+          {"worker"})),
       worker_breaker(r.AddGauge("walsh_gateway_worker_breaker_state",
                                 "Circuit breaker: 0 closed, 1 open, 2 half-open.", {"worker"})) {
   if (buffers != nullptr) AddBufferMetrics(r, "walsh_gateway", buffers);
   r.AddCollector([this, pool] {
     worker_inflight.Clear();
     worker_healthy.Clear();
+    worker_missed_checks.Clear();
     worker_breaker.Clear();
     for (const auto& w : pool->All()) {
       worker_inflight.gauge({w->address}).Set(static_cast<double>(w->outstanding.load()));
       worker_healthy.gauge({w->address}).Set(w->Routable() ? 1 : 0);
+      worker_missed_checks.gauge({w->address}).Set(static_cast<double>(w->missed_checks.load()));
       worker_breaker.gauge({w->address}).Set(static_cast<double>(w->breaker.state()));
     }
   });

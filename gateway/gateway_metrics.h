@@ -25,6 +25,7 @@ struct GatewayMetrics {
   Gauge& queue_depth;
   MetricFamily& worker_inflight;  // per worker address (bounded by the pool)
   MetricFamily& worker_healthy;
+  MetricFamily& worker_missed_checks;
   MetricFamily& worker_breaker;  // 0 closed, 1 open, 2 half-open
 };
 

@@ -50,6 +50,7 @@ WorkerPoolOptions PoolOptions(const GatewayServer::Options& o,
   po.expected_fingerprint = o.expected_fingerprint;
   po.poll_interval = std::chrono::milliseconds(o.poll_ms);
   po.check_timeout = std::chrono::milliseconds(o.worker_check_timeout_ms);
+  po.check_misses = o.worker_check_misses;
   po.dns_interval = std::chrono::milliseconds(o.dns_ms);
   po.channel.credentials = std::move(credentials);
   po.channel.tls_server_name = o.worker_tls_server_name;

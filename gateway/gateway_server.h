@@ -35,6 +35,7 @@ class GatewayServer {
     int64_t max_streams_per_key = 0, max_streams_per_connection = 0;
     int64_t retry_rounds = 5, worker_wait_ms = 2000, max_worker_waits = 3, unary_timeout_ms = 10000;
     int64_t breaker_failures = 3, breaker_cool_down_ms = 2000, worker_check_timeout_ms = 500;
+    int64_t worker_check_misses = 3;
     double rate_limit = 0, rate_burst = 0;  // rate_burst 0: the rate
     HttpFlags http;
     std::vector<std::string> trusted_proxy_cidrs;

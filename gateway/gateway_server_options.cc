@@ -22,6 +22,9 @@ void GatewayServer::Options::Register(FlagSet& flags) {
   flags.Int("poll-interval-ms", &poll_ms, "how often each worker's health and load are polled");
   flags.Int("worker-check-timeout-ms", &worker_check_timeout_ms,
             "deadline of each poll's health, model-info and load calls to a worker");
+  flags.Int("worker-check-misses", &worker_check_misses,
+            "health checks timed out in a row before a worker leaves routing (a NOT_SERVING "
+            "answer or a refused connection takes it out at once)");
   flags.Int("worker-keepalive-ms", &worker_keepalive_ms,
             "ping a worker this often while streams are open to it; one unanswered as long fails "
             "them over to other workers (0: never; else at least 1000)");
@@ -91,6 +94,7 @@ absl::Status GatewayServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("breaker-failures", breaker_failures, 1));
   RETURN_IF_ERROR(FlagAtLeast("breaker-cool-down-ms", breaker_cool_down_ms, 0));
   RETURN_IF_ERROR(FlagAtLeast("worker-check-timeout-ms", worker_check_timeout_ms, 1));
+  RETURN_IF_ERROR(FlagAtLeast("worker-check-misses", worker_check_misses, 1));
   RETURN_IF_ERROR(FlagAtLeast("poll-interval-ms", poll_ms, 1));
   RETURN_IF_ERROR(FlagAtLeast("dns-interval-ms", dns_ms, 1));
   RETURN_IF_ERROR(FlagAtLeast("max-streams-per-key", max_streams_per_key, 0));

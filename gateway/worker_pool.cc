@@ -133,6 +133,11 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   grpc::health::v1::HealthCheckRequest hreq;
   grpc::health::v1::HealthCheckResponse hresp;
   const grpc::Status hs = grpc::health::v1::Health::NewStub(w.channel)->Check(&hctx, hreq, &hresp);
+  const bool missed = hs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  w.missed_checks = missed ? w.missed_checks + 1 : 0;
+  // A serving worker whose check timed out fewer than check_misses times in a row stays
+  // routable; the rest of this poll's calls would likely time out too.
+  if (missed && w.serving && w.missed_checks < options_.check_misses) return;
   const bool serving = hs.ok() && hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   if (serving != w.serving.load()) {
     LogJson("info", serving ? "worker_serving" : "worker_not_serving", {{"worker", w.address}});

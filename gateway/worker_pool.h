@@ -55,6 +55,7 @@ struct WorkerEndpoint {
   std::atomic<int64_t> waiting{0}, running{0};  // from GetLoad
   std::atomic<int64_t> affinity_window{0};      // from ModelInfo (0: unknown or refused)
   std::string check_error;  // the last failed health check's error, logged once (polling thread)
+  std::atomic<int64_t> missed_checks{0};  // health checks timed out in a row
 
   bool Routable() { return serving && known && !refused; }
 };
@@ -64,9 +65,12 @@ struct WorkerPoolOptions {
   std::string dns;                          // name:port, re-resolved every dns_interval
   std::string expected_fingerprint;         // empty: the first worker's
   std::chrono::milliseconds poll_interval{250};
-  // Deadline of each poll's health check, GetModelInfo and GetLoad: a worker slower than this
-  // counts as not serving until a poll is answered in time.
+  // Deadline of each poll's health check, GetModelInfo and GetLoad.
   std::chrono::milliseconds check_timeout{500};
+  // Health checks timed out in a row before a serving worker leaves routing: one slow answer
+  // from a loaded worker is not a failure. A NOT_SERVING answer or a refused connection takes it
+  // out at once.
+  int64_t check_misses = 3;
   std::chrono::milliseconds dns_interval{2000};
   WorkerChannelOptions channel;
   BreakerOptions breaker;  // each worker's

@@ -283,7 +283,7 @@ TEST(Gateway, DoomedPromptsDoNotFlapHealth) {
   }
   for (const Routed& r : small)
     EXPECT_TRUE(r.result.status.ok()) << r.result.status.error_message();
-  EXPECT_EQ(unhealthy_polls.load(), 0);
+  EXPECT_EQ(unhealthy_polls.load(), 0) << gw.process().stderr_text();
 }
 
 TEST(Gateway, LivenessServesWithoutWorkersWhileReadinessDoesNot) {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -96,6 +97,11 @@ int ChildProcess::Wait(std::chrono::milliseconds timeout) {
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      // What it wrote last may still be in the pipe: stderr_text() after Wait holds all of it
+      // once the drain reads the end (bounded, should a grandchild hold the pipe open).
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_until(l, std::max(end, std::chrono::steady_clock::now() + std::chrono::seconds(2)),
+                     [&] { return err_closed_ || err_fd_ < 0; });
       return exit_code_;
     }
   }

@@ -43,6 +43,7 @@ TEST(GatewayServerOptions, EveryRangeIsRefusedNamingItsFlag) {
       {"--breaker-failures", [](auto& o) { o.breaker_failures = 0; }},
       {"--breaker-cool-down-ms", [](auto& o) { o.breaker_cool_down_ms = -1; }},
       {"--worker-check-timeout-ms", [](auto& o) { o.worker_check_timeout_ms = 0; }},
+      {"--worker-check-misses", [](auto& o) { o.worker_check_misses = 0; }},
       {"--poll-interval-ms", [](auto& o) { o.poll_ms = 0; }},
       {"--dns-interval-ms", [](auto& o) { o.dns_ms = 0; }},
       {"--max-streams-per-key", [](auto& o) { o.max_streams_per_key = -1; }},

@@ -3,6 +3,7 @@
 // its breaker is not open; its load is copied from GetLoad.
 #include "gateway/worker_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -10,7 +11,7 @@
 #include <thread>
 
 #include "common/mutex.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 
 namespace walsh {
@@ -19,22 +20,34 @@ namespace {
 // A gRPC server answering health, GetModelInfo and GetLoad with what the test sets.
 class StandInWorker {
  public:
-  explicit StandInWorker(std::string fingerprint) : generator_(this), worker_(this) {
+  explicit StandInWorker(std::string fingerprint) : health_(this), generator_(this), worker_(this) {
     SetFingerprint(std::move(fingerprint));
-    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&health_);
     builder.RegisterService(&generator_);
     builder.RegisterService(&worker_);
     server_ = builder.BuildAndStart();
-    SetServing(true);
   }
   ~StandInWorker() {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  void SetServing(bool serving) { server_->GetHealthCheckService()->SetServingStatus("", serving); }
+  void SetServing(bool serving) {
+    MutexLock l(&mu_);
+    serving_ = serving;
+  }
+  // The next `count` health checks answer after `delay`.
+  void SlowChecks(int count, std::chrono::milliseconds delay) {
+    MutexLock l(&mu_);
+    slow_checks_ = count;
+    slow_delay_ = delay;
+  }
+  int slow_checks_left() {
+    MutexLock l(&mu_);
+    return slow_checks_;
+  }
   void SetFingerprint(std::string fingerprint) {
     MutexLock l(&mu_);
     fingerprint_ = std::move(fingerprint);
@@ -46,6 +59,30 @@ class StandInWorker {
   }
 
  private:
+  class Health final : public grpc::health::v1::Health::Service {
+   public:
+    explicit Health(StandInWorker* w) : w_(w) {}
+    grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest*,
+                       grpc::health::v1::HealthCheckResponse* response) override {
+      std::chrono::milliseconds delay{0};
+      bool serving;
+      {
+        MutexLock l(&w_->mu_);
+        if (w_->slow_checks_ > 0) {
+          --w_->slow_checks_;
+          delay = w_->slow_delay_;
+        }
+        serving = w_->serving_;
+      }
+      std::this_thread::sleep_for(delay);
+      response->set_status(serving ? grpc::health::v1::HealthCheckResponse::SERVING
+                                   : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+      return grpc::Status::OK;
+    }
+
+   private:
+    StandInWorker* w_;
+  };
   class Generator final : public v1::Generator::CallbackService {
    public:
     explicit Generator(StandInWorker* w) : w_(w) {}
@@ -82,6 +119,10 @@ class StandInWorker {
   Mutex mu_;
   std::string fingerprint_ ABSL_GUARDED_BY(mu_);
   uint32_t waiting_ ABSL_GUARDED_BY(mu_) = 0, running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool serving_ ABSL_GUARDED_BY(mu_) = true;
+  int slow_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::milliseconds slow_delay_ ABSL_GUARDED_BY(mu_){0};
+  Health health_;
   Generator generator_;
   Worker worker_;
   std::unique_ptr<grpc::Server> server_;
@@ -150,6 +191,37 @@ TEST(WorkerPool, AnotherModelIsRefusedOnEveryPoll) {
   EXPECT_TRUE(Eventually([&] { return pool.Candidates().size() == 2; }));
   other.SetFingerprint("fp-other");  // and again with another: refused again
   EXPECT_TRUE(Eventually(only_good));
+}
+
+// A check that times out is a miss: the worker stays routable through fewer than check_misses
+// in a row, leaves routing at the last, and returns when a check is answered in time.
+TEST(WorkerPool, SlowChecksTakeAWorkerOutOnlyAfterCheckMissesInARow) {
+  StandInWorker a("fp");
+  WorkerPoolOptions o = Options({a.address()});
+  o.check_timeout = std::chrono::milliseconds(100);
+  o.check_misses = 3;
+  WorkerPool pool(o);
+  ASSERT_TRUE(pool.WaitForAny(std::chrono::seconds(10)));
+  auto w = pool.All().at(0);
+  // Two misses: routable throughout (looked at far more often than the pool polls).
+  a.SlowChecks(2, std::chrono::milliseconds(300));
+  bool always_routable = true;
+  int64_t most_missed = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((a.slow_checks_left() > 0 || w->missed_checks > 0) &&
+         std::chrono::steady_clock::now() < until) {
+    always_routable = always_routable && pool.Candidates().size() == 1;
+    most_missed = std::max<int64_t>(most_missed, w->missed_checks);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_TRUE(always_routable);
+  EXPECT_GE(most_missed, 1);       // the misses were counted
+  EXPECT_EQ(w->missed_checks, 0);  // an answer in time starts the count again
+  // Three in a row: out, then back once a check is answered in time.
+  a.SlowChecks(3, std::chrono::milliseconds(300));
+  EXPECT_TRUE(Eventually([&] { return pool.Candidates().empty(); }));
+  EXPECT_TRUE(Eventually([&] { return pool.Candidates().size() == 1; }));
+  EXPECT_EQ(w->missed_checks, 0);
 }
 
 TEST(WorkerPool, AnOpenBreakerLeavesRoutingUntilItsCoolDownEnds) {

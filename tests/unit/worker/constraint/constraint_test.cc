@@ -1,6 +1,7 @@
 // The constraint engine against independent oracles: std::regex for regular expressions,
 // nlohmann::json for JSON, and brute force for token masks (a token is allowed exactly when
 // its bytes keep the automaton alive).
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
