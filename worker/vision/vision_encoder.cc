@@ -4,61 +4,25 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/f32_matmul.h"
 #include "kernels/token_ops.h"
 
 namespace walsh {
 namespace {
 
-constexpr int kLanes = 8;  // one AVX2 vector of floats: the compiler vectorizes each lane loop
-constexpr int kMicroRows = 4, kMicroCols = 4;
-
-// y[i][o] for a kMicroRows x kMicroCols block of rows and outputs: 16 accumulators of kLanes lanes
-// (lane l takes the terms k ≡ l mod kLanes), so each x and w vector loaded serves four products.
-// The lanes then combine pairwise in a fixed order, plus the tail and the bias: the same sum
-// whichever thread runs the block.
-void MicroBlock(const float* x, int64_t in, const float* w, const float* b, int64_t out, int64_t i0,
-                int64_t o0, int64_t rows, int64_t cols, float* y) {
-  float acc[kMicroRows][kMicroCols][kLanes] = {};
-  const float* xr[kMicroRows];
-  const float* wc[kMicroCols];
-  for (int r = 0; r < kMicroRows; ++r) xr[r] = x + (i0 + std::min<int64_t>(r, rows - 1)) * in;
-  for (int c = 0; c < kMicroCols; ++c) wc[c] = w + (o0 + std::min<int64_t>(c, cols - 1)) * in;
-  const int64_t whole = in / kLanes * kLanes;
-  for (int64_t k = 0; k < whole; k += kLanes) {
-    for (int r = 0; r < kMicroRows; ++r) {
-      for (int c = 0; c < kMicroCols; ++c) {
-        for (int l = 0; l < kLanes; ++l) acc[r][c][l] += xr[r][k + l] * wc[c][k + l];
-      }
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      float* a = acc[r][c];
-      for (int64_t k = whole; k < in; ++k) a[k - whole] += xr[r][k] * wc[c][k];
-      const float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-      y[(i0 + r) * out + o0 + c] = sum + b[o0 + c];
-    }
-  }
-}
-
 // y[i][o] = b[o] + Σ_k W[o][k] · x[i][k], for n rows of x, in tiles of rows by columns spread over
-// the pool (a tile's rows stay in cache across its columns), each tile in micro-blocks.
-void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const std::vector<float>& w,
-            const std::vector<float>& b, int64_t out, float* y) {
-  constexpr int64_t kTileRows = 32, kTileCols = 32;
+// the pool (a tile's rows stay in cache across its columns); each output summed whole by one
+// thread in a fixed order (kernels/cpu/f32_matmul.h), so the pool's size changes no bit.
+void Linear(CpuIsa isa, ThreadPool* pool, const float* x, int64_t n, int64_t in,
+            const std::vector<float>& w, const std::vector<float>& b, int64_t out, float* y) {
+  constexpr int64_t kTileRows = 48, kTileCols = 32;
   const int64_t row_tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t col_tiles = (out + kTileCols - 1) / kTileCols;
   const auto tiles = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t i_end = std::min(n, t / col_tiles * kTileRows + kTileRows);
-      const int64_t o_end = std::min(out, t % col_tiles * kTileCols + kTileCols);
-      for (int64_t o0 = t % col_tiles * kTileCols; o0 < o_end; o0 += kMicroCols) {
-        for (int64_t i0 = t / col_tiles * kTileRows; i0 < i_end; i0 += kMicroRows) {
-          MicroBlock(x, in, w.data(), b.data(), out, i0, o0,
-                     std::min<int64_t>(kMicroRows, i_end - i0),
-                     std::min<int64_t>(kMicroCols, o_end - o0), y);
-        }
-      }
+      const int64_t i0 = t / col_tiles * kTileRows, o0 = t % col_tiles * kTileCols;
+      F32MatMulTileRun(isa, x, in, w.data(), b.data(), out,
+                       {i0, std::min(n, i0 + kTileRows), o0, std::min(out, o0 + kTileCols)}, y);
     }
   };
   if (pool == nullptr) return tiles(0, row_tiles * col_tiles);
@@ -239,7 +203,7 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixe
       }
     }
   }
-  Linear(pool, patches.data(), n, patch_len, w_.patch_w, w_.patch_b, d, x.data());
+  Linear(isa_, pool, patches.data(), n, patch_len, w_.patch_w, w_.patch_b, d, x.data());
   const int64_t side = c.position_side();
   for (int64_t s = 0; s < n; ++s) {
     const Taps r = AlignedCornerTaps(grid.row[s], grid.rows, side);
@@ -259,7 +223,7 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixe
   const RopeTable rope = MakeRopeTable(grid, hd);
   for (const VisionBlockWeights& b : w_.blocks) {
     LayerNorm(x.data(), n, d, b.ln1_w, b.ln1_b, c.layer_norm_epsilon, a.data());
-    Linear(pool, a.data(), n, d, b.qkv_w, b.qkv_b, 3 * d, qkv.data());
+    Linear(isa_, pool, a.data(), n, d, b.qkv_w, b.qkv_b, 3 * d, qkv.data());
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t h = 0; h < c.head_count; ++h) {
         Rope2d(qkv.data() + s * 3 * d + h * hd, rope, s);
@@ -267,12 +231,12 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixe
       }
     }
     Attention(pool, qkv.data(), n, d, c.head_count, attn.data());
-    Linear(pool, attn.data(), n, d, b.out_w, b.out_b, d, y.data());
+    Linear(isa_, pool, attn.data(), n, d, b.out_w, b.out_b, d, y.data());
     for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
     LayerNorm(x.data(), n, d, b.ln2_w, b.ln2_b, c.layer_norm_epsilon, a.data());
-    Linear(pool, a.data(), n, d, b.up_w, b.up_b, ff, up.data());
+    Linear(isa_, pool, a.data(), n, d, b.up_w, b.up_b, ff, up.data());
     for (float& v : up) v = GeluTanh(v);
-    Linear(pool, up.data(), n, ff, b.down_w, b.down_b, d, y.data());
+    Linear(isa_, pool, up.data(), n, ff, b.down_w, b.down_b, d, y.data());
     for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
   }
 
@@ -280,9 +244,10 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixe
   LayerNorm(x.data(), n, d, w_.post_ln_w, w_.post_ln_b, c.layer_norm_epsilon, a.data());
   const int64_t merged = c.merged_width(), tokens = n / (m * m);
   std::vector<float> hidden(tokens * merged), out(tokens * c.projection_dim);
-  Linear(pool, a.data(), tokens, merged, w_.mm0_w, w_.mm0_b, merged, hidden.data());
+  Linear(isa_, pool, a.data(), tokens, merged, w_.mm0_w, w_.mm0_b, merged, hidden.data());
   for (float& v : hidden) v = GeluErf(v);
-  Linear(pool, hidden.data(), tokens, merged, w_.mm2_w, w_.mm2_b, c.projection_dim, out.data());
+  Linear(isa_, pool, hidden.data(), tokens, merged, w_.mm2_w, w_.mm2_b, c.projection_dim,
+         out.data());
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "worker/vision/pixel_values.h"
 #include "worker/vision/vision_weights.h"
@@ -16,7 +17,10 @@ namespace walsh {
 
 class VisionEncoder {
  public:
-  explicit VisionEncoder(VisionWeights weights) : w_(std::move(weights)) {}
+  // `isa` picks the linear layers' kernel path (kernels/cpu/isa.h): every path gives the same
+  // bits.
+  explicit VisionEncoder(VisionWeights weights, CpuIsa isa = BestCpuIsa())
+      : w_(std::move(weights)), isa_(isa) {}
 
   const MmprojConfig& config() const { return w_.config; }
 
@@ -28,6 +32,7 @@ class VisionEncoder {
 
  private:
   VisionWeights w_;
+  CpuIsa isa_;
 };
 
 }  // namespace walsh

@@ -1,5 +1,6 @@
 // CPU kernel paths against the scalar reference: bit-identical on random inputs at every width
 // the presets and the 27B shape use; batch invariance at the kernel level.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -8,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/block_types.h"
+#include "kernels/cpu/f32_matmul.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
@@ -340,6 +342,56 @@ TEST(CpuOps, GdnHeadStepFastEqualsSharedOnEveryIsa) {
       }
     }
   }
+}
+
+// The vision encoder's float32 product: the documented lane order (kernels/cpu/f32_matmul.h) on
+// the scalar path, and every other path equal to it bit for bit, over tails of `in`, partial
+// micro-blocks and tiles that split the rows and outputs anywhere.
+TEST(F32MatMul, ScalarIsTheDocumentedOrderAndEveryIsaEqualsIt) {
+  std::mt19937 gen(21);
+  std::normal_distribution<float> dist;
+  int sequential_differs = 0;
+  for (const int64_t in : {int64_t{8}, int64_t{13}, int64_t{1157}}) {
+    for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{11}}) {
+      const int64_t out = 13;
+      std::vector<float> x(n * in), w(out * in), b(out);
+      for (float& v : x) v = dist(gen);
+      for (float& v : w) v = dist(gen);
+      for (float& v : b) v = dist(gen);
+      std::vector<float> want(n * out);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t o = 0; o < out; ++o) {
+          float lanes[kF32MatMulLanes] = {};
+          const int64_t whole = in / kF32MatMulLanes * kF32MatMulLanes;
+          for (int64_t k = 0; k < in; ++k) {
+            lanes[k < whole ? k % kF32MatMulLanes : k - whole] += x[i * in + k] * w[o * in + k];
+          }
+          want[i * out + o] = CombineF32MatMulLanes(lanes) + b[o];
+          float sequential = b[o];
+          for (int64_t k = 0; k < in; ++k) sequential += x[i * in + k] * w[o * in + k];
+          sequential_differs += sequential != want[i * out + o];
+        }
+      }
+      for (const CpuIsa isa : AllIsas()) {
+        // Tiles of 1..6 rows and 1..5 outputs: every partial block on every path.
+        for (const auto& [tile_rows, tile_cols] :
+             {std::pair<int64_t, int64_t>{n, out}, {2, 5}, {6, 1}, {1, 4}, {5, 3}}) {
+          std::vector<float> y(n * out, -1.0f);
+          for (int64_t i0 = 0; i0 < n; i0 += tile_rows) {
+            for (int64_t o0 = 0; o0 < out; o0 += tile_cols) {
+              F32MatMulTileRun(isa, x.data(), in, w.data(), b.data(), out,
+                               {i0, std::min(n, i0 + tile_rows), o0, std::min(out, o0 + tile_cols)},
+                               y.data());
+            }
+          }
+          EXPECT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)))
+              << CpuIsaName(isa) << " in " << in << " rows " << n << " tile " << tile_rows << "x"
+              << tile_cols;
+        }
+      }
+    }
+  }
+  EXPECT_GT(sequential_differs, 0);  // the order is seen: a plain running sum would fail
 }
 
 TEST(CpuOps, DenseRowsDotEqualsShared) {

@@ -250,7 +250,7 @@ TEST(VisionEncoder, AgreesWithTheFloat64Reference) {
   }
 }
 
-TEST(VisionEncoder, TheThreadsNeverChangeABit) {
+TEST(VisionEncoder, NeitherThreadsNorKernelPathsChangeABit) {
   testing::TempDir dir;
   ASSERT_TRUE(
       WriteSyntheticMmproj({.preset = "small", .text_embedding_length = 48}, dir.File("p.gguf"))
@@ -271,6 +271,13 @@ TEST(VisionEncoder, TheThreadsNeverChangeABit) {
     EXPECT_EQ(0, std::memcmp(pooled->data(), alone->data(), alone->size() * sizeof(float)))
         << threads << " threads";
   }
+  // Nor the kernel path: the portable one gives the same bits as the fastest.
+  const VisionEncoder portable(*VisionWeights::Load(**file, *config), CpuIsa::kScalar);
+  const auto scalar = portable.Encode(px);
+  ASSERT_TRUE(scalar.ok());
+  ASSERT_EQ(scalar->size(), alone->size());
+  EXPECT_EQ(0, std::memcmp(scalar->data(), alone->data(), alone->size() * sizeof(float)))
+      << CpuIsaName(BestCpuIsa());
 }
 
 TEST(VisionEncoder, RefusesPixelsOffTheGrid) {
