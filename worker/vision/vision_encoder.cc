@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/f32_matmul.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/token_ops.h"
 
 namespace walsh {
@@ -120,54 +121,31 @@ void Rope2d(float* v, const RopeTable& t, int64_t s) {
   }
 }
 
-// Full attention of every patch over every patch with an online softmax (never an N x N matrix).
-// qkv holds n rows of [Q | K | V], each `d` wide. Keys and values are first laid out head by head,
-// contiguous; then each task takes one head and a block of queries, so every key and value row
-// read serves the whole block.
-void Attention(ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
+// Full attention of every patch over every patch, head by head: the text model's attention of
+// one query (kernels/cpu/ops.h: scores, softmax, weighted values, each in position order) over
+// the keys and values where they lie in qkv (n rows of [Q | K | V], each `d` wide), viewed as one
+// page of n positions. Each task takes a block of queries of one head.
+void Attention(CpuIsa isa, ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
                float* out) {
-  constexpr int64_t kBlock = 8;
+  constexpr int64_t kQueries = 16;
   const int64_t hd = d / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> keys(n * d), values(n * d);  // [head][patch][hd]
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t h = 0; h < heads; ++h) {
-      std::copy_n(qkv + j * 3 * d + d + h * hd, hd, keys.data() + (h * n + j) * hd);
-      std::copy_n(qkv + j * 3 * d + 2 * d + h * hd, hd, values.data() + (h * n + j) * hd);
-    }
-  }
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int32_t only_page = 0;
+  const int64_t blocks = (n + kQueries - 1) / kQueries;
   const auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(kBlock * hd);
+    std::vector<float> scores(n);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t h = task / blocks, i0 = task % blocks * kBlock;
-      const int64_t m = std::min(kBlock, n - i0);
-      float max[kBlock], sum[kBlock];
-      std::fill_n(max, kBlock, -INFINITY);
-      std::fill_n(sum, kBlock, 0.0f);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* k = keys.data() + (h * n + j) * hd;
-        const float* v = values.data() + (h * n + j) * hd;
-        for (int64_t b = 0; b < m; ++b) {
-          const float* q = qkv + (i0 + b) * 3 * d + h * hd;
-          const float s = LaneDot(F32Elems{q}, k, hd) * scale;
-          float* a = acc.data() + b * hd;
-          if (s > max[b]) {
-            const float shrink = std::exp(max[b] - s);
-            sum[b] *= shrink;
-            for (int64_t e = 0; e < hd; ++e) a[e] *= shrink;
-            max[b] = s;
-          }
-          const float p = std::exp(s - max[b]);
-          sum[b] += p;
-          for (int64_t e = 0; e < hd; ++e) a[e] += p * v[e];
-        }
-      }
-      for (int64_t b = 0; b < m; ++b) {
-        for (int64_t e = 0; e < hd; ++e) {
-          out[(i0 + b) * d + h * hd + e] = acc[b * hd + e] / sum[b];
-        }
+      const int64_t h = task / blocks, i0 = task % blocks * kQueries;
+      const PagedKv<float> kv{.k_base = qkv + d,
+                              .v_base = qkv + 2 * d,
+                              .pages = &only_page,
+                              .page_stride = 0,
+                              .page_size = n,
+                              .row_stride = 3 * d,
+                              .offset = h * hd};
+      for (int64_t i = i0; i < std::min(n, i0 + kQueries); ++i) {
+        AttendOneHeadFast(isa, qkv + i * 3 * d + h * hd, hd, kv, n, scale, scores.data(),
+                          out + i * d + h * hd);
       }
     }
   };
@@ -230,7 +208,7 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixe
         Rope2d(qkv.data() + s * 3 * d + d + h * hd, rope, s);
       }
     }
-    Attention(pool, qkv.data(), n, d, c.head_count, attn.data());
+    Attention(isa_, pool, qkv.data(), n, d, c.head_count, attn.data());
     Linear(isa_, pool, attn.data(), n, d, b.out_w, b.out_b, d, y.data());
     for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
     LayerNorm(x.data(), n, d, b.ln2_w, b.ln2_b, c.layer_norm_epsilon, a.data());
