@@ -123,26 +123,35 @@ void Rope2d(float* v, const RopeTable& t, int64_t s) {
 
 // Full attention of every patch over every patch, head by head: the text model's attention of
 // one query (kernels/cpu/ops.h: scores, softmax, weighted values, each in position order) over
-// the keys and values where they lie in qkv (n rows of [Q | K | V], each `d` wide), viewed as one
-// page of n positions. Each task takes a block of queries of one head.
+// one page of n positions. qkv holds n rows of [Q | K | V], each `d` wide; keys and values are
+// first laid out head by head, contiguous, so a head's keys are read in sequence (in place, one
+// head's rows lie a Q|K|V row apart: a page each at 1024² patches). Each task takes a block of
+// queries of one head.
 void Attention(CpuIsa isa, ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
                float* out) {
   constexpr int64_t kQueries = 16;
   const int64_t hd = d / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> keys(n * d), values(n * d);  // [head][patch][hd]
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::copy_n(qkv + j * 3 * d + d + h * hd, hd, keys.data() + (h * n + j) * hd);
+      std::copy_n(qkv + j * 3 * d + 2 * d + h * hd, hd, values.data() + (h * n + j) * hd);
+    }
+  }
   const int32_t only_page = 0;
   const int64_t blocks = (n + kQueries - 1) / kQueries;
   const auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scores(n);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t h = task / blocks, i0 = task % blocks * kQueries;
-      const PagedKv<float> kv{.k_base = qkv + d,
-                              .v_base = qkv + 2 * d,
+      const PagedKv<float> kv{.k_base = keys.data(),
+                              .v_base = values.data(),
                               .pages = &only_page,
                               .page_stride = 0,
                               .page_size = n,
-                              .row_stride = 3 * d,
-                              .offset = h * hd};
+                              .row_stride = hd,
+                              .offset = h * n * hd};
       for (int64_t i = i0; i < std::min(n, i0 + kQueries); ++i) {
         AttendOneHeadFast(isa, qkv + i * 3 * d + h * hd, hd, kv, n, scale, scores.data(),
                           out + i * d + h * hd);

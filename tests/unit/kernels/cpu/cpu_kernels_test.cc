@@ -465,6 +465,8 @@ void CheckAttention(std::mt19937& gen, int64_t hd) {
 TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
   std::mt19937 gen(12);
   CheckAttention<float>(gen, 40);
+  CheckAttention<float>(gen, 72);   // the vision tower's heads: values in two passes (64 + 8)
+  CheckAttention<float>(gen, 256);  // the text model's: four passes
   CheckAttention<uint16_t>(gen, 40);
   CheckAttention<KvQ8>(gen, 64);
   CheckAttention<KvQ4>(gen, 64);
