@@ -23,8 +23,8 @@ void GatewayServer::Options::Register(FlagSet& flags) {
   flags.Int("worker-check-timeout-ms", &worker_check_timeout_ms,
             "deadline of each poll's health, model-info and load calls to a worker");
   flags.Int("worker-check-misses", &worker_check_misses,
-            "health checks timed out in a row before a worker leaves routing (a NOT_SERVING "
-            "answer or a refused connection takes it out at once)");
+            "health checks timed out in a row before a worker leaves routing, an unreachable host "
+            "included (a NOT_SERVING answer or a refused connection takes it out at once)");
   flags.Int("worker-keepalive-ms", &worker_keepalive_ms,
             "ping a worker this often while streams are open to it; one unanswered as long fails "
             "them over to other workers (0: never; else at least 1000)");

@@ -136,7 +136,8 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   const bool missed = hs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
   w.missed_checks = missed ? w.missed_checks + 1 : 0;
   // A serving worker whose check timed out fewer than check_misses times in a row stays
-  // routable; the rest of this poll's calls would likely time out too.
+  // routable, with the fingerprint and load of its last answered poll; the rest of this poll's
+  // calls would likely time out too.
   if (missed && w.serving && w.missed_checks < options_.check_misses) return;
   const bool serving = hs.ok() && hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   if (serving != w.serving.load()) {

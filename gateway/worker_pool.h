@@ -68,8 +68,9 @@ struct WorkerPoolOptions {
   // Deadline of each poll's health check, GetModelInfo and GetLoad.
   std::chrono::milliseconds check_timeout{500};
   // Health checks timed out in a row before a serving worker leaves routing: one slow answer
-  // from a loaded worker is not a failure. A NOT_SERVING answer or a refused connection takes it
-  // out at once.
+  // from a loaded worker is not a failure. A host gone without a reset times out too, so it
+  // leaves after check_misses polls. A NOT_SERVING answer or a refused connection takes it out
+  // at once.
   int64_t check_misses = 3;
   std::chrono::milliseconds dns_interval{2000};
   WorkerChannelOptions channel;

@@ -1,10 +1,10 @@
 // AttendOneHead (kernels/token_ops.h) with AVX2 and F16C, bit for bit: each key's score is a
 // dot product in dimension order, so eight keys' products are transposed 8 x 8 and summed as
 // one vector per dimension, lane r holding key r's running sum; the weighted values accumulate
-// key by key in position order across all dimensions at once. fp16 keys and values convert in
-// hardware (exact, as Fp16ToFloat); q8 and q4 codes widen to floats and take their group's
-// scale in one multiply, as KvLoadAt does. Multiplies and adds stay separate, as in the shared
-// code.
+// key by key in position order, up to 64 dimensions per pass held in registers. fp16 keys and
+// values convert in hardware (exact, as Fp16ToFloat); q8 and q4 codes widen to floats and take
+// their group's scale in one multiply, as KvLoadAt does. Multiplies and adds stay separate, as in
+// the shared code.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // F32MatMulTile with AVX2, bit for bit: one vector holds an output's eight lanes, so the
 // portable path's per-lane order is kept; multiplies and adds stay separate (no contraction).
-// Blocks of kRows x kCols outputs keep their accumulators, the rows' chunks and one weight
-// chunk in the sixteen vector registers.
+// Blocks of 4 x 3 outputs keep their twelve accumulators in vector registers, each row chunk
+// loaded once for three products and each weight chunk once for four.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,8 +28,9 @@ void Block(const float* x, int64_t in, const float* w, const float* b, int64_t o
     for (int r = 0; r < kRows; ++r) xv[r] = _mm256_loadu_ps(xr[r] + k);
     for (int c = 0; c < kCols; ++c) {
       const __m256 wv = _mm256_loadu_ps(wc[c] + k);
-      for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < kRows; ++r) {
         acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(xv[r], wv));
+      }
     }
   }
   for (int64_t r = 0; r < rows; ++r) {

@@ -98,9 +98,9 @@ int ChildProcess::Wait(std::chrono::milliseconds timeout) {
       exited_ = true;
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       // What it wrote last may still be in the pipe: stderr_text() after Wait holds all of it
-      // once the drain reads the end (bounded, should a grandchild hold the pipe open).
+      // once the drain reads the end (at most 2 s more, should a grandchild hold the pipe open).
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_until(l, std::max(end, std::chrono::steady_clock::now() + std::chrono::seconds(2)),
+      cv_.wait_until(l, std::chrono::steady_clock::now() + std::chrono::seconds(2),
                      [&] { return err_closed_ || err_fd_ < 0; });
       return exit_code_;
     }

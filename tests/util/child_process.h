@@ -31,7 +31,8 @@ class ChildProcess {
   std::optional<std::string> WaitForStderrLine(const std::function<bool(const std::string&)>& match,
                                                std::chrono::milliseconds timeout);
   void Signal(int sig);
-  // Exit code, or -1 if it did not exit normally within the timeout (then it is killed).
+  // Exit code, or -1 if it did not exit normally within the timeout (then it is killed). Once
+  // it has exited, waits (up to 2 s more) for its stderr to end, so stderr_text() holds it all.
   int Wait(std::chrono::milliseconds timeout);
   // Everything read from stderr so far.
   std::string stderr_text() const;

@@ -124,9 +124,9 @@ void Rope2d(float* v, const RopeTable& t, int64_t s) {
 // Full attention of every patch over every patch, head by head: the text model's attention of
 // one query (kernels/cpu/ops.h: scores, softmax, weighted values, each in position order) over
 // one page of n positions. qkv holds n rows of [Q | K | V], each `d` wide; keys and values are
-// first laid out head by head, contiguous, so a head's keys are read in sequence (in place, one
-// head's rows lie a Q|K|V row apart: a page each at 1024² patches). Each task takes a block of
-// queries of one head.
+// first laid out head by head, contiguous, so a head's keys are read in sequence (in place, each
+// key lies 3·d floats from the next: a 4 KiB memory page apart at 1024²). Each task takes a
+// block of queries of one head.
 void Attention(CpuIsa isa, ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
                float* out) {
   constexpr int64_t kQueries = 16;

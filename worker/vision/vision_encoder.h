@@ -17,8 +17,8 @@ namespace walsh {
 
 class VisionEncoder {
  public:
-  // `isa` picks the linear layers' kernel path (kernels/cpu/isa.h): every path gives the same
-  // bits.
+  // `isa` picks the kernel path of the linear layers and attention (kernels/cpu/isa.h): every
+  // path gives the same bits.
   explicit VisionEncoder(VisionWeights weights, CpuIsa isa = BestCpuIsa())
       : w_(std::move(weights)), isa_(isa) {}
 
