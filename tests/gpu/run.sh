@@ -199,7 +199,7 @@ if [ -x "$build/tests/gpu_check" ]; then
   step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies" 60 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
   step "5. compute-sanitizer memcheck, tiny model" 45 memcheck
-  step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 90 end_to_end
+  step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end
 fi
 say ""
 say "failures: $failures (summary in $summary)"
