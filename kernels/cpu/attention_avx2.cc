@@ -40,14 +40,14 @@ inline __m256 Load8(const KvQ4* row, int64_t i) {
   return _mm256_mul_ps(_mm256_set1_ps(Fp16ToFloat(g.d)), _mm256_cvtepi32_ps(n));
 }
 
-// out[i0 .. i0 + 8·kVectors) = Σ_τ (e_τ / sum) · v_τ[i], τ in position order, held in registers.
+// out[i0 .. i0 + 8·kVectors) = Σ_τ weights_τ · v_τ[i], τ in position order, held in registers.
 template <int kVectors, typename T>
-void WeightedValues(const float* numerators, float sum, const PagedKv<T>& kv, int64_t n_keys,
-                    int64_t i0, float* out) {
+void WeightedValues(const float* weights, const PagedKv<T>& kv, int64_t n_keys, int64_t i0,
+                    float* out) {
   __m256 acc[kVectors];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (int64_t t = 0; t < n_keys; ++t) {
-    const __m256 weight = _mm256_set1_ps(numerators[t] / sum);
+    const __m256 weight = _mm256_set1_ps(weights[t]);
     const T* v = PagedRow(kv.v_base, kv, t);
     for (int j = 0; j < kVectors; ++j) {
       acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(weight, Load8(v, i0 + 8 * j)));
@@ -74,33 +74,35 @@ void Attend(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_ke
   }
   for (; t0 < n_keys; ++t0) scores[t0] = AttentionScore(q, head_dim, kv, t0, scale);
   const float sum = SoftmaxNumerators(scores, n_keys);
+  // Each key's weight e_τ / sum once, not once per pass (the scores are scratch).
+  for (int64_t t = 0; t < n_keys; ++t) scores[t] /= sum;
   // Up to 8 vectors of the output stay in registers over every key, so each key costs its
   // value's loads alone; wider heads take more than one pass over the keys.
   for (int64_t i0 = 0; i0 < head_dim; i0 += 64) {
     switch (std::min<int64_t>(8, (head_dim - i0) / 8)) {
       case 8:
-        WeightedValues<8>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<8>(scores, kv, n_keys, i0, out);
         break;
       case 7:
-        WeightedValues<7>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<7>(scores, kv, n_keys, i0, out);
         break;
       case 6:
-        WeightedValues<6>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<6>(scores, kv, n_keys, i0, out);
         break;
       case 5:
-        WeightedValues<5>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<5>(scores, kv, n_keys, i0, out);
         break;
       case 4:
-        WeightedValues<4>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<4>(scores, kv, n_keys, i0, out);
         break;
       case 3:
-        WeightedValues<3>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<3>(scores, kv, n_keys, i0, out);
         break;
       case 2:
-        WeightedValues<2>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<2>(scores, kv, n_keys, i0, out);
         break;
       default:
-        WeightedValues<1>(scores, sum, kv, n_keys, i0, out);
+        WeightedValues<1>(scores, kv, n_keys, i0, out);
         break;
     }
   }
