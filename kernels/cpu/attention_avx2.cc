@@ -1,10 +1,10 @@
 // AttendOneHead (kernels/token_ops.h) with AVX2 and F16C, bit for bit: each key's score is a
 // dot product in dimension order, so eight keys' products are transposed 8 x 8 and summed as
-// one vector per dimension, lane r holding key r's running sum; the weighted values accumulate
-// key by key in position order, up to 64 dimensions per pass held in registers. fp16 keys and
-// values convert in hardware (exact, as Fp16ToFloat); q8 and q4 codes widen to floats and take
-// their group's scale in one multiply, as KvLoadAt does. Multiplies and adds stay separate, as in
-// the shared code.
+// one vector per dimension, lane r holding key r's running sum; the softmax runs eight keys at a
+// time (softmax_avx2.h); the weighted values accumulate key by key in position order, up to 64
+// dimensions per pass held in registers. fp16 keys and values convert in hardware (exact, as
+// Fp16ToFloat); q8 and q4 codes widen to floats and take their group's scale in one multiply, as
+// KvLoadAt does. Multiplies and adds stay separate, as in the shared code.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ordered_sums_avx2.h"
+#include "kernels/cpu/softmax_avx2.h"
 
 namespace walsh {
 namespace {
@@ -73,9 +74,8 @@ void Attend(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_ke
     _mm256_storeu_ps(scores + t0, _mm256_mul_ps(dot, _mm256_set1_ps(scale)));
   }
   for (; t0 < n_keys; ++t0) scores[t0] = AttentionScore(q, head_dim, kv, t0, scale);
-  const float sum = SoftmaxNumerators(scores, n_keys);
   // Each key's weight e_τ / sum once, not once per pass (the scores are scratch).
-  for (int64_t t = 0; t < n_keys; ++t) scores[t] /= sum;
+  SoftmaxWeightsAvx2(scores, n_keys);
   // Up to 8 vectors of the output stay in registers over every key, so each key costs its
   // value's loads alone; wider heads take more than one pass over the keys.
   for (int64_t i0 = 0; i0 < head_dim; i0 += 64) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/f32_matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/query_block_attention.h"
 #include "kernels/token_ops.h"
 
 namespace walsh {
@@ -121,41 +122,37 @@ void Rope2d(float* v, const RopeTable& t, int64_t s) {
   }
 }
 
-// Full attention of every patch over every patch, head by head: the text model's attention of
-// one query (kernels/cpu/ops.h: scores, softmax, weighted values, each in position order) over
-// one page of n positions. qkv holds n rows of [Q | K | V], each `d` wide; keys and values are
-// first laid out head by head, contiguous, so a head's keys are read in sequence (in place, each
-// key lies 3·d floats from the next: a 4 KiB memory page apart at 1024²). Each task takes a
-// block of queries of one head.
+// Full attention of every patch over every patch, head by head: every query's output is the
+// text model's attention of one query (kernels/token_ops.h: scores, softmax, weighted values,
+// each in position order), computed for a block of queries at a time
+// (kernels/cpu/query_block_attention.h). qkv holds n rows of [Q | K | V], each `d` wide; each
+// head's keys are first packed into panels and its values laid out contiguous, so a head's keys
+// and values are read in sequence (in place, each lies 3·d floats from the next: a 4 KiB memory
+// page apart at 1024²). Each task takes a block of queries of one head.
 void Attention(CpuIsa isa, ThreadPool* pool, const float* qkv, int64_t n, int64_t d, int64_t heads,
                float* out) {
   constexpr int64_t kQueries = 16;
-  const int64_t hd = d / heads;
+  const int64_t hd = d / heads, panel_floats = KeyPanelFloats(n, hd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> keys(n * d), values(n * d);  // [head][patch][hd]
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t h = 0; h < heads; ++h) {
-      std::copy_n(qkv + j * 3 * d + d + h * hd, hd, keys.data() + (h * n + j) * hd);
+  std::vector<float> keys(heads * panel_floats), values(n * d);  // [head][...]
+  for (int64_t h = 0; h < heads; ++h) {
+    PackKeyPanels(qkv + d + h * hd, 3 * d, n, hd, keys.data() + h * panel_floats);
+    for (int64_t j = 0; j < n; ++j) {
       std::copy_n(qkv + j * 3 * d + 2 * d + h * hd, hd, values.data() + (h * n + j) * hd);
     }
   }
-  const int32_t only_page = 0;
   const int64_t blocks = (n + kQueries - 1) / kQueries;
   const auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(n);
+    std::vector<float> scores(kQueries * KeyPanelCount(n) * kKeyPanel);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t h = task / blocks, i0 = task % blocks * kQueries;
-      const PagedKv<float> kv{.k_base = keys.data(),
-                              .v_base = values.data(),
-                              .pages = &only_page,
-                              .page_stride = 0,
-                              .page_size = n,
-                              .row_stride = hd,
-                              .offset = h * n * hd};
-      for (int64_t i = i0; i < std::min(n, i0 + kQueries); ++i) {
-        AttendOneHeadFast(isa, qkv + i * 3 * d + h * hd, hd, kv, n, scale, scores.data(),
-                          out + i * d + h * hd);
-      }
+      const QueryBlockHead head{.key_panels = keys.data() + h * panel_floats,
+                                .values = values.data() + h * n * hd,
+                                .value_stride = hd,
+                                .n_keys = n,
+                                .head_dim = hd};
+      AttendQueryBlock(isa, head, qkv + i0 * 3 * d + h * hd, 3 * d, std::min(kQueries, n - i0),
+                       scale, scores.data(), out + i0 * d + h * hd, d);
     }
   };
   if (pool == nullptr) return run(0, heads * blocks);

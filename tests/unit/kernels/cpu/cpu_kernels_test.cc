@@ -13,6 +13,7 @@
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/query_block_attention.h"
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/float_convert.h"
@@ -470,6 +471,55 @@ TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
   CheckAttention<uint16_t>(gen, 40);
   CheckAttention<KvQ8>(gen, 64);
   CheckAttention<KvQ4>(gen, 64);
+}
+
+// The vision encoder's attention of a block of queries: each query's output is AttendOneHead's
+// over the same keys and values, on every path, for partial panels, query groups and value
+// chunks (48 keys), and for scores wide enough that some weights underflow to zero.
+TEST(QueryBlockAttention, EveryQueryEqualsAttendOneHeadOnEveryIsa) {
+  std::mt19937 gen(21);
+  std::normal_distribution<float> dist;
+  for (int64_t hd : {int64_t{36}, int64_t{64}, int64_t{72}}) {
+    for (int64_t n :
+         {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{49}, int64_t{130}}) {
+      const int64_t q_stride = 3 * hd + 5, out_stride = hd + 3, queries = 7;
+      std::vector<float> keys(n * hd), values(n * (hd + 1)), q(queries * q_stride);
+      for (float& x : keys) x = dist(gen);
+      for (float& x : values) x = dist(gen);
+      for (int64_t j = 0; j < queries; ++j) {
+        const float spread = j == 2 ? 40.0f : 1.0f;  // query 2's weights mostly underflow
+        for (int64_t i = 0; i < hd; ++i) q[j * q_stride + i] = spread * dist(gen);
+      }
+      std::vector<float> panels(KeyPanelFloats(n, hd));
+      PackKeyPanels(keys.data(), hd, n, hd, panels.data());
+      const QueryBlockHead head{panels.data(), values.data(), hd + 1, n, hd};
+      // The reference reads the keys and values where they are, as one page.
+      const int32_t only_page = 0;
+      std::vector<float> k_rows(std::max<int64_t>(1, n) * (hd + 1));
+      for (int64_t t = 0; t < n; ++t) std::copy_n(&keys[t * hd], hd, &k_rows[t * (hd + 1)]);
+      const PagedKv<float> kv{k_rows.data(),           values.data(), &only_page, 0,
+                              std::max<int64_t>(1, n), hd + 1,        0};
+      std::vector<float> want(queries * out_stride), s(std::max<int64_t>(1, n));
+      for (int64_t j = 0; j < queries; ++j) {
+        AttendOneHead(&q[j * q_stride], hd, kv, n, 0.125f, s.data(), &want[j * out_stride]);
+      }
+      for (CpuIsa isa : AllIsas()) {
+        for (int64_t block : {int64_t{1}, int64_t{4}, queries}) {
+          std::vector<float> got(queries * out_stride, -7.0f);
+          std::vector<float> scores(block * KeyPanelCount(n) * kKeyPanel);
+          for (int64_t j0 = 0; j0 < queries; j0 += block) {
+            AttendQueryBlock(isa, head, &q[j0 * q_stride], q_stride, std::min(block, queries - j0),
+                             0.125f, scores.data(), &got[j0 * out_stride], out_stride);
+          }
+          for (int64_t j = 0; j < queries; ++j) {
+            EXPECT_EQ(0, std::memcmp(&want[j * out_stride], &got[j * out_stride], hd * 4))
+                << CpuIsaName(isa) << " hd " << hd << " keys " << n << " query " << j << " block "
+                << block;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(CpuOps, SwiGluFastEqualsSharedOnEveryIsa) {
