@@ -1,8 +1,8 @@
 // Full attention over paged KV (docs/format.md §8.2), fp16, q8 or q4 pages read directly:
-// QK-norm, RoPE, the KV write, then one thread block per (token, query head): scores by key in
-// parallel, the softmax's max on a warp and its sum in the shared 32 lanes (a lane per thread),
-// outputs by dimension in parallel, each over keys in position order — the pieces of
-// kernels/token_ops.h's AttendOneHead.
+// QK-norm, RoPE (M-RoPE's streams on an image step, docs/vision.md §4), the KV write, then one
+// thread block per (token, query head): scores by key in parallel, the softmax's max on a warp and
+// its sum in the shared 32 lanes (a lane per thread), outputs by dimension in parallel, each over
+// keys in position order — the pieces of kernels/token_ops.h's AttendOneHead.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/warp_lanes.h"
@@ -18,15 +18,26 @@ __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, fl
   const int64_t t = blockIdx.x;
   const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
   const int64_t pos = step.pos_of_token[t];
+  int32_t streams[4] = {0, 0, 0, 0};
+  if (step.rope_of_token != nullptr) {
+    for (int i = 0; i < 3; ++i) streams[i] = step.rope_of_token[3 * t + i];
+  }
+  const auto rope = [&](float* head) {
+    if (step.rope_of_token == nullptr) {
+      RopeNeoxInPlace(head, s.n_rot, pos, inv_freq);
+    } else {
+      RopeStreamsInPlace(head, s.n_rot, streams, s.rope_stream_of_pair, inv_freq);
+    }
+  };
   for (int64_t h = threadIdx.x; h < s.n_head + s.n_head_kv; h += blockDim.x) {
     if (h < s.n_head) {
       float* q = q_gate + t * 2 * s.n_head * hd + h * 2 * hd;
       RmsNorm(q, q_norm, hd, s.eps, q);
-      RopeNeoxInPlace(q, s.n_rot, pos, inv_freq);
+      rope(q);
     } else {
       float* kh = k + t * kv_dim + (h - s.n_head) * hd;
       RmsNorm(kh, k_norm, hd, s.eps, kh);
-      RopeNeoxInPlace(kh, s.n_rot, pos, inv_freq);
+      rope(kh);
     }
   }
   __syncthreads();

@@ -1,4 +1,5 @@
-// Embedding rows, RMSNorm, residual adds, SwiGLU, row gathers and the small dense projections.
+// Embedding rows (and the image rows that replace some), RMSNorm, residual adds, SwiGLU, row
+// gathers and the small dense projections.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/warp_lanes.h"
@@ -40,6 +41,18 @@ __global__ void AddKernel(float* acc, const float* x, int64_t n) {
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = Silu(gate[i]) * up[i];
+}
+
+__global__ void ReplaceRowsKernel(float* out, int64_t cols, const int32_t* row_of_token,
+                                  const float* rows) {
+  const int64_t t = blockIdx.y;
+  const int32_t row = row_of_token[t];
+  if (row < 0) return;
+  const float* src = rows + static_cast<int64_t>(row) * cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < cols;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[t * cols + i] = src[i];
+  }
 }
 
 __global__ void GatherKernel(const float* x, int64_t cols, const int32_t* rows, float* out) {
@@ -116,6 +129,15 @@ int AddInPlace(float* acc, const float* x, int64_t n, cudaStream_t stream) {
 int SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return 0;
   SwiGluKernel<<<GridFor(n, 256), 256, 0, stream>>>(gate, up, n, out);
+  return LastLaunchError();
+}
+
+int ReplaceRows(float* out, int64_t cols, const int32_t* row_of_token, int64_t n_tokens,
+                const float* rows, cudaStream_t stream) {
+  if (n_tokens == 0) return 0;
+  const dim3 grid(GridFor(cols, 256) < 16 ? GridFor(cols, 256) : 16,
+                  static_cast<unsigned>(n_tokens));
+  ReplaceRowsKernel<<<grid, 256, 0, stream>>>(out, cols, row_of_token, rows);
   return LastLaunchError();
 }
 

@@ -68,6 +68,10 @@ int RmsNormRows(const float* x, int64_t rows, int64_t cols, const float* weight,
                 float* out, cudaStream_t stream);
 int AddInPlace(float* acc, const float* x, int64_t n, cudaStream_t stream);
 int SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+// out[t] = rows[row_of_token[t]] (cols values) for each token t whose entry is not negative:
+// an image's rows in place of its placeholder tokens' embeddings.
+int ReplaceRows(float* out, int64_t cols, const int32_t* row_of_token, int64_t n_tokens,
+                const float* rows, cudaStream_t stream);
 // out[i] = x[rows[i]] for n rows of cols values.
 int GatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t n, float* out,
                cudaStream_t stream);
@@ -86,6 +90,9 @@ struct StepView {
   const int32_t* seq_page_offset = nullptr;  // where a sequence's page table starts in `pages`
   const int32_t* pages = nullptr;
   const int64_t* score_offset = nullptr;  // per token: Σ of earlier tokens' (pos + 1) · n_head
+  // Image steps (docs/vision.md §4): per token its t, h and w rotary positions; null for a step
+  // of text alone, where every stream is the token's position.
+  const int32_t* rope_of_token = nullptr;
 };
 
 // One rank's heads: n_head query heads from q_head_begin, n_head_kv KV heads from
@@ -99,6 +106,7 @@ struct AttentionShape {
   float eps = 0.0f, scale = 0.0f;
   int64_t page_size = 0, page_stride = 0;  // positions per page; units from page to page
   KvStorage kv = KvStorage::kFp16;
+  const uint8_t* rope_stream_of_pair = nullptr;  // n_rot / 2 streams (device), for image steps
 };
 
 // QK-norm and RoPE on every query and key head, then K and V rows into the step's pages of one

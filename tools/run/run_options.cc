@@ -59,7 +59,7 @@ absl::Status RunOptions::Validate() const {
   }
   if (!mmproj.empty() && device != "cpu") {
     return absl::InvalidArgumentError(
-        "--mmproj needs --device cpu: the CUDA backend does not take image inputs yet");
+        "--mmproj needs --device cpu: the CUDA backend's image inputs have not yet run on a GPU");
   }
   if (output != "text" && output != "ids" && output != "json") {
     return absl::InvalidArgumentError("--output must be text, ids or json");

@@ -111,6 +111,13 @@ absl::Status CudaBackend::Init(double gpu_memory_utilization) {
   RETURN_IF_ERROR(CudaStatus(cudaMemcpy(rope_inv_freq_.as<void>(), inv_freq.data(),
                                         inv_freq.size() * sizeof(double), cudaMemcpyHostToDevice),
                              "upload RoPE table"));
+  const std::vector<uint8_t> streams =
+      RopeStreamOfPair(model_.config().rope_dimension_count, model_.config().rope_sections);
+  RETURN_IF_ERROR(rope_stream_of_pair_.Allocate(std::max<int64_t>(1, streams.size()),
+                                                "the M-RoPE stream table"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpy(rope_stream_of_pair_.as<void>(), streams.data(),
+                                        streams.size(), cudaMemcpyHostToDevice),
+                             "upload M-RoPE stream table"));
   // Every upload has landed before the first kernel on stream_ (a non-blocking stream).
   return CudaStatus(cudaDeviceSynchronize(), "upload");
 }
@@ -236,6 +243,14 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   }
   const int64_t n_seqs = static_cast<int64_t>(plan.seq_slots.size());
   h.tokens = plan.tokens;
+  h.rope_of_token = plan.rope_of_token;
+  h.image_row_of_token = plan.embedding_of_token;
+  h.image_rows = plan.embedding_rows;
+  for (size_t t = 0; t < h.image_row_of_token.size(); ++t) {
+    // An image token's id is its cache key (negative); its embedding row is replaced, so it
+    // reads row 0 of the table instead of outside it.
+    if (h.image_row_of_token[t] >= 0) h.tokens[t] = 0;
+  }
   h.pos = plan.pos_of_token;
   h.seq_of = plan.seq_of_token;
   h.seq_slot = plan.seq_slots;
@@ -269,6 +284,16 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   ASSIGN_OR_RETURN(step_.pages, UploadStepArray(d_pages_, h.pages, "page tables"));
   ASSIGN_OR_RETURN(step_.score_offset,
                    UploadStepArray(d_score_offset_, h.score_offset, "score offsets"));
+  step_.rope_of_token = nullptr;
+  if (!h.rope_of_token.empty()) {
+    ASSIGN_OR_RETURN(step_.rope_of_token,
+                     UploadStepArray(d_rope_of_token_, h.rope_of_token, "M-RoPE positions"));
+  }
+  if (h.image_rows != nullptr) {
+    RETURN_IF_ERROR(UploadStepArray(d_image_rows_, *h.image_rows, "image rows").status());
+    RETURN_IF_ERROR(
+        UploadStepArray(d_image_row_of_token_, h.image_row_of_token, "image row indices").status());
+  }
   RETURN_IF_ERROR(UploadStepArray(d_tokens_, h.tokens, "tokens").status());
   RETURN_IF_ERROR(UploadStepArray(d_logit_rows_, h.logit_rows, "logit rows").status());
   if (model_.attention_layers() > 0) {
@@ -287,21 +312,28 @@ absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const
   ASSIGN_OR_RETURN(const uint8_t* w, ResidentAs(table.data, table.bytes()));
   const int32_t* tokens = d_tokens_.as<int32_t>();
   if (!rotated) {
-    return Launch(
-        cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows, out.f32(), stream_),
-        "embedding");
+    RETURN_IF_ERROR(
+        Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows, out.f32(), stream_),
+               "embedding"));
+  } else {
+    RETURN_IF_ERROR(embed_scratch_.Reserve(out.rows * out.cols * 4, "embedding rows"));
+    RETURN_IF_ERROR(Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows,
+                                           embed_scratch_.as<float>(), stream_),
+                           "embedding"));
+    const int8_t* s = nullptr;
+    if (signs != nullptr) {
+      ASSIGN_OR_RETURN(s, ResidentAs(signs, out.cols));
+    }
+    RETURN_IF_ERROR(
+        Launch(cuda::SignedFwht(embed_scratch_.as<float>(), out.rows, out.cols,
+                                model_.contract().block_size, nullptr, s, {}, out.f32(), stream_),
+               "embedding inverse transform"));
   }
-  RETURN_IF_ERROR(embed_scratch_.Reserve(out.rows * out.cols * 4, "embedding rows"));
-  RETURN_IF_ERROR(Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows,
-                                         embed_scratch_.as<float>(), stream_),
-                         "embedding"));
-  const int8_t* s = nullptr;
-  if (signs != nullptr) {
-    ASSIGN_OR_RETURN(s, ResidentAs(signs, out.cols));
-  }
-  return Launch(cuda::SignedFwht(embed_scratch_.as<float>(), out.rows, out.cols,
-                                 model_.contract().block_size, nullptr, s, {}, out.f32(), stream_),
-                "embedding inverse transform");
+  if (host_step_.image_rows == nullptr) return absl::OkStatus();
+  // An image's rows replace their tokens' embeddings as they are (no inverse transform).
+  return Launch(cuda::ReplaceRows(out.f32(), out.cols, d_image_row_of_token_.as<int32_t>(),
+                                  out.rows, d_image_rows_.as<float>(), stream_),
+                "image rows");
 }
 
 absl::Status CudaBackend::RmsNorm(Tensor x, const float* weight, float eps, Tensor out) {
@@ -445,6 +477,7 @@ cuda::AttentionShape CudaBackend::AttentionShapeOf(const AttentionShard& heads) 
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.key_length));
   s.page_size = geometry_.page_size;
   s.page_stride = geometry_.page_units();
+  s.rope_stream_of_pair = rope_stream_of_pair_.as<uint8_t>();
   s.kv = geometry_.kv_dtype == KvCacheDtype::kQ8   ? cuda::KvStorage::kQ8
          : geometry_.kv_dtype == KvCacheDtype::kQ4 ? cuda::KvStorage::kQ4
                                                    : cuda::KvStorage::kFp16;

@@ -1,8 +1,10 @@
 // The CUDA backend (sm_90): the model's packed weights uploaded once and resident at their file
 // size (one copy of the file's tensor data; no dense copy anywhere), KV pages and GatedDeltaNet
 // state slots in device memory, and every op of the graph a kernel of kernels/cuda on one
-// stream. Only the logits come back to the host. Its numerics are the CPU backend's
-// (kernels/token_ops.h), so its logits are meant to equal the CPU's bit for bit.
+// stream. Only the logits come back to the host. Image steps bring their rows and M-RoPE
+// positions in the plan (docs/vision.md §4); the vision encoder that made the rows runs on the
+// host. Its numerics are the CPU backend's (kernels/token_ops.h), so its logits are meant to
+// equal the CPU's bit for bit.
 //
 // Memory: the weights plus the caches must fit in gpu_memory_utilization × the device's memory;
 // a model that does not is refused with the numbers, and the caches are cut to what is left.
@@ -29,6 +31,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
+  bool takes_image_inputs() const override { return true; }
   BackendMemory Memory() const override;
   int64_t cache_bytes_available() const override { return cache_room_; }
   absl::Status AllocateCaches(const CacheGeometry& geometry) override;
@@ -103,7 +106,7 @@ class CudaBackend final : public Backend {
   int64_t weight_bytes_ = 0;
   DeviceBuffer weights_;
   absl::flat_hash_map<const void*, DeviceBuffer> uploads_;
-  DeviceBuffer rope_inv_freq_;
+  DeviceBuffer rope_inv_freq_, rope_stream_of_pair_;
   int64_t cache_room_ = 0;
   CacheGeometry geometry_;
   DeviceBuffer kv_, state_;
@@ -115,9 +118,13 @@ class CudaBackend final : public Backend {
     std::vector<int32_t> tokens, pos, seq_of, seq_first, seq_count, seq_slot, page_offset, pages,
         logit_rows;
     std::vector<int64_t> score_offset;
+    // An image step's inputs (StepPlan): rotary streams, and the rows that replace embeddings.
+    std::vector<int32_t> rope_of_token, image_row_of_token;
+    std::shared_ptr<const std::vector<float>> image_rows;
   } host_step_;
   DeviceBuffer d_tokens_, d_pos_, d_seq_of_, d_seq_first_, d_seq_count_, d_seq_slot_,
-      d_page_offset_, d_pages_, d_logit_rows_, d_score_offset_;
+      d_page_offset_, d_pages_, d_logit_rows_, d_score_offset_, d_rope_of_token_,
+      d_image_row_of_token_, d_image_rows_;
   cuda::StepView step_;
 };
 

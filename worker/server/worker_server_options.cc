@@ -113,7 +113,7 @@ absl::Status WorkerServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("max-image-pixels", max_image_pixels, 1));
   if (!mmproj.empty() && device != "cpu") {
     return absl::InvalidArgumentError(
-        "--mmproj needs --device cpu: the CUDA backend does not take image inputs yet");
+        "--mmproj needs --device cpu: the CUDA backend's image inputs have not yet run on a GPU");
   }
   RETURN_IF_ERROR(buffers.Validate());
   RETURN_IF_ERROR(http.Media().status());

@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU backend, through the engine: the same logits bit for bit
 // (the shared numerics make this the contract, not a tolerance), greedy continuations
 // identical and the pooled mean KL within 1e-5 even if bits ever differ, schedule invariance on
-// the GPU, and the peer fixtures' greedy tokens. Skips where no CUDA device answers.
+// the GPU, image inputs (rows and M-RoPE positions), and the peer fixtures' greedy tokens. Skips
+// where no CUDA device answers.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/image_prompt.h"
 
 namespace walsh {
 namespace {
@@ -233,6 +235,56 @@ TEST_P(CudaEngine, PrefixCacheHitEqualsColdRun) {
   ASSERT_EQ(out->logits.size(), (ids.size() - 37) * vocab);
   EXPECT_EQ(
       0, std::memcmp(out->logits.data(), cold.logits.data() + 37 * vocab, out->logits.size() * 4));
+}
+
+// A prompt with two images, fed in chunks of `chunk` with its rows and M-RoPE positions as the
+// worker attaches them; the logits at every position.
+std::vector<float> FeedImagePrompt(Engine& e, const std::vector<int32_t>& tokens,
+                                   const PromptImages& images, int64_t chunk) {
+  auto seq = e.AddSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  std::vector<float> all;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t end = std::min(n, i + chunk);
+    SequenceInput in{*seq, std::vector<int32_t>(tokens.begin() + i, tokens.begin() + end),
+                     /*all_logits=*/true};
+    AttachImageInputs(images, i, in);
+    auto out = e.Forward({in});
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) break;
+    all.insert(all.end(), out->logits.begin(), out->logits.end());
+  }
+  EXPECT_TRUE(e.RemoveSequence(*seq).ok());
+  return all;
+}
+
+TEST_P(CudaEngine, ImageInputsMatchTheCpuBitForBit) {
+  auto cpu = MakeEngine(path_, Device::kCpu, kv_);
+  auto gpu = MakeEngine(path_, Device::kCuda, kv_);
+  ASSERT_TRUE(cpu && gpu);
+  const Qwen35Config& c = cpu->model().config();
+  PromptImages images;
+  images.width = c.embedding_length;
+  images.spans = {{.first = 3, .grid_h = 2, .grid_w = 3}, {.first = 12, .grid_h = 1, .grid_w = 2}};
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  for (const ImageSpan& span : images.spans) {
+    images.digests.push_back(gen());
+    for (int64_t i = 0; i < span.tokens() * images.width; ++i) images.rows.push_back(normal(gen));
+  }
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> text(20);
+  for (int32_t& t : text) t = id(gen);
+  const std::vector<int32_t> tokens = KeyImageTokens(text, images);
+  const std::vector<float> want = FeedImagePrompt(*cpu, tokens, images, 1000);
+  ASSERT_EQ(want.size(), tokens.size() * c.vocab_size);
+  for (int64_t chunk : {int64_t{1000}, int64_t{4}}) {
+    const std::vector<float> got = FeedImagePrompt(*gpu, tokens, images, chunk);
+    ASSERT_EQ(want.size(), got.size()) << "chunks of " << chunk;
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+        << "chunks of " << chunk << "; mean KL " << MeanKl(want, got, c.vocab_size);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
