@@ -1,9 +1,9 @@
 // AttendQueryBlock with AVX2, bit for bit with the portable path. Scores: four queries at a
 // time over a panel of 16 keys, one broadcast of a query's dimension times two vectors of the
 // panel per step, so each lane sums its key's products in dimension order. Softmax:
-// softmax_avx2.h. Weighted values: keys in chunks small enough to stay in L1 while each query of
-// the block takes them; a query's up-to-64 dimensions stay in registers across a chunk and go
-// through memory between chunks (a store and a load change no bits), so each dimension still
+// softmax_avx2.h. Weighted values: keys in chunks small enough to stay in L1 while each query
+// of the block takes them; up to 96 of a query's dimensions stay in registers across a chunk and
+// go through memory between chunks (a store and a load change no bits), so each dimension still
 // sums its keys in order.
 #include <immintrin.h>
 
@@ -62,10 +62,28 @@ void WeightedValueChunk(const QueryBlockHead& head, const float* weights, int64_
   for (int k = 0; k < kVectors; ++k) _mm256_storeu_ps(out + i0 + 8 * k, acc[k]);
 }
 
+// A head's dimensions in as few passes as hold their vectors in registers (up to 12 of the 16),
+// split evenly: a pass of one or two vectors would wait on its adds' latency, key after key.
 void WeightedValues(const QueryBlockHead& head, const float* weights, int64_t t0, int64_t t1,
                     float* out) {
-  for (int64_t i0 = 0; i0 < head.head_dim; i0 += 64) {
-    switch (std::min<int64_t>(8, (head.head_dim - i0) / 8)) {
+  constexpr int64_t kMaxVectors = 12;
+  const int64_t vectors = head.head_dim / 8;
+  const int64_t passes = (vectors + kMaxVectors - 1) / kMaxVectors;
+  for (int64_t p = 0, i0 = 0; p < passes; ++p) {
+    const int64_t width = (vectors - i0 / 8 + (passes - p) - 1) / (passes - p);
+    switch (width) {
+      case 12:
+        WeightedValueChunk<12>(head, weights, t0, t1, i0, out);
+        break;
+      case 11:
+        WeightedValueChunk<11>(head, weights, t0, t1, i0, out);
+        break;
+      case 10:
+        WeightedValueChunk<10>(head, weights, t0, t1, i0, out);
+        break;
+      case 9:
+        WeightedValueChunk<9>(head, weights, t0, t1, i0, out);
+        break;
       case 8:
         WeightedValueChunk<8>(head, weights, t0, t1, i0, out);
         break;
@@ -91,6 +109,7 @@ void WeightedValues(const QueryBlockHead& head, const float* weights, int64_t t0
         WeightedValueChunk<1>(head, weights, t0, t1, i0, out);
         break;
     }
+    i0 += 8 * width;
   }
 }
 

@@ -475,11 +475,12 @@ TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
 
 // The vision encoder's attention of a block of queries: each query's output is AttendOneHead's
 // over the same keys and values, on every path, for partial panels, query groups and value
-// chunks (48 keys), and for scores wide enough that some weights underflow to zero.
+// chunks (48 keys), heads whose values take one pass or three (200 and 256 wide), and scores
+// wide enough that some weights underflow to zero.
 TEST(QueryBlockAttention, EveryQueryEqualsAttendOneHeadOnEveryIsa) {
   std::mt19937 gen(21);
   std::normal_distribution<float> dist;
-  for (int64_t hd : {int64_t{36}, int64_t{64}, int64_t{72}}) {
+  for (int64_t hd : {int64_t{36}, int64_t{64}, int64_t{72}, int64_t{200}, int64_t{256}}) {
     for (int64_t n :
          {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{49}, int64_t{130}}) {
       const int64_t q_stride = 3 * hd + 5, out_stride = hd + 3, queries = 7;
