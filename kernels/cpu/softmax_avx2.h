@@ -21,6 +21,8 @@ namespace {
 inline void SoftmaxWeightsAvx2(float* scores, int64_t n) {
   __m256 max8 = _mm256_set1_ps(BitsFloat(0xff800000u));
   int64_t t = 0;
+  // The score first: max_ps returns its second operand when either is NaN, so a NaN score is
+  // passed over, as MaxF(max, NaN) passes over it.
   for (; t + 8 <= n; t += 8) max8 = _mm256_max_ps(_mm256_loadu_ps(scores + t), max8);
   float lanes[kSumLanes];
   _mm256_storeu_ps(lanes, max8);

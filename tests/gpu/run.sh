@@ -145,12 +145,12 @@ conformance() {
   done
 }
 
-memcheck_filter='Models/CudaEngine.MatchesTheCpuBitForBit/0'
+memcheck_filter='Models/CudaEngine.MatchesTheCpuBitForBit/0:Models/CudaEngine.ImageInputsMatchTheCpuBitForBit/0'
 memcheck() {
   local listed
   listed=$("$build/tests/cuda_engine_test" --gtest_list_tests --gtest_filter="$memcheck_filter" |
     grep -c '^  ')
-  [ "$listed" -eq 1 ] || { echo "the memcheck filter selects $listed tests, not 1"; return 1; }
+  [ "$listed" -eq 2 ] || { echo "the memcheck filter selects $listed tests, not 2"; return 1; }
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ "$mode" = dry-run ]; then
@@ -198,7 +198,7 @@ step "2. build (engine-only target, from source)" 150 build_engine
 if [ -x "$build/tests/gpu_check" ]; then
   step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies" 60 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
-  step "5. compute-sanitizer memcheck, tiny model" 45 memcheck
+  step "5. compute-sanitizer memcheck, tiny model" 90 memcheck
   step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end
 fi
 say ""

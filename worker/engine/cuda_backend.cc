@@ -243,9 +243,18 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   }
   const int64_t n_seqs = static_cast<int64_t>(plan.seq_slots.size());
   h.tokens = plan.tokens;
+  if ((!plan.rope_of_token.empty() && plan.rope_of_token.size() != 3 * plan.tokens.size()) ||
+      (!plan.embedding_of_token.empty() && plan.embedding_of_token.size() != plan.tokens.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda: a step of ", n, " tokens brings ", plan.rope_of_token.size(),
+                     " M-RoPE positions and ", plan.embedding_of_token.size(),
+                     " image row indices; it needs 3 and 1 per token, or none"));
+  }
   h.rope_of_token = plan.rope_of_token;
   h.image_row_of_token = plan.embedding_of_token;
   h.image_rows = plan.embedding_rows;
+  h.replaces_rows =
+      h.image_rows != nullptr && !h.image_rows->empty() && !h.image_row_of_token.empty();
   for (size_t t = 0; t < h.image_row_of_token.size(); ++t) {
     // An image token's id is its cache key (negative); its embedding row is replaced, so it
     // reads row 0 of the table instead of outside it.
@@ -289,7 +298,7 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
     ASSIGN_OR_RETURN(step_.rope_of_token,
                      UploadStepArray(d_rope_of_token_, h.rope_of_token, "M-RoPE positions"));
   }
-  if (h.image_rows != nullptr) {
+  if (h.replaces_rows) {
     RETURN_IF_ERROR(UploadStepArray(d_image_rows_, *h.image_rows, "image rows").status());
     RETURN_IF_ERROR(
         UploadStepArray(d_image_row_of_token_, h.image_row_of_token, "image row indices").status());
@@ -329,7 +338,7 @@ absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const
                                 model_.contract().block_size, nullptr, s, {}, out.f32(), stream_),
                "embedding inverse transform"));
   }
-  if (host_step_.image_rows == nullptr) return absl::OkStatus();
+  if (!host_step_.replaces_rows) return absl::OkStatus();
   // An image's rows replace their tokens' embeddings as they are (no inverse transform).
   return Launch(cuda::ReplaceRows(out.f32(), out.cols, d_image_row_of_token_.as<int32_t>(),
                                   out.rows, d_image_rows_.as<float>(), stream_),

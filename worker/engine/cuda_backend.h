@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
     // An image step's inputs (StepPlan): rotary streams, and the rows that replace embeddings.
     std::vector<int32_t> rope_of_token, image_row_of_token;
     std::shared_ptr<const std::vector<float>> image_rows;
+    bool replaces_rows = false;  // some token's embedding is an image row
   } host_step_;
   DeviceBuffer d_tokens_, d_pos_, d_seq_of_, d_seq_first_, d_seq_count_, d_seq_slot_,
       d_page_offset_, d_pages_, d_logit_rows_, d_score_offset_, d_rope_of_token_,

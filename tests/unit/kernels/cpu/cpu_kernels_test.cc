@@ -438,7 +438,7 @@ TEST(CpuOps, DenseRowsDotEqualsShared) {
 template <typename T>
 void CheckAttention(std::mt19937& gen, int64_t hd) {
   std::normal_distribution<float> dist;
-  const int64_t kv_heads = 2, page = 4, pages = 7, keys = 25;
+  const int64_t kv_heads = 2, page = 4, pages = 12, keys = 41;
   const int64_t row = kv_heads * hd, units = row / KvValuesPerUnit<T>, page_stride = page * units;
   std::vector<T> k(pages * page_stride), v(pages * page_stride);
   std::vector<float> kx(row), vx(row);
@@ -447,12 +447,13 @@ void CheckAttention(std::mt19937& gen, int64_t hd) {
     KvStoreRow(kx.data(), row, &k[position * units]);
     KvStoreRow(vx.data(), row, &v[position * units]);
   }
-  const std::vector<int32_t> table = {3, 0, 6, 1, 5, 2, 4};
+  const std::vector<int32_t> table = {3, 0, 6, 1, 5, 2, 4, 11, 8, 10, 7, 9};
   const PagedKv<T> kv{k.data(), v.data(), table.data(),           page_stride,
                       page,     units,    hd / KvValuesPerUnit<T>};  // the second KV head
   std::vector<float> q(hd);
   for (float& x : q) x = dist(gen);
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, keys}) {
+  // 41 keys: a whole chunk of the softmax's 32 sum lanes, and a tail.
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{25}, keys}) {
     std::vector<float> s_ref(n), s_got(n), o_ref(hd), o_got(hd);
     AttendOneHead(q.data(), hd, kv, n, 0.125f, s_ref.data(), o_ref.data());
     for (CpuIsa isa : AllIsas()) {
@@ -474,7 +475,8 @@ TEST(CpuOps, AttendOneHeadFastEqualsSharedOnEveryIsa) {
 }
 
 // The vision encoder's attention of a block of queries: each query's output is AttendOneHead's
-// over the same keys and values, on every path, for partial panels, query groups and value
+// over the same keys and values (and nothing past it written), on every path, for partial
+// panels, groups of 4, 3, 2 and 1 queries, value
 // chunks (48 keys), heads whose values take one pass or three (200 and 256 wide), and scores
 // wide enough that some weights underflow to zero.
 TEST(QueryBlockAttention, EveryQueryEqualsAttendOneHeadOnEveryIsa) {
@@ -505,7 +507,7 @@ TEST(QueryBlockAttention, EveryQueryEqualsAttendOneHeadOnEveryIsa) {
         AttendOneHead(&q[j * q_stride], hd, kv, n, 0.125f, s.data(), &want[j * out_stride]);
       }
       for (CpuIsa isa : AllIsas()) {
-        for (int64_t block : {int64_t{1}, int64_t{4}, queries}) {
+        for (int64_t block : {int64_t{1}, int64_t{4}, int64_t{6}, queries}) {
           std::vector<float> got(queries * out_stride, -7.0f);
           std::vector<float> scores(block * KeyPanelCount(n) * kKeyPanel);
           for (int64_t j0 = 0; j0 < queries; j0 += block) {
@@ -516,6 +518,9 @@ TEST(QueryBlockAttention, EveryQueryEqualsAttendOneHeadOnEveryIsa) {
             EXPECT_EQ(0, std::memcmp(&want[j * out_stride], &got[j * out_stride], hd * 4))
                 << CpuIsaName(isa) << " hd " << hd << " keys " << n << " query " << j << " block "
                 << block;
+            for (int64_t i = hd; i < out_stride; ++i) {
+              EXPECT_EQ(got[j * out_stride + i], -7.0f) << "written past the head, query " << j;
+            }
           }
         }
       }

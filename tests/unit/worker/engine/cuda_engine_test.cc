@@ -259,6 +259,36 @@ std::vector<float> FeedImagePrompt(Engine& e, const std::vector<int32_t>& tokens
   return all;
 }
 
+// After the image prompt on the same engine: text alone (a step with no image inputs after
+// steps with them), then the image prompt and the text side by side in one batch (text tokens
+// take their own positions on the image path); every logit, in order.
+std::vector<float> FeedTextAfterAndBeside(Engine& e, const std::vector<int32_t>& tokens,
+                                          const PromptImages& images,
+                                          const std::vector<int32_t>& text) {
+  std::vector<float> all;
+  const auto keep = [&](const absl::StatusOr<ForwardResult>& out) {
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) all.insert(all.end(), out->logits.begin(), out->logits.end());
+  };
+  auto alone = e.AddSequence();
+  EXPECT_TRUE(alone.ok());
+  keep(e.Forward({{*alone, text, /*all_logits=*/true}}));
+  EXPECT_TRUE(e.RemoveSequence(*alone).ok());
+  auto image = e.AddSequence(), beside = e.AddSequence();
+  EXPECT_TRUE(image.ok() && beside.ok());
+  const int64_t split = 10, n = static_cast<int64_t>(tokens.size());
+  SequenceInput first{*image, std::vector<int32_t>(tokens.begin(), tokens.begin() + split), true};
+  AttachImageInputs(images, 0, first);
+  keep(e.Forward({first, {*beside, text, true}}));
+  SequenceInput rest{*image, std::vector<int32_t>(tokens.begin() + split, tokens.end()), true};
+  AttachImageInputs(images, split, rest);
+  keep(e.Forward({{*beside, {text[0]}, true}, rest}));
+  EXPECT_EQ(n, split + static_cast<int64_t>(rest.tokens.size()));
+  EXPECT_TRUE(e.RemoveSequence(*image).ok());
+  EXPECT_TRUE(e.RemoveSequence(*beside).ok());
+  return all;
+}
+
 TEST_P(CudaEngine, ImageInputsMatchTheCpuBitForBit) {
   auto cpu = MakeEngine(path_, Device::kCpu, kv_);
   auto gpu = MakeEngine(path_, Device::kCuda, kv_);
@@ -274,9 +304,10 @@ TEST_P(CudaEngine, ImageInputsMatchTheCpuBitForBit) {
     for (int64_t i = 0; i < span.tokens() * images.width; ++i) images.rows.push_back(normal(gen));
   }
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.vocab_size - 1));
-  std::vector<int32_t> text(20);
+  std::vector<int32_t> prompt(20), text(9);
+  for (int32_t& t : prompt) t = id(gen);
   for (int32_t& t : text) t = id(gen);
-  const std::vector<int32_t> tokens = KeyImageTokens(text, images);
+  const std::vector<int32_t> tokens = KeyImageTokens(prompt, images);
   const std::vector<float> want = FeedImagePrompt(*cpu, tokens, images, 1000);
   ASSERT_EQ(want.size(), tokens.size() * c.vocab_size);
   for (int64_t chunk : {int64_t{1000}, int64_t{4}}) {
@@ -285,6 +316,13 @@ TEST_P(CudaEngine, ImageInputsMatchTheCpuBitForBit) {
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
         << "chunks of " << chunk << "; mean KL " << MeanKl(want, got, c.vocab_size);
   }
+  const std::vector<float> want_after = FeedTextAfterAndBeside(*cpu, tokens, images, text);
+  const std::vector<float> got_after = FeedTextAfterAndBeside(*gpu, tokens, images, text);
+  ASSERT_EQ(want_after.size(), (2 * text.size() + tokens.size() + 1) * c.vocab_size);
+  ASSERT_EQ(want_after.size(), got_after.size());
+  EXPECT_EQ(0, std::memcmp(want_after.data(), got_after.data(), want_after.size() * sizeof(float)))
+      << "text after and beside an image prompt; mean KL "
+      << MeanKl(want_after, got_after, c.vocab_size);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
