@@ -2,7 +2,8 @@
 // differ between glibc and CUDA's libdevice in the last bit, so a backend that called them
 // could never match another bit for bit; these use only IEEE +, -, *, / and sqrt (correctly
 // rounded on both) in a fixed order. Accuracy: ExpF and LogF within 2 ulp of the true value
-// over their whole range; SinCos within 1e-15 absolute for |θ| < 2^20 (docs/format.md §8.4).
+// over their whole range; TanhF and ErfF within 2 ulp (the vision encoder's GELUs); SinCos
+// within 1e-15 absolute for |θ| < 2^20 (docs/format.md §8.4).
 #ifndef WALSH_KERNELS_NUMERICS_H_
 #define WALSH_KERNELS_NUMERICS_H_
 
@@ -91,6 +92,66 @@ WALSH_HD float Silu(float x) { return x / (1.0f + ExpF(-x)); }
 WALSH_HD float Softplus(float x) { return x > 20.0f ? x : Log1pF(ExpF(x)); }
 // 1 / sqrt(x): a correctly rounded sqrt, then a correctly rounded division.
 WALSH_HD float RsqrtF(float x) { return 1.0f / sqrtf(x); }
+
+// tanh x, odd: below 0.3 its Taylor series to x^11 (the next term is under 1e-8 of the sum);
+// above, (1 - t) / (1 + t) with t = e^(-2|x|), which reaches 1 in float as t vanishes.
+WALSH_HD float TanhF(float x) {
+  if (x != x) return x;
+  const float a = x < 0.0f ? -x : x;
+  float r;
+  if (a < 0.3f) {
+    const float a2 = a * a;
+    float p = -1382.0f / 155925.0f;
+    p = p * a2 + 62.0f / 2835.0f;
+    p = p * a2 - 17.0f / 315.0f;
+    p = p * a2 + 2.0f / 15.0f;
+    p = p * a2 - 1.0f / 3.0f;
+    r = a + a * (a2 * p);
+  } else {
+    const float t = ExpF(-2.0f * a);
+    r = (1.0f - t) / (1.0f + t);
+  }
+  return x < 0.0f ? -r : r;
+}
+
+// erf x, odd: below 0.8 its Taylor series to x^19 (the next term is under 1e-9 of the sum);
+// above, 1 - erfc |x| with erfc z = t · e^(-z² + P(t)), t = 1 / (1 + z/2), whose fractional
+// error is under 1.2e-7 (Numerical Recipes' erfcc, a Chebyshev fit); ±1 past 4, where erfc
+// is under 2e-8 and the difference rounds to 1.
+WALSH_HD float ErfF(float x) {
+  if (x != x) return x;
+  const float a = x < 0.0f ? -x : x;
+  float e;
+  if (a < 0.8f) {
+    const float a2 = a * a;
+    float p = -1.0f / 6894720.0f;  // (-1)^n / (n! (2n + 1)) for n = 9 down to 1
+    p = p * a2 + 1.0f / 685440.0f;
+    p = p * a2 - 1.0f / 75600.0f;
+    p = p * a2 + 1.0f / 9360.0f;
+    p = p * a2 - 1.0f / 1320.0f;
+    p = p * a2 + 1.0f / 216.0f;
+    p = p * a2 - 1.0f / 42.0f;
+    p = p * a2 + 1.0f / 10.0f;
+    p = p * a2 - 1.0f / 3.0f;
+    e = 1.1283791670955126f * (a + a * (a2 * p));  // 2 / √π
+  } else if (a < 4.0f) {
+    const float t = 1.0f / (1.0f + 0.5f * a);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    e = 1.0f - t * ExpF(p - a * a);
+  } else {
+    e = 1.0f;
+  }
+  return x < 0.0f ? -e : e;
+}
 
 // sin θ and cos θ in double: θ = k·π/2 + r with π/2 in three 33-bit parts (k·part is exact
 // for |k| < 2^20), Taylor polynomials on |r| <= π/4, then the quadrant.

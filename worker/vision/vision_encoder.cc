@@ -45,12 +45,14 @@ void LayerNorm(const float* x, int64_t n, int64_t d, const std::vector<float>& w
   }
 }
 
+// With walsh's own tanh and erf (kernels/numerics.h): the encoder's bits do not depend on the C
+// library, and a device can compute them alike.
 float GeluTanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.0f + TanhF(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-float GeluErf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
+float GeluErf(float x) { return 0.5f * x * (1.0f + ErfF(x * 0.7071067811865476f)); }
 
 // The merge-window order of docs/vision.md §3.1: sequence index n holds patch (row, column).
 struct PatchGrid {

@@ -59,6 +59,31 @@ TEST(Numerics, LogAndLog1pAccurate) {
   EXPECT_LE(UlpDistance(LogF(1e-42f), std::log(1e-42f)), 1);  // subnormal input
 }
 
+// The vision encoder's GELUs: tanh and erf against the C library's, in double and rounded once,
+// over the range where they are not yet ±1 and past it; odd, and NaN through.
+TEST(Numerics, TanhAndErfWithinTwoUlp) {
+  std::mt19937 gen(4);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f), narrow(-1.0f, 1.0f);
+  int64_t worst_tanh = 0, worst_erf = 0;
+  for (int i = 0; i < 400000; ++i) {
+    const float v = i % 2 ? wide(gen) : narrow(gen);
+    worst_tanh = std::max(
+        worst_tanh, UlpDistance(TanhF(v), static_cast<float>(std::tanh(static_cast<double>(v)))));
+    worst_erf = std::max(
+        worst_erf, UlpDistance(ErfF(v), static_cast<float>(std::erf(static_cast<double>(v)))));
+    ASSERT_EQ(TanhF(-v), -TanhF(v));
+    ASSERT_EQ(ErfF(-v), -ErfF(v));
+  }
+  EXPECT_LE(worst_tanh, 2);
+  EXPECT_LE(worst_erf, 2);
+  for (float v : {0.0f, 1e-30f, 1e-6f, 0.3f, 0.8f, 4.0f, 20.0f, 1e30f, INFINITY}) {
+    EXPECT_LE(UlpDistance(TanhF(v), static_cast<float>(std::tanh(static_cast<double>(v)))), 2) << v;
+    EXPECT_LE(UlpDistance(ErfF(v), static_cast<float>(std::erf(static_cast<double>(v)))), 2) << v;
+  }
+  EXPECT_TRUE(std::isnan(TanhF(NAN)));
+  EXPECT_TRUE(std::isnan(ErfF(NAN)));
+}
+
 TEST(Numerics, SinCosAtRopeAngles) {
   double worst = 0;
   for (int64_t pos : {0, 1, 7, 100, 4095, 65535, 262143}) {
