@@ -13,6 +13,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ordered_sums_avx2.h"
 #include "kernels/cpu/softmax_avx2.h"
+#include "kernels/cpu/width_dispatch.h"
 
 namespace walsh {
 namespace {
@@ -79,32 +80,9 @@ void Attend(const float* q, int64_t head_dim, const PagedKv<T>& kv, int64_t n_ke
   // Up to 8 vectors of the output stay in registers over every key, so each key costs its
   // value's loads alone; wider heads take more than one pass over the keys.
   for (int64_t i0 = 0; i0 < head_dim; i0 += 64) {
-    switch (std::min<int64_t>(8, (head_dim - i0) / 8)) {
-      case 8:
-        WeightedValues<8>(scores, kv, n_keys, i0, out);
-        break;
-      case 7:
-        WeightedValues<7>(scores, kv, n_keys, i0, out);
-        break;
-      case 6:
-        WeightedValues<6>(scores, kv, n_keys, i0, out);
-        break;
-      case 5:
-        WeightedValues<5>(scores, kv, n_keys, i0, out);
-        break;
-      case 4:
-        WeightedValues<4>(scores, kv, n_keys, i0, out);
-        break;
-      case 3:
-        WeightedValues<3>(scores, kv, n_keys, i0, out);
-        break;
-      case 2:
-        WeightedValues<2>(scores, kv, n_keys, i0, out);
-        break;
-      default:
-        WeightedValues<1>(scores, kv, n_keys, i0, out);
-        break;
-    }
+    DispatchWidth<8>((head_dim - i0) / 8, [&](auto vectors) {
+      WeightedValues<decltype(vectors)::value>(scores, kv, n_keys, i0, out);
+    });
   }
 }
 

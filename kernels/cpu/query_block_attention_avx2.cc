@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/query_block_attention.h"
 #include "kernels/cpu/softmax_avx2.h"
+#include "kernels/cpu/width_dispatch.h"
 
 namespace walsh {
 namespace {
@@ -71,44 +72,9 @@ void WeightedValues(const QueryBlockHead& head, const float* weights, int64_t t0
   const int64_t passes = (vectors + kMaxVectors - 1) / kMaxVectors;
   for (int64_t p = 0, i0 = 0; p < passes; ++p) {
     const int64_t width = (vectors - i0 / 8 + (passes - p) - 1) / (passes - p);
-    switch (width) {
-      case 12:
-        WeightedValueChunk<12>(head, weights, t0, t1, i0, out);
-        break;
-      case 11:
-        WeightedValueChunk<11>(head, weights, t0, t1, i0, out);
-        break;
-      case 10:
-        WeightedValueChunk<10>(head, weights, t0, t1, i0, out);
-        break;
-      case 9:
-        WeightedValueChunk<9>(head, weights, t0, t1, i0, out);
-        break;
-      case 8:
-        WeightedValueChunk<8>(head, weights, t0, t1, i0, out);
-        break;
-      case 7:
-        WeightedValueChunk<7>(head, weights, t0, t1, i0, out);
-        break;
-      case 6:
-        WeightedValueChunk<6>(head, weights, t0, t1, i0, out);
-        break;
-      case 5:
-        WeightedValueChunk<5>(head, weights, t0, t1, i0, out);
-        break;
-      case 4:
-        WeightedValueChunk<4>(head, weights, t0, t1, i0, out);
-        break;
-      case 3:
-        WeightedValueChunk<3>(head, weights, t0, t1, i0, out);
-        break;
-      case 2:
-        WeightedValueChunk<2>(head, weights, t0, t1, i0, out);
-        break;
-      default:
-        WeightedValueChunk<1>(head, weights, t0, t1, i0, out);
-        break;
-    }
+    DispatchWidth<kMaxVectors>(width, [&](auto vectors) {
+      WeightedValueChunk<decltype(vectors)::value>(head, weights, t0, t1, i0, out);
+    });
     i0 += 8 * width;
   }
 }
@@ -126,20 +92,8 @@ bool AttendQueryBlockAvx2(const QueryBlockHead& head, const float* q, int64_t q_
     float* ss[4];
     const int count = static_cast<int>(std::min<int64_t>(4, n_queries - j));
     for (int r = 0; r < count; ++r) qs[r] = q + (j + r) * q_stride, ss[r] = scores + (j + r) * row;
-    switch (count) {
-      case 4:
-        ScorePanels<4>(head, qs, scale, ss);
-        break;
-      case 3:
-        ScorePanels<3>(head, qs, scale, ss);
-        break;
-      case 2:
-        ScorePanels<2>(head, qs, scale, ss);
-        break;
-      default:
-        ScorePanels<1>(head, qs, scale, ss);
-        break;
-    }
+    DispatchWidth<4>(
+        count, [&](auto queries) { ScorePanels<decltype(queries)::value>(head, qs, scale, ss); });
   }
   for (j = 0; j < n_queries; ++j) SoftmaxWeightsAvx2(scores + j * row, n);
   for (int64_t t0 = 0; t0 < n; t0 += kValueChunk) {
