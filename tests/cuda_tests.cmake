@@ -6,6 +6,10 @@ add_executable(cuda_engine_test unit/worker/engine/cuda_engine_test.cc)
 target_link_libraries(cuda_engine_test PRIVATE walsh_engine walsh_mkmodel_lib walsh_test_util
   nlohmann_json::nlohmann_json GTest::gtest_main)
 walsh_discover_tests(cuda_engine_test unit-engine)
+add_executable(cuda_vision_encoder_test unit/worker/vision/cuda_vision_encoder_test.cc)
+target_link_libraries(cuda_vision_encoder_test PRIVATE walsh_vision_encoder walsh_mkmodel_lib
+  walsh_test_util GTest::gmock GTest::gtest_main)
+walsh_discover_tests(cuda_vision_encoder_test unit-engine)
 # The GPU machine's kernel check (tests/gpu/run.sh builds it there from the kernels alone);
 # compiled here too so CI keeps it building.
 add_executable(gpu_check gpu/gpu_check.cu)

@@ -1,9 +1,10 @@
 // The kernel check, for a machine with an NVIDIA GPU (tests/gpu/run.sh builds and runs it; it
 // needs only nvcc, cmake and a compiler). CUDA kernels against the CPU kernels on the same
 // inputs, bit for bit: the signed FWHT (with and without the GDN permutation), the int8
-// quantization, the ternary mat-vec and mat-mat; then the device-to-device copy bandwidth, the
-// mat-vec's speed at the 27B shapes against it, and the rotation's cost. Prints one table;
-// exits non-zero on any mismatch.
+// quantization, the ternary mat-vec and mat-mat, the vision encoder's linear layer, LayerNorm and
+// GELUs; then the device-to-device copy bandwidth, the mat-vec's speed at the 27B shapes against
+// it, the rotation's cost, and the vision linear layer's speed. Prints one table; exits non-zero
+// on any mismatch.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -12,16 +13,20 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/block_types.h"
+#include "kernels/cpu/f32_matmul.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/vision_ops.h"
 #include "kernels/float_convert.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_codec_ref.h"
+#include "kernels/vision_numerics.h"
 
 namespace walsh {
 namespace {
@@ -240,6 +245,83 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
   }
 }
 
+// The vision encoder's float32 linear layer against the CPU's (every CPU path gives the same bits):
+// a shape with a tail of 5 past the last chunk of 8 and partial blocks of rows and outputs, then
+// the 27B projector's MLP up projection at 448² (784 patches, 1152 -> 4304), timed. Then
+// LayerNorm over 27B-wide rows and both GELUs over a sweep of inputs.
+void CheckVisionKernels(std::mt19937& gen) {
+  std::normal_distribution<float> dist;
+  struct Shape {
+    int64_t n, in, out;
+  };
+  for (const Shape sh : {Shape{13, 77, 45}, Shape{784, 1152, 4304}}) {
+    std::vector<float> x(sh.n * sh.in), w(sh.out * sh.in), b(sh.out), ref(sh.n * sh.out);
+    for (float& v : x) v = dist(gen);
+    for (float& v : w) v = 0.05f * dist(gen);
+    for (float& v : b) v = dist(gen);
+    F32MatMulTileRun(BestCpuIsa(), x.data(), sh.in, w.data(), b.data(), sh.out,
+                     {0, sh.n, 0, sh.out}, ref.data());
+    char label[96];
+    std::snprintf(label, sizeof label, "vision linear %lldx%lld -> %lld, bit-identical",
+                  static_cast<long long>(sh.n), static_cast<long long>(sh.in),
+                  static_cast<long long>(sh.out));
+    if (dry_run) {
+      std::printf("cpu side of %s: ready\n", label);
+      continue;
+    }
+    float *dx = ToDevice(x), *dw = ToDevice(w), *db = ToDevice(b), *dy = nullptr;
+    CUDA_OK(cudaMalloc(&dy, ref.size() * sizeof(float)));
+    CUDA_OK(
+        static_cast<cudaError_t>(cuda::F32Linear(dx, sh.n, sh.in, dw, db, sh.out, dy, nullptr)));
+    const std::vector<float> got = FromDevice(dy, ref.size());
+    const float ms =
+        TimeMs([&] { cuda::F32Linear(dx, sh.n, sh.in, dw, db, sh.out, dy, nullptr); }, 10);
+    char detail[96];
+    std::snprintf(detail, sizeof detail, "%.3f ms, %.0f GFLOP/s", ms,
+                  2.0 * sh.n * sh.in * sh.out / (ms * 1e-3) / 1e9);
+    Report(label, std::memcmp(got.data(), ref.data(), ref.size() * 4) == 0, detail);
+    for (float* d : {dx, dw, db, dy}) cudaFree(d);
+  }
+
+  const int64_t rows = 5, d = 1152;
+  std::vector<float> x(rows * d), w(d), b(d), ln(rows * d);
+  for (float& v : x) v = 3.0f * dist(gen) + 1.0f;
+  for (float& v : w) v = dist(gen);
+  for (float& v : b) v = dist(gen);
+  for (int64_t r = 0; r < rows; ++r) {
+    const LayerNormStats stats = LayerNormRowStats(x.data() + r * d, d, 1e-6f);
+    for (int64_t k = 0; k < d; ++k) ln[r * d + k] = LayerNormValue(x[r * d + k], stats, w[k], b[k]);
+  }
+  std::vector<float> sweep(40001), tanh_form(sweep.size()), erf_form(sweep.size());
+  for (size_t i = 0; i < sweep.size(); ++i) {
+    sweep[i] = -10.0f + 0.0005f * static_cast<float>(i);
+    tanh_form[i] = GeluTanh(sweep[i]);
+    erf_form[i] = GeluErf(sweep[i]);
+  }
+  if (dry_run) {
+    std::printf("cpu side of the vision LayerNorm and GELUs: ready\n");
+    return;
+  }
+  float *dx = ToDevice(x), *dw = ToDevice(w), *db = ToDevice(b), *dy = nullptr;
+  CUDA_OK(cudaMalloc(&dy, ln.size() * sizeof(float)));
+  CUDA_OK(static_cast<cudaError_t>(cuda::LayerNormRows(dx, rows, d, dw, db, 1e-6f, dy, nullptr)));
+  const std::vector<float> got = FromDevice(dy, ln.size());
+  Report("vision LayerNorm 5x1152, bit-identical",
+         std::memcmp(got.data(), ln.data(), ln.size() * 4) == 0);
+  for (float* p : {dx, dw, db, dy}) cudaFree(p);
+  for (const auto& [form, want, label] :
+       {std::tuple{cuda::Gelu::kTanh, &tanh_form,
+                   "vision GELU (tanh) over [-10, 10], bit-identical"},
+        std::tuple{cuda::Gelu::kErf, &erf_form,
+                   "vision GELU (erf) over [-10, 10], bit-identical"}}) {
+    float* dv = ToDevice(sweep);
+    CUDA_OK(static_cast<cudaError_t>(cuda::GeluInPlace(dv, sweep.size(), form, nullptr)));
+    const std::vector<float> out = FromDevice(dv, sweep.size());
+    Report(label, std::memcmp(out.data(), want->data(), out.size() * 4) == 0);
+    cudaFree(dv);
+  }
+}
+
 }  // namespace
 }  // namespace walsh
 
@@ -249,6 +331,7 @@ int main(int argc, char** argv) {
   if (walsh::dry_run) {
     walsh::CheckTransformAndQuantization(gen);
     walsh::CheckMatMul(gen, 1);
+    walsh::CheckVisionKernels(gen);
     std::printf("dry run: every cpu side built; no CUDA call made\n");
     return 0;
   }
@@ -276,6 +359,7 @@ int main(int argc, char** argv) {
   const double copy = walsh::CopyBandwidth();
   std::printf("%-44s %.0f GB/s (read + write)\n", "device-to-device copy bandwidth", copy);
   walsh::CheckMatMul(gen, copy / 2);  // the product only reads: compare with the read half
+  walsh::CheckVisionKernels(gen);
   std::printf("%d failure(s)\n", walsh::failures);
   return walsh::failures == 0 ? 0 : 1;
 }

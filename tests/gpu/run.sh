@@ -105,7 +105,8 @@ build_engine() {
   cmake -S "$root" -B "$build" -G Ninja -DWALSH_ENGINE_ONLY=ON -DWALSH_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$kit/kit" -DICU_ROOT="$kit/kit" >"$out/build.log" 2>&1 &&
     cmake --build "$build" -j "$(nproc)" --target walsh-bench walsh-mkmodel gpu_check \
-      cuda_engine_test peer_conformance_test engine_schedule_test prefix_cache_test \
+      cuda_engine_test cuda_vision_encoder_test peer_conformance_test engine_schedule_test \
+      prefix_cache_test \
       >>"$out/build.log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
@@ -135,17 +136,20 @@ kernels() {
 
 conformance() {
   if [ "$mode" = device ]; then
-    WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_engine_test" --gtest_brief=1
+    WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_engine_test" --gtest_brief=1 || return 1
+    WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_vision_encoder_test" --gtest_brief=1
     return
   fi
-  # The CPU side: the same properties on the CPU backend, and the CUDA test binary skipping.
+  # The CPU side: the same properties on the CPU backend, and the CUDA test binaries skipping.
   local t
-  for t in peer_conformance_test engine_schedule_test prefix_cache_test cuda_engine_test; do
+  for t in peer_conformance_test engine_schedule_test prefix_cache_test cuda_engine_test \
+    cuda_vision_encoder_test; do
     "$build/tests/$t" --gtest_brief=1 || return 1
   done
 }
 
 memcheck_filter='Models/CudaEngine.MatchesTheCpuBitForBit/0:Models/CudaEngine.ImageInputsMatchTheCpuBitForBit/0'
+vision_memcheck_filter='CudaVisionEncoder.AttentionInManyLaunchesChangesNoBit'
 memcheck() {
   local listed
   listed=$("$build/tests/cuda_engine_test" --gtest_list_tests --gtest_filter="$memcheck_filter" |
@@ -155,6 +159,7 @@ memcheck() {
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ "$mode" = dry-run ]; then
     echo "dry run: would run $sanitizer --tool memcheck on $memcheck_filter (tiny, PQ2_0)"
+    echo "dry run: and on $vision_memcheck_filter (the small projector)"
     return 0
   fi
   if [ ! -x "$sanitizer" ]; then
@@ -162,7 +167,9 @@ memcheck() {
     return 1
   fi
   WALSH_REQUIRE_CUDA=1 "$sanitizer" --tool memcheck --error-exitcode 1 \
-    "$build/tests/cuda_engine_test" --gtest_filter="$memcheck_filter" --gtest_brief=1
+    "$build/tests/cuda_engine_test" --gtest_filter="$memcheck_filter" --gtest_brief=1 || return 1
+  WALSH_REQUIRE_CUDA=1 "$sanitizer" --tool memcheck --error-exitcode 1 \
+    "$build/tests/cuda_vision_encoder_test" --gtest_filter="$vision_memcheck_filter" --gtest_brief=1
 }
 
 # 27B-shape synthetic models made there: TTFT for 2,048 tokens, decode at batch 1 and 16. A

@@ -5,30 +5,30 @@
 #ifndef WALSH_WORKER_VISION_VISION_ENCODER_H_
 #define WALSH_WORKER_VISION_VISION_ENCODER_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "worker/vision/image_encoder.h"
 #include "worker/vision/pixel_values.h"
 #include "worker/vision/vision_weights.h"
 
 namespace walsh {
 
-class VisionEncoder {
+class VisionEncoder final : public ImageEncoder {
  public:
   // `isa` picks the kernel path of the linear layers and attention (kernels/cpu/isa.h): every
   // path gives the same bits.
   explicit VisionEncoder(VisionWeights weights, CpuIsa isa = BestCpuIsa())
       : w_(std::move(weights)), isa_(isa) {}
 
-  const MmprojConfig& config() const { return w_.config; }
+  const MmprojConfig& config() const override { return w_.config; }
+  std::string device() const override { return "cpu"; }
 
-  // (height / 32) * (width / 32) rows of projection_dim, in raster order of the merged grid,
-  // computed on `pool` when given (the same bits whatever its size). INVALID_ARGUMENT if a side is
-  // not a positive multiple of patch size times the merge.
   absl::StatusOr<std::vector<float>> Encode(const PixelValues& pixels,
-                                            ThreadPool* pool = nullptr) const;
+                                            ThreadPool* pool = nullptr) const override;
 
  private:
   VisionWeights w_;

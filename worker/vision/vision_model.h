@@ -1,6 +1,7 @@
 // A vision projector loaded beside a text model (--mmproj): the file checked whole (docs/vision.md
 // §1: keys, every tensor's name, shape and type, the output width against the text model's hidden
-// size), its weights converted once, and the encoder over them, shared by every request.
+// size), its weights converted once, and the encoder over them on the CPU or a CUDA device,
+// shared by every request.
 #ifndef WALSH_WORKER_VISION_VISION_MODEL_H_
 #define WALSH_WORKER_VISION_VISION_MODEL_H_
 
@@ -10,19 +11,27 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cpu/thread_pool.h"
-#include "worker/vision/vision_encoder.h"
+#include "worker/vision/image_encoder.h"
 
 namespace walsh {
+
+// Where the encoder runs: the CPU, or CUDA device `cuda_device`.
+struct VisionPlacement {
+  bool cuda = false;
+  int cuda_device = 0;
+};
 
 class VisionModel {
  public:
   // INVALID_ARGUMENT naming the key or tensor at fault (NOT_FOUND for a missing file), prefixed
-  // with the file's path.
+  // with the file's path; FAILED_PRECONDITION for CUDA without a device or in a build without
+  // CUDA.
   static absl::StatusOr<std::unique_ptr<VisionModel>> Load(const std::string& path,
-                                                           int64_t text_embedding_length);
+                                                           int64_t text_embedding_length,
+                                                           VisionPlacement placement = {});
 
-  const MmprojConfig& config() const { return encoder_.config(); }
-  const VisionEncoder& encoder() const { return encoder_; }
+  const MmprojConfig& config() const { return encoder_->config(); }
+  const ImageEncoder& encoder() const { return *encoder_; }
 
   // Encodes the smallest image (one merged token's pixels, all planes 0: mid-grey at the usual mean
   // of 0.5) and checks that every value is finite: the vision path's canary, before the worker
@@ -30,9 +39,9 @@ class VisionModel {
   absl::Status Canary(ThreadPool* pool) const;
 
  private:
-  explicit VisionModel(VisionWeights weights) : encoder_(std::move(weights)) {}
+  explicit VisionModel(std::unique_ptr<ImageEncoder> encoder) : encoder_(std::move(encoder)) {}
 
-  VisionEncoder encoder_;
+  std::unique_ptr<ImageEncoder> encoder_;
 };
 
 }  // namespace walsh

@@ -48,22 +48,6 @@ absl::StatusOr<std::vector<float>> ToFloat(const GgufFile& file, const std::stri
       absl::StrCat("tensor '", name, "' has ggml type ", t->type, ", not F32, F16, BF16 or Q8_0"));
 }
 
-// Each block's tensors (v.blk.N.<suffix>) and where they go.
-constexpr std::pair<std::vector<float> VisionBlockWeights::*, const char*> kBlockTensors[] = {
-    {&VisionBlockWeights::ln1_w, "ln1.weight"},
-    {&VisionBlockWeights::ln1_b, "ln1.bias"},
-    {&VisionBlockWeights::qkv_w, "attn_qkv.weight"},
-    {&VisionBlockWeights::qkv_b, "attn_qkv.bias"},
-    {&VisionBlockWeights::out_w, "attn_out.weight"},
-    {&VisionBlockWeights::out_b, "attn_out.bias"},
-    {&VisionBlockWeights::ln2_w, "ln2.weight"},
-    {&VisionBlockWeights::ln2_b, "ln2.bias"},
-    {&VisionBlockWeights::up_w, "ffn_up.weight"},
-    {&VisionBlockWeights::up_b, "ffn_up.bias"},
-    {&VisionBlockWeights::down_w, "ffn_down.weight"},
-    {&VisionBlockWeights::down_b, "ffn_down.bias"},
-};
-
 }  // namespace
 
 absl::StatusOr<VisionWeights> VisionWeights::Load(const GgufFile& file,
@@ -77,7 +61,7 @@ absl::StatusOr<VisionWeights> VisionWeights::Load(const GgufFile& file,
   for (int64_t i = 0; i < config.block_count; ++i) {
     const std::string b = absl::StrCat("v.blk.", i, ".");
     VisionBlockWeights& k = w.blocks.emplace_back();
-    for (const auto& [field, suffix] : kBlockTensors) {
+    for (const auto& [field, suffix] : VisionBlockWeights::kNamed) {
       ASSIGN_OR_RETURN(k.*field, ToFloat(file, b + suffix));
     }
   }

@@ -4,6 +4,7 @@
 #ifndef WALSH_WORKER_VISION_VISION_WEIGHTS_H_
 #define WALSH_WORKER_VISION_VISION_WEIGHTS_H_
 
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -12,10 +13,29 @@
 
 namespace walsh {
 
-struct VisionBlockWeights {
-  std::vector<float> ln1_w, ln1_b, qkv_w, qkv_b, out_w, out_b;
-  std::vector<float> ln2_w, ln2_b, up_w, up_b, down_w, down_b;
+// One ViT block's tensors, held as T (host floats here; device buffers in the CUDA encoder).
+template <typename T>
+struct VisionBlockTensors {
+  T ln1_w, ln1_b, qkv_w, qkv_b, out_w, out_b;
+  T ln2_w, ln2_b, up_w, up_b, down_w, down_b;
+
+  // Each with its name's suffix in the file (v.blk.N.<suffix>).
+  static constexpr std::pair<T VisionBlockTensors::*, const char*> kNamed[] = {
+      {&VisionBlockTensors::ln1_w, "ln1.weight"},
+      {&VisionBlockTensors::ln1_b, "ln1.bias"},
+      {&VisionBlockTensors::qkv_w, "attn_qkv.weight"},
+      {&VisionBlockTensors::qkv_b, "attn_qkv.bias"},
+      {&VisionBlockTensors::out_w, "attn_out.weight"},
+      {&VisionBlockTensors::out_b, "attn_out.bias"},
+      {&VisionBlockTensors::ln2_w, "ln2.weight"},
+      {&VisionBlockTensors::ln2_b, "ln2.bias"},
+      {&VisionBlockTensors::up_w, "ffn_up.weight"},
+      {&VisionBlockTensors::up_b, "ffn_up.bias"},
+      {&VisionBlockTensors::down_w, "ffn_down.weight"},
+      {&VisionBlockTensors::down_b, "ffn_down.bias"},
+  };
 };
+using VisionBlockWeights = VisionBlockTensors<std::vector<float>>;
 
 struct VisionWeights {
   MmprojConfig config;

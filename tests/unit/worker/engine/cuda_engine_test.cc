@@ -10,8 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/device_probe.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/cuda_device.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/engine.h"
@@ -22,29 +22,6 @@ namespace {
 
 using testing::ReadFileOrDie;
 using testing::TestDataPath;
-
-// Skips where no CUDA device answers, except under WALSH_REQUIRE_CUDA=1 (the GPU check), where a
-// missing device, or a driver that reports none, fails the test.
-#define SKIP_WITHOUT_CUDA()                                    \
-  do {                                                         \
-    std::string why;                                           \
-    if (!HaveCudaDevice(&why)) {                               \
-      const char* require = std::getenv("WALSH_REQUIRE_CUDA"); \
-      if (require != nullptr && std::string(require) == "1")   \
-        FAIL() << "no CUDA device (" << why << ")";            \
-      GTEST_SKIP() << "no CUDA device (" << why << ")";        \
-    }                                                          \
-  } while (0)
-
-bool HaveCudaDevice(std::string* why) {
-  int count = 0;
-  const int err = cuda::CountDevices(&count);
-  if (err != 0 || count == 0) {
-    *why = err != 0 ? cuda::ErrorString(err) : "no device found";
-    return false;
-  }
-  return true;
-}
 
 double MeanKl(const std::vector<float>& p, const std::vector<float>& q, int64_t vocab) {
   double total = 0;

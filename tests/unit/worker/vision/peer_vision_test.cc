@@ -19,7 +19,6 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
-#include "worker/vision/vision_encoder.h"
 #include "worker/vision/vision_model.h"
 
 namespace walsh {
@@ -73,7 +72,7 @@ TEST(PeerVision, TheEncoderAgreesWithLlamaCppsClip) {
         << "not the projector the peer read (walsh-mkmodel's output changed)";
     auto model = VisionModel::Load(path, c.text_width);  // as walsh-worker --mmproj loads it
     ASSERT_TRUE(model.ok()) << model.status();
-    const VisionEncoder& encoder = (*model)->encoder();
+    const ImageEncoder& encoder = (*model)->encoder();
 
     PixelValues px{c.height, c.width,
                    ReadFloats(testing::TestDataPath("peer-vision/" + name + ".pixels.f32"))};

@@ -1,0 +1,141 @@
+// The vision encoder on a CUDA device against the CPU encoder: the same image rows bit for bit
+// (their shared numerics make this the contract, not a tolerance), over the synthetic projectors'
+// presets and weight types, grids that match the position table and grids that resample it,
+// attention's queries in one launch and in many; both loaded the way walsh-worker --mmproj loads
+// a projector (VisionModel). Without a device: the CUDA placement is refused by name.
+#include "worker/vision/cuda_vision_encoder.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/cuda_device.h"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_mmproj.h"
+#include "worker/model/ggml_types.h"
+#include "worker/model/gguf_file.h"
+#include "worker/model/mmproj_config.h"
+#include "worker/vision/vision_model.h"
+#include "worker/vision/vision_weights.h"
+
+namespace walsh {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kTextWidth = 48;
+
+PixelValues Pattern(int64_t height, int64_t width) {
+  PixelValues px{.height = height, .width = width};
+  px.planes.resize(3 * height * width);
+  for (size_t i = 0; i < px.planes.size(); ++i) {
+    px.planes[i] = static_cast<float>(std::sin(0.37 * double(i)) * 0.9);
+  }
+  return px;
+}
+
+void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  size_t differ = 0;
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0) {
+      ++differ;
+      worst = std::max(worst, std::fabs(double{want[i]} - got[i]));
+    }
+  }
+  EXPECT_EQ(differ, 0u) << "of " << want.size() << " values; largest difference " << worst;
+}
+
+struct Case {
+  const char* preset;
+  uint32_t type;
+  int64_t height, width;
+};
+
+TEST(CudaVisionEncoder, MatchesTheCpuEncoderBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  const Case cases[] = {
+      {"tiny", kGgmlF32, 64, 64},      // the position table's own 4 x 4 grid
+      {"tiny", kGgmlF16, 96, 64},      // resampled, oblong
+      {"tiny", kGgmlBf16, 32, 128},    // one merged row
+      {"small", kGgmlF16, 64, 96},     // a feed-forward width that is not a multiple of 32
+      {"small", kGgmlBf16, 32, 32},    // a single merged token
+      {"small", kGgmlQ8_0, 224, 224},  // the table's own 14 x 14 grid, 196 patches
+  };
+  ::walsh::testing::TempDir dir;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.preset) + " " + GgmlTypeName(c.type) + " " +
+                 std::to_string(c.width) + "x" + std::to_string(c.height));
+    const std::string path = dir.File("p.gguf");
+    ASSERT_TRUE(WriteSyntheticMmproj({.preset = c.preset,
+                                      .text_embedding_length = kTextWidth,
+                                      .weight_type = c.type,
+                                      .seed = 5},
+                                     path)
+                    .ok());
+    auto cpu = VisionModel::Load(path, kTextWidth);
+    auto gpu = VisionModel::Load(path, kTextWidth, {.cuda = true});
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ((*gpu)->encoder().device(), "cuda");
+    const PixelValues px = Pattern(c.height, c.width);
+    const auto want = (*cpu)->encoder().Encode(px);
+    const auto got = (*gpu)->encoder().Encode(px);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(static_cast<int64_t>(want->size()), (c.height / 32) * (c.width / 32) * kTextWidth);
+    ExpectSameBits(*want, *got);
+    EXPECT_TRUE((*gpu)->Canary(nullptr).ok());
+  }
+}
+
+// Attention's queries a few at a time (one launch per 5 queries, the last one short) and one at a
+// time: the same rows as in one launch.
+TEST(CudaVisionEncoder, AttentionInManyLaunchesChangesNoBit) {
+  SKIP_WITHOUT_CUDA();
+  ::walsh::testing::TempDir dir;
+  ASSERT_TRUE(WriteSyntheticMmproj({.preset = "small", .text_embedding_length = kTextWidth},
+                                   dir.File("p.gguf"))
+                  .ok());
+  auto file = GgufFile::Open(dir.File("p.gguf"));
+  ASSERT_TRUE(file.ok());
+  auto config = ParseMmprojConfig(**file);
+  ASSERT_TRUE(config.ok());
+  auto weights = VisionWeights::Load(**file, *config);
+  ASSERT_TRUE(weights.ok());
+  const PixelValues px = Pattern(96, 64);  // 24 patches
+  const int64_t n = 24, heads = config->head_count;
+  auto whole = CudaVisionEncoder::Create(*weights, {});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto want = (*whole)->Encode(px);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int64_t queries : {int64_t{5}, int64_t{1}}) {
+    auto split = CudaVisionEncoder::Create(*weights, {.max_scores = queries * heads * n});
+    ASSERT_TRUE(split.ok()) << split.status();
+    const auto got = (*split)->Encode(px);
+    ASSERT_TRUE(got.ok()) << got.status();
+    SCOPED_TRACE(std::to_string(queries) + " queries a launch");
+    ExpectSameBits(*want, *got);
+  }
+  EXPECT_THAT((*whole)->Encode(Pattern(48, 64)).status().message(),
+              HasSubstr("not positive multiples of 32"));
+}
+
+TEST(CudaVisionEncoder, WithoutADeviceTheCudaPlacementIsRefusedByName) {
+  std::string why;
+  if (::walsh::testing::HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device answers";
+  ::walsh::testing::TempDir dir;
+  ASSERT_TRUE(WriteSyntheticMmproj({.text_embedding_length = kTextWidth}, dir.File("p.gguf")).ok());
+  auto gpu = VisionModel::Load(dir.File("p.gguf"), kTextWidth, {.cuda = true, .cuda_device = 0});
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(gpu.status().message(), HasSubstr("the vision encoder on cuda:0"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("p.gguf"));
+}
+
+}  // namespace
+}  // namespace walsh

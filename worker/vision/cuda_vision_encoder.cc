@@ -1,0 +1,197 @@
+#include "worker/vision/cuda_vision_encoder.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/vision_ops.h"
+#include "worker/vision/patch_layout.h"
+
+namespace walsh {
+namespace {
+
+absl::Status Launch(int code, const char* op) {
+  return CudaStatus(static_cast<cudaError_t>(code), op);
+}
+
+// `host` into a new allocation of exactly its size.
+template <typename T>
+absl::Status UploadTo(const std::vector<T>& host, DeviceBuffer& to, const std::string& what,
+                      cudaStream_t stream = nullptr) {
+  const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(T));
+  RETURN_IF_ERROR(to.Allocate(bytes, what));
+  if (bytes == 0) return absl::OkStatus();
+  if (stream == nullptr) {
+    return CudaStatus(cudaMemcpy(to.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice),
+                      "upload " + what);
+  }
+  return CudaStatus(
+      cudaMemcpyAsync(to.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice, stream),
+      "upload " + what);
+}
+
+// One Encode call's stream: synchronized and destroyed on every path out, before the call's
+// buffers are freed (declare it after them).
+class CallStream {
+ public:
+  CallStream() = default;
+  CallStream(const CallStream&) = delete;
+  CallStream& operator=(const CallStream&) = delete;
+  ~CallStream() {
+    if (stream_ != nullptr) {
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaStreamDestroy(stream_);
+    }
+  }
+  absl::Status Create() {
+    return CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create stream");
+  }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaVisionEncoder>> CudaVisionEncoder::Create(
+    const VisionWeights& weights, Options options) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("the vision encoder on cuda:", options.device, ": ",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found"));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("the vision encoder on cuda:", options.device,
+                                                      ": there are ", count, " CUDA devices"));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device), "set device"));
+  std::unique_ptr<CudaVisionEncoder> e(new CudaVisionEncoder(weights.config, options));
+  RETURN_IF_ERROR(e->Upload(weights));
+  return e;
+}
+
+absl::Status CudaVisionEncoder::Upload(const VisionWeights& w) {
+  RETURN_IF_ERROR(UploadTo(w.patch_w, patch_w_, "v.patch_embd.weight"));
+  RETURN_IF_ERROR(UploadTo(w.patch_b, patch_b_, "v.patch_embd.bias"));
+  RETURN_IF_ERROR(UploadTo(w.position, position_, "v.position_embd.weight"));
+  blocks_.resize(w.blocks.size());
+  for (size_t i = 0; i < w.blocks.size(); ++i) {
+    for (size_t t = 0; t < std::size(Block::kNamed); ++t) {
+      const auto [host_field, suffix] = VisionBlockWeights::kNamed[t];
+      RETURN_IF_ERROR(UploadTo(w.blocks[i].*host_field, blocks_[i].*Block::kNamed[t].first,
+                               absl::StrCat("v.blk.", i, ".", suffix)));
+    }
+  }
+  RETURN_IF_ERROR(UploadTo(w.post_ln_w, post_ln_w_, "v.post_ln.weight"));
+  RETURN_IF_ERROR(UploadTo(w.post_ln_b, post_ln_b_, "v.post_ln.bias"));
+  RETURN_IF_ERROR(UploadTo(w.mm0_w, mm0_w_, "mm.0.weight"));
+  RETURN_IF_ERROR(UploadTo(w.mm0_b, mm0_b_, "mm.0.bias"));
+  RETURN_IF_ERROR(UploadTo(w.mm2_w, mm2_w_, "mm.2.weight"));
+  RETURN_IF_ERROR(UploadTo(w.mm2_b, mm2_b_, "mm.2.bias"));
+  return UploadTo(std::vector<int32_t>{0}, zero_page_, "the attention's page table");
+}
+
+absl::StatusOr<std::vector<float>> CudaVisionEncoder::Encode(const PixelValues& pixels,
+                                                             ThreadPool* /*pool*/) const {
+  const MmprojConfig& c = config_;
+  RETURN_IF_ERROR(CheckPixelGrid(c, pixels));
+  const int64_t p = c.patch_size, m = c.spatial_merge_size, d = c.embedding_length;
+  const int64_t hd = c.head_dim(), ff = c.feed_forward_length, heads = c.head_count;
+  const PatchGrid grid = WindowOrder(pixels.height / p, pixels.width / p, m);
+  const int64_t n = grid.size(), merged = c.merged_width(), tokens = n / (m * m);
+  const std::vector<float> patches = GatherPatches(pixels, grid, p);
+  const PositionTaps taps = BilinearPositionTaps(grid, c.position_side());
+  const RopeTable rope = MakeRopeTable(grid, hd);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t chunk = std::clamp<int64_t>(options_.max_scores / (heads * n), 1, n);
+
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "set device"));
+  DeviceBuffer patches_d, tap_row, tap_weight, cos, sin, x, a, qkv, attn, up, y, scores, hidden,
+      out;
+  CallStream stream;  // after the buffers: synchronized before any of them is freed
+  RETURN_IF_ERROR(stream.Create());
+  const cudaStream_t s = stream.get();
+  RETURN_IF_ERROR(UploadTo(patches, patches_d, "the image's patches", s));
+  RETURN_IF_ERROR(UploadTo(taps.table_row, tap_row, "the position taps", s));
+  RETURN_IF_ERROR(UploadTo(taps.weight, tap_weight, "the position weights", s));
+  RETURN_IF_ERROR(UploadTo(rope.cos, cos, "the rotary cosines", s));
+  RETURN_IF_ERROR(UploadTo(rope.sin, sin, "the rotary sines", s));
+  const auto floats = [](int64_t count) { return count * static_cast<int64_t>(sizeof(float)); };
+  RETURN_IF_ERROR(x.Allocate(floats(n * d), "the encoder's residual stream"));
+  RETURN_IF_ERROR(a.Allocate(floats(n * d), "the encoder's normed rows"));
+  RETURN_IF_ERROR(qkv.Allocate(floats(n * 3 * d), "the encoder's q, k and v"));
+  RETURN_IF_ERROR(attn.Allocate(floats(n * d), "the encoder's attention"));
+  RETURN_IF_ERROR(up.Allocate(floats(n * ff), "the encoder's MLP"));
+  RETURN_IF_ERROR(y.Allocate(floats(n * d), "the encoder's layer outputs"));
+  RETURN_IF_ERROR(scores.Allocate(floats(chunk * heads * n), "the encoder's attention scores"));
+  RETURN_IF_ERROR(hidden.Allocate(floats(tokens * merged), "the merger's hidden rows"));
+  RETURN_IF_ERROR(out.Allocate(floats(tokens * c.projection_dim), "the image's rows"));
+
+  RETURN_IF_ERROR(Launch(cuda::F32Linear(patches_d.as<float>(), n, 3 * p * p, patch_w_.as<float>(),
+                                         patch_b_.as<float>(), d, x.as<float>(), s),
+                         "patch embedding"));
+  RETURN_IF_ERROR(Launch(cuda::AddPositionTaps(x.as<float>(), n, d, position_.as<float>(),
+                                               tap_row.as<int32_t>(), tap_weight.as<float>(), s),
+                         "position embedding"));
+  const float eps = c.layer_norm_epsilon;
+  for (const Block& b : blocks_) {
+    RETURN_IF_ERROR(Launch(cuda::LayerNormRows(x.as<float>(), n, d, b.ln1_w.as<float>(),
+                                               b.ln1_b.as<float>(), eps, a.as<float>(), s),
+                           "ln1"));
+    RETURN_IF_ERROR(Launch(cuda::F32Linear(a.as<float>(), n, d, b.qkv_w.as<float>(),
+                                           b.qkv_b.as<float>(), 3 * d, qkv.as<float>(), s),
+                           "attn_qkv"));
+    RETURN_IF_ERROR(Launch(
+        cuda::Rope2dInPlace(qkv.as<float>(), n, d, heads, cos.as<float>(), sin.as<float>(), s),
+        "rope"));
+    for (int64_t q = 0; q < n; q += chunk) {
+      RETURN_IF_ERROR(Launch(
+          cuda::FullAttention(qkv.as<float>(), n, d, heads, q, std::min(n, q + chunk), scale,
+                              zero_page_.as<int32_t>(), scores.as<float>(), attn.as<float>(), s),
+          "attention"));
+    }
+    RETURN_IF_ERROR(Launch(cuda::F32Linear(attn.as<float>(), n, d, b.out_w.as<float>(),
+                                           b.out_b.as<float>(), d, y.as<float>(), s),
+                           "attn_out"));
+    RETURN_IF_ERROR(Launch(cuda::AddInPlace(x.as<float>(), y.as<float>(), n * d, s), "residual"));
+    RETURN_IF_ERROR(Launch(cuda::LayerNormRows(x.as<float>(), n, d, b.ln2_w.as<float>(),
+                                               b.ln2_b.as<float>(), eps, a.as<float>(), s),
+                           "ln2"));
+    RETURN_IF_ERROR(Launch(cuda::F32Linear(a.as<float>(), n, d, b.up_w.as<float>(),
+                                           b.up_b.as<float>(), ff, up.as<float>(), s),
+                           "ffn_up"));
+    RETURN_IF_ERROR(
+        Launch(cuda::GeluInPlace(up.as<float>(), n * ff, cuda::Gelu::kTanh, s), "gelu"));
+    RETURN_IF_ERROR(Launch(cuda::F32Linear(up.as<float>(), n, ff, b.down_w.as<float>(),
+                                           b.down_b.as<float>(), d, y.as<float>(), s),
+                           "ffn_down"));
+    RETURN_IF_ERROR(Launch(cuda::AddInPlace(x.as<float>(), y.as<float>(), n * d, s), "residual"));
+  }
+  // Post-norm per patch; each window's m * m consecutive patches are one row of the merger's.
+  RETURN_IF_ERROR(Launch(cuda::LayerNormRows(x.as<float>(), n, d, post_ln_w_.as<float>(),
+                                             post_ln_b_.as<float>(), eps, a.as<float>(), s),
+                         "post_ln"));
+  RETURN_IF_ERROR(Launch(cuda::F32Linear(a.as<float>(), tokens, merged, mm0_w_.as<float>(),
+                                         mm0_b_.as<float>(), merged, hidden.as<float>(), s),
+                         "mm.0"));
+  RETURN_IF_ERROR(
+      Launch(cuda::GeluInPlace(hidden.as<float>(), tokens * merged, cuda::Gelu::kErf, s), "gelu"));
+  RETURN_IF_ERROR(Launch(cuda::F32Linear(hidden.as<float>(), tokens, merged, mm2_w_.as<float>(),
+                                         mm2_b_.as<float>(), c.projection_dim, out.as<float>(), s),
+                         "mm.2"));
+  std::vector<float> rows(tokens * c.projection_dim);
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(rows.data(), out.as<void>(), floats(rows.size()), cudaMemcpyDeviceToHost, s),
+      "download the image's rows"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "encode"));
+  return rows;
+}
+
+}  // namespace walsh
