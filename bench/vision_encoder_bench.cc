@@ -14,6 +14,7 @@
 #include "kernels/cpu/isa.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
 #include "worker/model/gguf_file.h"
+#include "worker/vision/encode_cost.h"
 #include "worker/vision/vision_encoder.h"
 
 namespace walsh {
@@ -42,16 +43,7 @@ void BM_EncodeImage27bShape(benchmark::State& state) {
   px.planes.assign(3 * side * side, 0.25f);
   ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
   for (auto _ : state) benchmark::DoNotOptimize(encoder.Encode(px, &pool));
-  // The multiply-adds of docs/vision.md §3's cost formula, counted twice (FLOP).
-  const MmprojConfig& c = encoder.config();
-  const double n = static_cast<double>(side / 16) * static_cast<double>(side / 16);
-  const double d = static_cast<double>(c.embedding_length);
-  const double ff = static_cast<double>(c.feed_forward_length);
-  const double merged = 4 * d, tokens = n / 4;
-  const double flop =
-      2 * n * d * 3 * 16 * 16 +
-      static_cast<double>(c.block_count) * (2 * n * d * (4 * d + 2 * ff) + 4 * n * n * d) +
-      2 * tokens * merged * (merged + static_cast<double>(c.projection_dim));
+  const double flop = EncodeFlop(encoder.config(), side, side);
   state.counters["tokens"] = static_cast<double>(px.Tokens(16, 2));
   state.counters["threads"] = pool.threads();
   state.counters["GFLOP/s"] = benchmark::Counter(

@@ -192,6 +192,17 @@ end_to_end() {
   done
 }
 
+# The vision encoder at the released projector's shape: 448², 1024² and 2048² images on the GPU.
+vision() {
+  if [ "$mode" = dry-run ]; then
+    "$build/tools/walsh-bench" vision --device cpu --preset small --sides 64,224 \
+      --json "$out/bench-vision.json"
+    return
+  fi
+  "$build/tools/walsh-bench" vision --device cuda --sides 448,1024,2048 \
+    --json "$out/bench-vision.json"
+}
+
 export LD_LIBRARY_PATH=$kit/kit/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export WALSH_SOURCE_DIR=$root
 if [ -n "$run_step" ]; then
@@ -207,6 +218,7 @@ if [ -x "$build/tests/gpu_check" ]; then
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
   step "5. compute-sanitizer memcheck, tiny model" 90 memcheck
   step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end
+  step "7. vision encoder, 27B projector shape: 448², 1024², 2048²" 120 vision
 fi
 say ""
 say "failures: $failures (summary in $summary)"

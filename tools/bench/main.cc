@@ -6,6 +6,7 @@
 //
 //   walsh-bench decode --model M.gguf [--threads N] [--batch 1,4,16] [--prompt 512] [--gen 32]
 // walsh-bench constraint: structured output's cost (constraint_bench.h).
+// walsh-bench vision: the vision encoder's speed, CPU or CUDA (vision_bench.h).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench/constraint_bench.h"
 #include "tools/bench/oracle_speculation.h"
+#include "tools/bench/vision_bench.h"
 #include "worker/engine/engine.h"
 #ifndef WALSH_ENGINE_ONLY
 #include "tools/bench/serve.h"
@@ -312,6 +314,7 @@ int Run(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   if (command == "decode") return Decode(argc - 1, argv + 1);
   if (command == "constraint") return ConstraintBenchMain(argc - 1, argv + 1);
+  if (command == "vision") return VisionBenchMain(argc - 1, argv + 1);
 #ifdef WALSH_ENGINE_ONLY
   if (command == "serve") return Fail(2, "walsh-bench serve is not in the engine-only build");
 #else
@@ -319,7 +322,8 @@ int Run(int argc, char** argv) {
 #endif
   return Fail(2,
               "usage: walsh-bench decode --model FILE ... | walsh-bench constraint --model FILE "
-              "... | walsh-bench serve --target ADDR ...");
+              "... | walsh-bench vision [--device cpu|cuda] ... | walsh-bench serve --target "
+              "ADDR ...");
 }
 
 }  // namespace

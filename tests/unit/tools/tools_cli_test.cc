@@ -1,4 +1,5 @@
-// The walsh-inspect and walsh-mkmodel binaries driven as a user runs them (real processes).
+// The walsh-inspect, walsh-mkmodel and walsh-bench vision binaries driven as a user runs them
+// (real processes).
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -102,6 +103,38 @@ TEST(MkmodelCli, WritesAModelInspectAccepts) {
   const auto bad = RunProcess({WALSH_MKMODEL_BIN, "--format", "q4_0", "--out", dir.File("x")});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--format"), std::string::npos) << bad.err;
+}
+
+// walsh-bench vision on the CPU: a row per side with the tokens the resize rule gives, a time and
+// a rate; a side off the grid, a bad device and an unknown preset refused by name.
+TEST(BenchCli, VisionTimesEachSide) {
+  TempDir dir;
+  const auto r = RunProcess({WALSH_BENCH_BIN, "vision", "--preset", "small", "--sides", "64,96",
+                             "--threads", "2", "--repeat", "2", "--json", dir.File("v.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| 96² | 9 | 36 |"), std::string::npos) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(ReadFileOrDie(dir.File("v.json")));
+  EXPECT_EQ(doc["device"], "cpu");
+  EXPECT_EQ(doc["threads"], 2);
+  ASSERT_EQ(doc["images"].size(), 2u);
+  EXPECT_EQ(doc["images"][0]["tokens"], 4);
+  EXPECT_EQ(doc["images"][1]["patches"], 36);
+  for (const auto& image : doc["images"]) {
+    EXPECT_GT(image["seconds"].get<double>(), 0.0);
+    EXPECT_GT(image["gflop_per_s"].get<double>(), 0.0);
+  }
+
+  const auto off_grid = RunProcess({WALSH_BENCH_BIN, "vision", "--sides", "64,48"});
+  EXPECT_EQ(off_grid.exit_code, 2);
+  EXPECT_NE(off_grid.err.find("--sides: \"48\" is not a positive multiple of 32"),
+            std::string::npos)
+      << off_grid.err;
+  const auto device = RunProcess({WALSH_BENCH_BIN, "vision", "--device", "tpu"});
+  EXPECT_EQ(device.exit_code, 2);
+  EXPECT_NE(device.err.find("--device must be cpu or cuda"), std::string::npos) << device.err;
+  const auto preset = RunProcess({WALSH_BENCH_BIN, "vision", "--preset", "huge"});
+  EXPECT_EQ(preset.exit_code, 1);
+  EXPECT_NE(preset.err.find("--preset huge"), std::string::npos) << preset.err;
 }
 
 }  // namespace
