@@ -20,22 +20,38 @@ absl::Status Launch(int code, const char* op) {
 
 // `host` into a new allocation of exactly its size.
 template <typename T>
-absl::Status UploadTo(const std::vector<T>& host, DeviceBuffer& to, const std::string& what,
-                      cudaStream_t stream = nullptr) {
+absl::Status UploadTo(const std::vector<T>& host, DeviceBuffer& to, const std::string& what) {
   const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(T));
   RETURN_IF_ERROR(to.Allocate(bytes, what));
   if (bytes == 0) return absl::OkStatus();
-  if (stream == nullptr) {
-    return CudaStatus(cudaMemcpy(to.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice),
-                      "upload " + what);
-  }
-  return CudaStatus(
-      cudaMemcpyAsync(to.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice, stream),
-      "upload " + what);
+  return CudaStatus(cudaMemcpy(to.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice),
+                    "upload " + what);
 }
 
-// One Encode call's stream: synchronized and destroyed on every path out, before the call's
-// buffers are freed (declare it after them).
+// The calling thread's current device set to one, and restored on every path out.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) : device_(device) {}
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+  ~CurrentDevice() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  absl::Status Set() {
+    int previous = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&previous), "get device"));
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
+    previous_ = previous;
+    return absl::OkStatus();
+  }
+
+ private:
+  int device_;
+  int previous_ = -1;
+};
+
+// One Encode call's stream: synchronized and destroyed on every path out, after its buffers
+// have been freed in its order (declare it before them).
 class CallStream {
  public:
   CallStream() = default;
@@ -56,6 +72,52 @@ class CallStream {
   cudaStream_t stream_ = nullptr;
 };
 
+// Device memory of one encode, allocated and freed in its stream's order (cudaMallocAsync):
+// freeing it waits on nothing else, where cudaFree would wait for the whole device, so an encode
+// never stalls the text model's work on the same GPU.
+class StreamBuffer {
+ public:
+  StreamBuffer() = default;
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  ~StreamBuffer() {
+    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+  }
+
+  absl::Status Allocate(int64_t bytes, cudaStream_t stream, const std::string& what) {
+    void* p = nullptr;
+    if (cudaError_t e =
+            cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream);
+        e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cuda: cannot allocate ", bytes, " bytes for ", what, ": ", cudaGetErrorString(e)));
+    }
+    ptr_ = p;
+    stream_ = stream;
+    return absl::OkStatus();
+  }
+
+  // An allocation holding `host`, copied in the stream's order (`host` must outlive the copy).
+  template <typename T>
+  absl::Status Upload(const std::vector<T>& host, cudaStream_t stream, const std::string& what) {
+    const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(T));
+    RETURN_IF_ERROR(Allocate(bytes, stream, what));
+    if (bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemcpyAsync(ptr_, host.data(), bytes, cudaMemcpyHostToDevice, stream),
+                      "upload " + what);
+  }
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaVisionEncoder>> CudaVisionEncoder::Create(
@@ -71,7 +133,8 @@ absl::StatusOr<std::unique_ptr<CudaVisionEncoder>> CudaVisionEncoder::Create(
     return absl::FailedPreconditionError(absl::StrCat("the vision encoder on cuda:", options.device,
                                                       ": there are ", count, " CUDA devices"));
   }
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device), "set device"));
+  CurrentDevice on(options.device);
+  RETURN_IF_ERROR(on.Set());
   std::unique_ptr<CudaVisionEncoder> e(new CudaVisionEncoder(weights.config, options));
   RETURN_IF_ERROR(e->Upload(weights));
   return e;
@@ -112,27 +175,30 @@ absl::StatusOr<std::vector<float>> CudaVisionEncoder::Encode(const PixelValues& 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t chunk = std::clamp<int64_t>(options_.max_scores / (heads * n), 1, n);
 
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "set device"));
-  DeviceBuffer patches_d, tap_row, tap_weight, cos, sin, x, a, qkv, attn, up, y, scores, hidden,
-      out;
-  CallStream stream;  // after the buffers: synchronized before any of them is freed
+  // Destroyed in reverse: the buffers freed in the stream's order, the stream synchronized, the
+  // thread's device restored; the host arrays above outlive every copy from them.
+  CurrentDevice on(options_.device);
+  RETURN_IF_ERROR(on.Set());
+  CallStream stream;
   RETURN_IF_ERROR(stream.Create());
   const cudaStream_t s = stream.get();
-  RETURN_IF_ERROR(UploadTo(patches, patches_d, "the image's patches", s));
-  RETURN_IF_ERROR(UploadTo(taps.table_row, tap_row, "the position taps", s));
-  RETURN_IF_ERROR(UploadTo(taps.weight, tap_weight, "the position weights", s));
-  RETURN_IF_ERROR(UploadTo(rope.cos, cos, "the rotary cosines", s));
-  RETURN_IF_ERROR(UploadTo(rope.sin, sin, "the rotary sines", s));
+  StreamBuffer patches_d, tap_row, tap_weight, cos, sin, x, a, qkv, attn, up, y, scores, hidden,
+      out;
+  RETURN_IF_ERROR(patches_d.Upload(patches, s, "the image's patches"));
+  RETURN_IF_ERROR(tap_row.Upload(taps.table_row, s, "the position taps"));
+  RETURN_IF_ERROR(tap_weight.Upload(taps.weight, s, "the position weights"));
+  RETURN_IF_ERROR(cos.Upload(rope.cos, s, "the rotary cosines"));
+  RETURN_IF_ERROR(sin.Upload(rope.sin, s, "the rotary sines"));
   const auto floats = [](int64_t count) { return count * static_cast<int64_t>(sizeof(float)); };
-  RETURN_IF_ERROR(x.Allocate(floats(n * d), "the encoder's residual stream"));
-  RETURN_IF_ERROR(a.Allocate(floats(n * d), "the encoder's normed rows"));
-  RETURN_IF_ERROR(qkv.Allocate(floats(n * 3 * d), "the encoder's q, k and v"));
-  RETURN_IF_ERROR(attn.Allocate(floats(n * d), "the encoder's attention"));
-  RETURN_IF_ERROR(up.Allocate(floats(n * ff), "the encoder's MLP"));
-  RETURN_IF_ERROR(y.Allocate(floats(n * d), "the encoder's layer outputs"));
-  RETURN_IF_ERROR(scores.Allocate(floats(chunk * heads * n), "the encoder's attention scores"));
-  RETURN_IF_ERROR(hidden.Allocate(floats(tokens * merged), "the merger's hidden rows"));
-  RETURN_IF_ERROR(out.Allocate(floats(tokens * c.projection_dim), "the image's rows"));
+  RETURN_IF_ERROR(x.Allocate(floats(n * d), s, "the encoder's residual stream"));
+  RETURN_IF_ERROR(a.Allocate(floats(n * d), s, "the encoder's normed rows"));
+  RETURN_IF_ERROR(qkv.Allocate(floats(n * 3 * d), s, "the encoder's q, k and v"));
+  RETURN_IF_ERROR(attn.Allocate(floats(n * d), s, "the encoder's attention"));
+  RETURN_IF_ERROR(up.Allocate(floats(n * ff), s, "the encoder's MLP"));
+  RETURN_IF_ERROR(y.Allocate(floats(n * d), s, "the encoder's layer outputs"));
+  RETURN_IF_ERROR(scores.Allocate(floats(chunk * heads * n), s, "the encoder's attention scores"));
+  RETURN_IF_ERROR(hidden.Allocate(floats(tokens * merged), s, "the merger's hidden rows"));
+  RETURN_IF_ERROR(out.Allocate(floats(tokens * c.projection_dim), s, "the image's rows"));
 
   RETURN_IF_ERROR(Launch(cuda::F32Linear(patches_d.as<float>(), n, 3 * p * p, patch_w_.as<float>(),
                                          patch_b_.as<float>(), d, x.as<float>(), s),

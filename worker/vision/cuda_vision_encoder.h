@@ -1,6 +1,7 @@
 // The vision encoder on a CUDA device (docs/vision.md §3): the projector's float32 weights
 // uploaded once, and every op of the forward pass a kernel of kernels/cuda/vision.cu on a stream
-// of the call's own, with the call's activations in device memory. What the layers need from the
+// of the call's own, with the call's activations in device memory allocated in that stream's
+// order (freeing them waits on nothing else on the device). What the layers need from the
 // image's size (patch order, position taps, rotary angles) is computed on the host by the code
 // the CPU encoder runs (patch_layout.h), and every kernel does the CPU encoder's float ops in its
 // order, so the rows are meant to equal the CPU encoder's bit for bit.

@@ -1,13 +1,15 @@
 // The vision encoder on a CUDA device against the CPU encoder: the same image rows bit for bit
 // (their shared numerics make this the contract, not a tolerance), over the synthetic projectors'
 // presets and weight types, grids that match the position table and grids that resample it,
-// attention's queries in one launch and in many; both loaded the way walsh-worker --mmproj loads
-// a projector (VisionModel). Without a device: the CUDA placement is refused by name.
+// attention's queries in one launch and in many, encodes from several threads at once; both loaded
+// the way walsh-worker --mmproj loads a projector (VisionModel). Without a device: the CUDA
+// placement is refused by name.
 #include "worker/vision/cuda_vision_encoder.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -123,6 +125,39 @@ TEST(CudaVisionEncoder, AttentionInManyLaunchesChangesNoBit) {
   }
   EXPECT_THAT((*whole)->Encode(Pattern(48, 64)).status().message(),
               HasSubstr("not positive multiples of 32"));
+}
+
+// Encodes from several threads at once (each on a stream of its own, sharing the weights): every
+// one the rows of an encode alone.
+TEST(CudaVisionEncoder, ConcurrentEncodesGiveTheRowsOfOneAlone) {
+  SKIP_WITHOUT_CUDA();
+  ::walsh::testing::TempDir dir;
+  ASSERT_TRUE(WriteSyntheticMmproj({.preset = "small", .text_embedding_length = kTextWidth},
+                                   dir.File("p.gguf"))
+                  .ok());
+  auto model = VisionModel::Load(dir.File("p.gguf"), kTextWidth, {.cuda = true});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<PixelValues> images = {Pattern(64, 64), Pattern(96, 160), Pattern(224, 224)};
+  std::vector<std::vector<float>> alone;
+  for (const PixelValues& px : images) {
+    auto rows = (*model)->encoder().Encode(px);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    alone.push_back(*rows);
+  }
+  constexpr int kThreads = 6;
+  std::vector<absl::StatusOr<std::vector<float>>> got(kThreads);
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] { got[t] = (*model)->encoder().Encode(images[t % 3]); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(got[t].ok()) << got[t].status();
+    SCOPED_TRACE("thread " + std::to_string(t));
+    ExpectSameBits(alone[t % 3], *got[t]);
+  }
 }
 
 TEST(CudaVisionEncoder, WithoutADeviceTheCudaPlacementIsRefusedByName) {
