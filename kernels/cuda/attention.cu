@@ -56,7 +56,6 @@ __global__ void PrepareKernel(AttentionShape s, StepView step, float* q_gate, fl
 template <typename T>
 __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, const float* q_gate,
                              const T* k_layer, const T* v_layer, float* scores_all, float* out) {
-  __shared__ float max_score, sum;
   const int64_t t = t_begin + blockIdx.x / s.n_head, j = blockIdx.x % s.n_head;
   const int64_t hd = s.head_dim, kv_dim = s.n_head_kv * hd;
   const int64_t n_keys = step.pos_of_token[t] + 1;
@@ -75,24 +74,7 @@ __global__ void AttendKernel(AttentionShape s, StepView step, int64_t t_begin, c
   for (int64_t key = threadIdx.x; key < n_keys; key += blockDim.x) {
     scores[key] = AttentionScore(q, hd, kv, key, s.scale);
   }
-  __syncthreads();
-  if (threadIdx.x < kSumLanes) {
-    float m = BitsFloat(0xff800000u);
-    for (int64_t key = threadIdx.x; key < n_keys; key += kSumLanes) m = MaxF(m, scores[key]);
-    m = WarpMax(m);
-    if (threadIdx.x == 0) max_score = m;
-  }
-  __syncthreads();
-  for (int64_t key = threadIdx.x; key < n_keys; key += blockDim.x) {
-    scores[key] = ExpF(scores[key] - max_score);
-  }
-  __syncthreads();
-  // The denominator in the shared 32 lanes, one per thread of the first warp.
-  if (threadIdx.x < kSumLanes) {
-    const float total = WarpCombineLanes(SumLane(scores, n_keys, static_cast<int>(threadIdx.x)));
-    if (threadIdx.x == 0) sum = total;
-  }
-  __syncthreads();
+  const float sum = BlockSoftmaxNumerators(scores, n_keys);
   float* u = out + t * s.n_head * hd + j * hd;
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
     const float o = AttentionOutput(scores, sum, kv, n_keys, i);

@@ -99,7 +99,6 @@ __global__ void Rope2dKernel(float* qkv, int64_t n, int64_t d, int64_t heads, co
 __global__ void FullAttentionKernel(const float* qkv, int64_t n, int64_t d, int64_t heads,
                                     int64_t q_begin, float scale, const int32_t* zero_page,
                                     float* scores_all, float* out) {
-  __shared__ float max_score, sum;
   const int64_t q = q_begin + blockIdx.x / heads, h = blockIdx.x % heads, hd = d / heads;
   const PagedKv<float> kv{qkv + d, qkv + 2 * d, zero_page, 0, n, 3 * d, h * hd};
   const float* qv = qkv + q * 3 * d + h * hd;
@@ -107,23 +106,7 @@ __global__ void FullAttentionKernel(const float* qkv, int64_t n, int64_t d, int6
   for (int64_t key = threadIdx.x; key < n; key += blockDim.x) {
     scores[key] = AttentionScore(qv, hd, kv, key, scale);
   }
-  __syncthreads();
-  if (threadIdx.x < kSumLanes) {
-    float m = BitsFloat(0xff800000u);
-    for (int64_t key = threadIdx.x; key < n; key += kSumLanes) m = MaxF(m, scores[key]);
-    m = WarpMax(m);
-    if (threadIdx.x == 0) max_score = m;
-  }
-  __syncthreads();
-  for (int64_t key = threadIdx.x; key < n; key += blockDim.x) {
-    scores[key] = ExpF(scores[key] - max_score);
-  }
-  __syncthreads();
-  if (threadIdx.x < kSumLanes) {
-    const float total = WarpCombineLanes(SumLane(scores, n, static_cast<int>(threadIdx.x)));
-    if (threadIdx.x == 0) sum = total;
-  }
-  __syncthreads();
+  const float sum = BlockSoftmaxNumerators(scores, n);
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
     out[q * d + h * hd + i] = AttentionOutput(scores, sum, kv, n, i);
   }

@@ -10,6 +10,7 @@
 
 #include "common/cli_flags.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/stopwatch.h"
 #include "worker/constraint/constraint_cache.h"
 #include "worker/constraint/grammar_matcher.h"
 #include "worker/constraint/mask_prefetcher.h"
@@ -20,12 +21,6 @@
 
 namespace walsh {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double Since(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "walsh-bench constraint: %s\n", message.c_str());

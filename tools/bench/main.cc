@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench/constraint_bench.h"
 #include "tools/bench/oracle_speculation.h"
+#include "tools/bench/stopwatch.h"
 #include "tools/bench/vision_bench.h"
 #include "worker/engine/engine.h"
 #ifndef WALSH_ENGINE_ONLY
@@ -32,10 +33,6 @@
 
 namespace walsh {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 // Bytes of packed projection weights one decode step reads: every ternary matrix once (the
 // embedding lookup, one row per token, is not counted).

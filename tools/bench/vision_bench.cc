@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -15,18 +14,13 @@
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/stopwatch.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
 #include "worker/vision/encode_cost.h"
 #include "worker/vision/vision_model.h"
 
 namespace walsh {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double Since(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "walsh-bench vision: %s\n", message.c_str());

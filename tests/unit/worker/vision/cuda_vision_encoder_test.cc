@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/cuda_device.h"
+#include "tests/util/pixel_pattern.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
 #include "worker/model/ggml_types.h"
@@ -27,17 +28,9 @@ namespace walsh {
 namespace {
 
 using ::testing::HasSubstr;
+using ::walsh::testing::PixelPattern;
 
 constexpr int64_t kTextWidth = 48;
-
-PixelValues Pattern(int64_t height, int64_t width) {
-  PixelValues px{.height = height, .width = width};
-  px.planes.resize(3 * height * width);
-  for (size_t i = 0; i < px.planes.size(); ++i) {
-    px.planes[i] = static_cast<float>(std::sin(0.37 * double(i)) * 0.9);
-  }
-  return px;
-}
 
 void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got) {
   ASSERT_EQ(want.size(), got.size());
@@ -84,7 +77,7 @@ TEST(CudaVisionEncoder, MatchesTheCpuEncoderBitForBit) {
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     EXPECT_EQ((*gpu)->encoder().device(), "cuda");
-    const PixelValues px = Pattern(c.height, c.width);
+    const PixelValues px = PixelPattern(c.height, c.width);
     const auto want = (*cpu)->encoder().Encode(px);
     const auto got = (*gpu)->encoder().Encode(px);
     ASSERT_TRUE(want.ok()) << want.status();
@@ -109,7 +102,7 @@ TEST(CudaVisionEncoder, AttentionInManyLaunchesChangesNoBit) {
   ASSERT_TRUE(config.ok());
   auto weights = VisionWeights::Load(**file, *config);
   ASSERT_TRUE(weights.ok());
-  const PixelValues px = Pattern(96, 64);  // 24 patches
+  const PixelValues px = PixelPattern(96, 64);  // 24 patches
   const int64_t n = 24, heads = config->head_count;
   auto whole = CudaVisionEncoder::Create(*weights, {});
   ASSERT_TRUE(whole.ok()) << whole.status();
@@ -123,7 +116,7 @@ TEST(CudaVisionEncoder, AttentionInManyLaunchesChangesNoBit) {
     SCOPED_TRACE(std::to_string(queries) + " queries a launch");
     ExpectSameBits(*want, *got);
   }
-  EXPECT_THAT((*whole)->Encode(Pattern(48, 64)).status().message(),
+  EXPECT_THAT((*whole)->Encode(PixelPattern(48, 64)).status().message(),
               HasSubstr("not positive multiples of 32"));
 }
 
@@ -137,7 +130,8 @@ TEST(CudaVisionEncoder, ConcurrentEncodesGiveTheRowsOfOneAlone) {
                   .ok());
   auto model = VisionModel::Load(dir.File("p.gguf"), kTextWidth, {.cuda = true});
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<PixelValues> images = {Pattern(64, 64), Pattern(96, 160), Pattern(224, 224)};
+  const std::vector<PixelValues> images = {PixelPattern(64, 64), PixelPattern(96, 160),
+                                           PixelPattern(224, 224)};
   std::vector<std::vector<float>> alone;
   for (const PixelValues& px : images) {
     auto rows = (*model)->encoder().Encode(px);

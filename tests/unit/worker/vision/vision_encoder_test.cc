@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/pixel_pattern.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
 #include "worker/model/ggml_types.h"
@@ -22,6 +23,7 @@ namespace walsh {
 namespace {
 
 using ::testing::HasSubstr;
+using ::walsh::testing::PixelPattern;
 
 // float64 throughout; the tensors decoded here from their bits, apart from the encoder's loader.
 class VisionReference {
@@ -193,15 +195,6 @@ class VisionReference {
   MmprojConfig c_;
 };
 
-PixelValues Pattern(int64_t height, int64_t width) {
-  PixelValues px{.height = height, .width = width};
-  px.planes.resize(3 * height * width);
-  for (size_t i = 0; i < px.planes.size(); ++i) {
-    px.planes[i] = static_cast<float>(std::sin(0.37 * double(i)) * 0.9);
-  }
-  return px;
-}
-
 struct Case {
   const char* preset;
   uint32_t type;
@@ -234,7 +227,7 @@ TEST(VisionEncoder, AgreesWithTheFloat64Reference) {
     auto weights = VisionWeights::Load(**file, *config);
     ASSERT_TRUE(weights.ok()) << weights.status();
     const VisionEncoder encoder(std::move(*weights));
-    const PixelValues px = Pattern(c.height, c.width);
+    const PixelValues px = PixelPattern(c.height, c.width);
     const auto rows = encoder.Encode(px);
     ASSERT_TRUE(rows.ok()) << rows.status();
     const std::vector<double> want = VisionReference(**file, *config).Encode(px);
@@ -260,7 +253,7 @@ TEST(VisionEncoder, NeitherThreadsNorKernelPathsChangeABit) {
   auto config = ParseMmprojConfig(**file);
   ASSERT_TRUE(config.ok());
   const VisionEncoder encoder(*VisionWeights::Load(**file, *config));
-  const PixelValues px = Pattern(96, 64);
+  const PixelValues px = PixelPattern(96, 64);
   const auto alone = encoder.Encode(px);
   ASSERT_TRUE(alone.ok());
   for (int threads : {1, 2, 3}) {
@@ -288,7 +281,7 @@ TEST(VisionEncoder, RefusesPixelsOffTheGrid) {
   auto config = ParseMmprojConfig(**file);
   ASSERT_TRUE(config.ok());
   const VisionEncoder encoder(*VisionWeights::Load(**file, *config));
-  EXPECT_THAT(encoder.Encode(Pattern(48, 64)).status().message(),
+  EXPECT_THAT(encoder.Encode(PixelPattern(48, 64)).status().message(),
               HasSubstr("not positive multiples of 32"));
 }
 
