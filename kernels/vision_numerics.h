@@ -1,7 +1,7 @@
 // The vision encoder's float ops (docs/vision.md §3), written once for the host and CUDA
-// devices: the linear layers' lane order, LayerNorm, the 2D rotary turn and the two GELUs. The
-// CPU encoder (worker/vision/vision_encoder.cc) and the CUDA one (kernels/cuda/vision.cu) both
-// call these, so an image's rows are the same bits on either.
+// devices: the linear layers' lane order, LayerNorm, the 2D rotary turn and the two GELUs, and
+// the one count both sides of the position taps agree on. The CPU encoder and the CUDA kernels
+// (kernels/cuda/vision.cu) both call these, so an image's rows are the same bits on either.
 #ifndef WALSH_KERNELS_VISION_NUMERICS_H_
 #define WALSH_KERNELS_VISION_NUMERICS_H_
 

@@ -9,13 +9,15 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/vision_ops.h"
+#include "worker/engine/cuda_stream_scope.h"
 #include "worker/vision/patch_layout.h"
 
 namespace walsh {
 namespace {
 
-absl::Status Launch(int code, const char* op) {
-  return CudaStatus(static_cast<cudaError_t>(code), op);
+// A launcher's error code as a status naming the encoder's step.
+absl::Status Launch(int code, const std::string& step) {
+  return CudaStatus(static_cast<cudaError_t>(code), "vision encoder " + step);
 }
 
 // `host` into a new allocation of exactly its size.
@@ -27,96 +29,6 @@ absl::Status UploadTo(const std::vector<T>& host, DeviceBuffer& to, const std::s
   return CudaStatus(cudaMemcpy(to.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice),
                     "upload " + what);
 }
-
-// The calling thread's current device set to one, and restored on every path out.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) : device_(device) {}
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-  ~CurrentDevice() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  absl::Status Set() {
-    int previous = 0;
-    RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&previous), "get device"));
-    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
-    previous_ = previous;
-    return absl::OkStatus();
-  }
-
- private:
-  int device_;
-  int previous_ = -1;
-};
-
-// One Encode call's stream: synchronized and destroyed on every path out, after its buffers
-// have been freed in its order (declare it before them).
-class CallStream {
- public:
-  CallStream() = default;
-  CallStream(const CallStream&) = delete;
-  CallStream& operator=(const CallStream&) = delete;
-  ~CallStream() {
-    if (stream_ != nullptr) {
-      (void)cudaStreamSynchronize(stream_);
-      (void)cudaStreamDestroy(stream_);
-    }
-  }
-  absl::Status Create() {
-    return CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create stream");
-  }
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-// Device memory of one encode, allocated and freed in its stream's order (cudaMallocAsync):
-// freeing it waits on nothing else, where cudaFree would wait for the whole device, so an encode
-// never stalls the text model's work on the same GPU.
-class StreamBuffer {
- public:
-  StreamBuffer() = default;
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  ~StreamBuffer() {
-    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
-  }
-
-  absl::Status Allocate(int64_t bytes, cudaStream_t stream, const std::string& what) {
-    void* p = nullptr;
-    if (cudaError_t e =
-            cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream);
-        e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cuda: cannot allocate ", bytes, " bytes for ", what, ": ", cudaGetErrorString(e)));
-    }
-    ptr_ = p;
-    stream_ = stream;
-    return absl::OkStatus();
-  }
-
-  // An allocation holding `host`, copied in the stream's order (`host` must outlive the copy).
-  template <typename T>
-  absl::Status Upload(const std::vector<T>& host, cudaStream_t stream, const std::string& what) {
-    const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(T));
-    RETURN_IF_ERROR(Allocate(bytes, stream, what));
-    if (bytes == 0) return absl::OkStatus();
-    return CudaStatus(cudaMemcpyAsync(ptr_, host.data(), bytes, cudaMemcpyHostToDevice, stream),
-                      "upload " + what);
-  }
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-};
 
 }  // namespace
 
@@ -161,8 +73,8 @@ absl::Status CudaVisionEncoder::Upload(const VisionWeights& w) {
   return UploadTo(std::vector<int32_t>{0}, zero_page_, "the attention's page table");
 }
 
-absl::StatusOr<std::vector<float>> CudaVisionEncoder::Encode(const PixelValues& pixels,
-                                                             ThreadPool* /*pool*/) const {
+absl::StatusOr<std::vector<float>> CudaVisionEncoder::EncodeImage(const PixelValues& pixels,
+                                                                  ThreadPool* /*pool*/) const {
   const MmprojConfig& c = config_;
   RETURN_IF_ERROR(CheckPixelGrid(c, pixels));
   const int64_t p = c.patch_size, m = c.spatial_merge_size, d = c.embedding_length;
@@ -179,7 +91,7 @@ absl::StatusOr<std::vector<float>> CudaVisionEncoder::Encode(const PixelValues& 
   // thread's device restored; the host arrays above outlive every copy from them.
   CurrentDevice on(options_.device);
   RETURN_IF_ERROR(on.Set());
-  CallStream stream;
+  OwnedStream stream;
   RETURN_IF_ERROR(stream.Create());
   const cudaStream_t s = stream.get();
   StreamBuffer patches_d, tap_row, tap_weight, cos, sin, x, a, qkv, attn, up, y, scores, hidden,
@@ -207,38 +119,42 @@ absl::StatusOr<std::vector<float>> CudaVisionEncoder::Encode(const PixelValues& 
                                                tap_row.as<int32_t>(), tap_weight.as<float>(), s),
                          "position embedding"));
   const float eps = c.layer_norm_epsilon;
-  for (const Block& b : blocks_) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    const std::string at = absl::StrCat("v.blk.", i, ".");
     RETURN_IF_ERROR(Launch(cuda::LayerNormRows(x.as<float>(), n, d, b.ln1_w.as<float>(),
                                                b.ln1_b.as<float>(), eps, a.as<float>(), s),
-                           "ln1"));
+                           at + "ln1"));
     RETURN_IF_ERROR(Launch(cuda::F32Linear(a.as<float>(), n, d, b.qkv_w.as<float>(),
                                            b.qkv_b.as<float>(), 3 * d, qkv.as<float>(), s),
-                           "attn_qkv"));
+                           at + "attn_qkv"));
     RETURN_IF_ERROR(Launch(
         cuda::Rope2dInPlace(qkv.as<float>(), n, d, heads, cos.as<float>(), sin.as<float>(), s),
-        "rope"));
+        at + "rope"));
     for (int64_t q = 0; q < n; q += chunk) {
       RETURN_IF_ERROR(Launch(
           cuda::FullAttention(qkv.as<float>(), n, d, heads, q, std::min(n, q + chunk), scale,
                               zero_page_.as<int32_t>(), scores.as<float>(), attn.as<float>(), s),
-          "attention"));
+          at + "attention"));
     }
     RETURN_IF_ERROR(Launch(cuda::F32Linear(attn.as<float>(), n, d, b.out_w.as<float>(),
                                            b.out_b.as<float>(), d, y.as<float>(), s),
-                           "attn_out"));
-    RETURN_IF_ERROR(Launch(cuda::AddInPlace(x.as<float>(), y.as<float>(), n * d, s), "residual"));
+                           at + "attn_out"));
+    RETURN_IF_ERROR(Launch(cuda::AddInPlace(x.as<float>(), y.as<float>(), n * d, s),
+                           at + "attention residual"));
     RETURN_IF_ERROR(Launch(cuda::LayerNormRows(x.as<float>(), n, d, b.ln2_w.as<float>(),
                                                b.ln2_b.as<float>(), eps, a.as<float>(), s),
-                           "ln2"));
+                           at + "ln2"));
     RETURN_IF_ERROR(Launch(cuda::F32Linear(a.as<float>(), n, d, b.up_w.as<float>(),
                                            b.up_b.as<float>(), ff, up.as<float>(), s),
-                           "ffn_up"));
-    RETURN_IF_ERROR(
-        Launch(cuda::GeluInPlace(up.as<float>(), n * ff, cuda::Gelu::kTanh, s), "gelu"));
+                           at + "ffn_up"));
+    RETURN_IF_ERROR(Launch(cuda::GeluInPlace(up.as<float>(), n * ff, cuda::Gelu::kTanh, s),
+                           at + "gelu (tanh)"));
     RETURN_IF_ERROR(Launch(cuda::F32Linear(up.as<float>(), n, ff, b.down_w.as<float>(),
                                            b.down_b.as<float>(), d, y.as<float>(), s),
-                           "ffn_down"));
-    RETURN_IF_ERROR(Launch(cuda::AddInPlace(x.as<float>(), y.as<float>(), n * d, s), "residual"));
+                           at + "ffn_down"));
+    RETURN_IF_ERROR(
+        Launch(cuda::AddInPlace(x.as<float>(), y.as<float>(), n * d, s), at + "mlp residual"));
   }
   // Post-norm per patch; each window's m * m consecutive patches are one row of the merger's.
   RETURN_IF_ERROR(Launch(cuda::LayerNormRows(x.as<float>(), n, d, post_ln_w_.as<float>(),
@@ -248,7 +164,8 @@ absl::StatusOr<std::vector<float>> CudaVisionEncoder::Encode(const PixelValues& 
                                          mm0_b_.as<float>(), merged, hidden.as<float>(), s),
                          "mm.0"));
   RETURN_IF_ERROR(
-      Launch(cuda::GeluInPlace(hidden.as<float>(), tokens * merged, cuda::Gelu::kErf, s), "gelu"));
+      Launch(cuda::GeluInPlace(hidden.as<float>(), tokens * merged, cuda::Gelu::kErf, s),
+             "merger gelu (erf)"));
   RETURN_IF_ERROR(Launch(cuda::F32Linear(hidden.as<float>(), tokens, merged, mm2_w_.as<float>(),
                                          mm2_b_.as<float>(), c.projection_dim, out.as<float>(), s),
                          "mm.2"));

@@ -34,11 +34,11 @@ class CudaVisionEncoder final : public ImageEncoder {
                                                                    Options options);
 
   const MmprojConfig& config() const override { return config_; }
-  std::string device() const override { return "cuda"; }
-  absl::StatusOr<std::vector<float>> Encode(const PixelValues& pixels,
-                                            ThreadPool* pool = nullptr) const override;
+  std::string device() const override { return "cuda:" + std::to_string(options_.device); }
 
  private:
+  absl::StatusOr<std::vector<float>> EncodeImage(const PixelValues& pixels,
+                                                 ThreadPool* pool) const override;
   using Block = VisionBlockTensors<DeviceBuffer>;
 
   CudaVisionEncoder(const MmprojConfig& config, Options options)

@@ -20,15 +20,21 @@ class ImageEncoder {
   virtual ~ImageEncoder() = default;
 
   virtual const MmprojConfig& config() const = 0;
-  // "cpu" or "cuda".
+  // "cpu", or "cuda:N" for device N.
   virtual std::string device() const = 0;
 
   // (height / 32) * (width / 32) rows of projection_dim, in raster order of the merged grid.
   // INVALID_ARGUMENT if a side is not a positive multiple of patch size times the merge. Const:
   // several threads may encode at once. The CPU encoder spreads its work over `pool` when given
   // (the same bits whatever its size); the CUDA one ignores it.
-  virtual absl::StatusOr<std::vector<float>> Encode(const PixelValues& pixels,
-                                                    ThreadPool* pool = nullptr) const = 0;
+  absl::StatusOr<std::vector<float>> Encode(const PixelValues& pixels,
+                                            ThreadPool* pool = nullptr) const {
+    return EncodeImage(pixels, pool);
+  }
+
+ private:
+  virtual absl::StatusOr<std::vector<float>> EncodeImage(const PixelValues& pixels,
+                                                         ThreadPool* pool) const = 0;
 };
 
 }  // namespace walsh

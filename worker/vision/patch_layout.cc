@@ -10,11 +10,15 @@ namespace walsh {
 absl::Status CheckPixelGrid(const MmprojConfig& c, const PixelValues& pixels) {
   const int64_t side = c.patch_size * c.spatial_merge_size;
   if (pixels.height <= 0 || pixels.width <= 0 || pixels.height % side != 0 ||
-      pixels.width % side != 0 ||
-      pixels.planes.size() != static_cast<size_t>(3 * pixels.height * pixels.width)) {
+      pixels.width % side != 0) {
     return absl::InvalidArgumentError(absl::StrCat("the image's pixels are ", pixels.width, "x",
                                                    pixels.height, ", not positive multiples of ",
                                                    side, " (patch size times the merge)"));
+  }
+  if (pixels.planes.size() != static_cast<size_t>(3 * pixels.height * pixels.width)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the image's planes hold ", pixels.planes.size(), " values, not 3 x ",
+                     pixels.width, " x ", pixels.height, " = ", 3 * pixels.height * pixels.width));
   }
   return absl::OkStatus();
 }

@@ -80,8 +80,8 @@ void Attention(CpuIsa isa, ThreadPool* pool, const float* qkv, int64_t n, int64_
 
 }  // namespace
 
-absl::StatusOr<std::vector<float>> VisionEncoder::Encode(const PixelValues& pixels,
-                                                         ThreadPool* pool) const {
+absl::StatusOr<std::vector<float>> VisionEncoder::EncodeImage(const PixelValues& pixels,
+                                                              ThreadPool* pool) const {
   const MmprojConfig& c = w_.config;
   RETURN_IF_ERROR(CheckPixelGrid(c, pixels));
   const int64_t p = c.patch_size, m = c.spatial_merge_size, d = c.embedding_length;

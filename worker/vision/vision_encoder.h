@@ -27,10 +27,10 @@ class VisionEncoder final : public ImageEncoder {
   const MmprojConfig& config() const override { return w_.config; }
   std::string device() const override { return "cpu"; }
 
-  absl::StatusOr<std::vector<float>> Encode(const PixelValues& pixels,
-                                            ThreadPool* pool = nullptr) const override;
-
  private:
+  absl::StatusOr<std::vector<float>> EncodeImage(const PixelValues& pixels,
+                                                 ThreadPool* pool) const override;
+
   VisionWeights w_;
   CpuIsa isa_;
 };

@@ -35,8 +35,9 @@ absl::StatusOr<std::unique_ptr<ImageEncoder>> MakeEncoder(VisionWeights weights,
   return encoder;
 #else
   return absl::FailedPreconditionError(
-      "the vision encoder on cuda: this build has no CUDA backend (configure with nvcc present, "
-      "-DWALSH_CUDA=ON)");
+      absl::StrCat("the vision encoder on cuda:", placement.cuda_device,
+                   ": this build has no CUDA backend (configure with nvcc present, "
+                   "-DWALSH_CUDA=ON)"));
 #endif
 }
 

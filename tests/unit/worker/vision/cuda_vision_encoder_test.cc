@@ -2,8 +2,10 @@
 // (their shared numerics make this the contract, not a tolerance), over the synthetic projectors'
 // presets and weight types, grids that match the position table and grids that resample it,
 // attention's queries in one launch and in many, encodes from several threads at once; both loaded
-// the way walsh-worker --mmproj loads a projector (VisionModel). Without a device: the CUDA
-// placement is refused by name.
+// the way walsh-worker --mmproj loads a projector (VisionModel). The linear layer's tail past the
+// last chunk of 8 inputs is not reached here (every preset's widths are multiples of 8):
+// gpu_check's 13 x 77 -> 45 case covers it. Skips where no CUDA device answers; the refusal of
+// the CUDA placement without one is vision_encoder_test's.
 #include "worker/vision/cuda_vision_encoder.h"
 
 #include <cmath>
@@ -76,7 +78,7 @@ TEST(CudaVisionEncoder, MatchesTheCpuEncoderBitForBit) {
     auto gpu = VisionModel::Load(path, kTextWidth, {.cuda = true});
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     ASSERT_TRUE(gpu.ok()) << gpu.status();
-    EXPECT_EQ((*gpu)->encoder().device(), "cuda");
+    EXPECT_EQ((*gpu)->encoder().device(), "cuda:0");
     const PixelValues px = PixelPattern(c.height, c.width);
     const auto want = (*cpu)->encoder().Encode(px);
     const auto got = (*gpu)->encoder().Encode(px);
@@ -152,18 +154,6 @@ TEST(CudaVisionEncoder, ConcurrentEncodesGiveTheRowsOfOneAlone) {
     SCOPED_TRACE("thread " + std::to_string(t));
     ExpectSameBits(alone[t % 3], *got[t]);
   }
-}
-
-TEST(CudaVisionEncoder, WithoutADeviceTheCudaPlacementIsRefusedByName) {
-  std::string why;
-  if (::walsh::testing::HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device answers";
-  ::walsh::testing::TempDir dir;
-  ASSERT_TRUE(WriteSyntheticMmproj({.text_embedding_length = kTextWidth}, dir.File("p.gguf")).ok());
-  auto gpu = VisionModel::Load(dir.File("p.gguf"), kTextWidth, {.cuda = true, .cuda_device = 0});
-  ASSERT_FALSE(gpu.ok());
-  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(gpu.status().message(), HasSubstr("the vision encoder on cuda:0"));
-  EXPECT_THAT(gpu.status().message(), HasSubstr("p.gguf"));
 }
 
 }  // namespace

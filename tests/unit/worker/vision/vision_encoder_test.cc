@@ -2,7 +2,7 @@
 // synthetic projectors of walsh-mkmodel (tiny and small presets; F32, F16, BF16 and Q8_0 weights):
 // the image rows agree within 1e-4, relative to the largest. Grids that match the position table
 // and grids that resample it; square and oblong. The rows are the same bits on any number of
-// threads.
+// threads. A CUDA placement without a device is refused by name.
 #include "worker/vision/vision_encoder.h"
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "worker/model/ggml_types.h"
 #include "worker/model/gguf_file.h"
 #include "worker/model/mmproj_config.h"
+#include "worker/vision/vision_model.h"
 
 namespace walsh {
 namespace {
@@ -283,6 +284,22 @@ TEST(VisionEncoder, RefusesPixelsOffTheGrid) {
   const VisionEncoder encoder(*VisionWeights::Load(**file, *config));
   EXPECT_THAT(encoder.Encode(PixelPattern(48, 64)).status().message(),
               HasSubstr("not positive multiples of 32"));
+  PixelValues short_planes = PixelPattern(32, 64);
+  short_planes.planes.pop_back();
+  EXPECT_THAT(encoder.Encode(short_planes).status().message(),
+              HasSubstr("the image's planes hold 6143 values, not 3 x 64 x 32 = 6144"));
+}
+
+// The CUDA placement where no CUDA device answers, or in a build without CUDA: refused at load,
+// naming the device and the file (skipped where a device answers: cuda_vision_encoder_test's).
+TEST(VisionModel, TheCudaPlacementWithoutADeviceIsRefusedByName) {
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteSyntheticMmproj({.text_embedding_length = 48}, dir.File("p.gguf")).ok());
+  auto gpu = VisionModel::Load(dir.File("p.gguf"), 48, {.cuda = true, .cuda_device = 0});
+  if (gpu.ok()) GTEST_SKIP() << "a CUDA device answers";
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
+  EXPECT_THAT(gpu.status().message(), HasSubstr("the vision encoder on cuda:0: "));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("p.gguf"));
 }
 
 }  // namespace
