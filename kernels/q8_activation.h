@@ -23,7 +23,8 @@ inline constexpr int kQ8Groups = 8;  // 16-element groups per 128-element block
 enum class Q8Layout {
   kNatural,    // qs[j] = q(j): element order, the reference the other layouts are defined by
   kPq2Planes,  // qs[p*32 + m] = q(4m + p): matches PQ2_0's four 2-bit planes per byte
-  kPtq1Lanes,  // qs[32v + 4L + k] = q(16 · Q8LaneGroup(L) + 4v + k): PTQ1_0's transposed codes
+  kPtq1Lanes,  // qs[32v + 4L + k] = q(16 · Q8LaneGroup(L) + 4v + k): where PTQ1_0's kernel puts
+               // codes
 };
 
 struct alignas(64) Q8Block128 {
@@ -39,18 +40,20 @@ static_assert(sizeof(Q8Block128) == 192, "Q8Block128 is three cache lines");
 void QuantizeRowQ8(const float* x, int64_t n, Q8Layout layout, Q8Block128* out);
 
 // The group whose sums sit in int32 lane L of a kernel's register. kNatural and kPq2Planes keep
-// groups in order (lane L of a 2-bit plane's int32 words is group L); PTQ1_0's kernel transposes
-// its decoded sub-blocks with in-lane unpacks, which leave groups [0, 2, 4, 6, 1, 3, 5, 7].
-WALSH_HD int Q8LaneGroup(Q8Layout layout, int lane) {
+// groups in order (lane L of a 2-bit plane's int32 words is group L); kPtq1Lanes keeps groups
+// [0, 2, 4, 6, 1, 3, 5, 7], the order in-lane unpacks left when PTQ1_0's x86 kernel transposed
+// its decoded codes. It now gathers each code's byte straight into place, so any order would
+// do; this one stays because the CUDA kernel and the tests share it.
+WALSH_HD constexpr int Q8LaneGroup(Q8Layout layout, int lane) {
   return layout == Q8Layout::kPtq1Lanes ? (lane < 4 ? 2 * lane : 2 * (lane - 4) + 1) : lane;
 }
 
-WALSH_HD int Q8GroupLane(Q8Layout layout, int group) {
+WALSH_HD constexpr int Q8GroupLane(Q8Layout layout, int group) {
   return layout == Q8Layout::kPtq1Lanes ? (group % 2 == 0 ? group / 2 : 4 + group / 2) : group;
 }
 
 // Element index held at position i of a block's qs in `layout`.
-WALSH_HD int Q8ElementAt(Q8Layout layout, int i) {
+WALSH_HD constexpr int Q8ElementAt(Q8Layout layout, int i) {
   switch (layout) {
     case Q8Layout::kNatural:
       return i;

@@ -23,12 +23,23 @@ WALSH_HD int DecodeTrit(uint8_t b, int n) {
 // Code of element j (0..127) of a PQ2_0 block: bits 2·(j & 3) of qs[j >> 2].
 WALSH_HD int Pq2Code(const block_pq2_0& b, int j) { return (b.qs[j >> 2] >> (2 * (j & 3))) & 3; }
 
-// Trit of element j of a PTQ1_0 block, in its staged order: elements 0..79 are digit j/16 of
-// byte j%16, 80..119 digit (j-80)/8 of byte 16 + (j-80)%8, 120..127 digit (j-120)/2 of qh[j%2].
+// Where element j of a PTQ1_0 block lives: digit `digit` of the block's byte `byte` (qs are
+// bytes 0..23, qh 24 and 25). In its staged order, elements 0..79 are digit j/16 of byte j%16,
+// 80..119 digit (j-80)/8 of byte 16 + (j-80)%8, 120..127 digit (j-120)/2 of qh[j%2].
+struct Ptq1TritPlace {
+  int byte, digit;
+};
+
+WALSH_HD constexpr Ptq1TritPlace Ptq1TritAt(int j) {
+  if (j < 80) return {j % 16, j / 16};
+  if (j < 120) return {16 + (j - 80) % 8, (j - 80) / 8};
+  return {24 + (j - 120) % 2, (j - 120) / 2};
+}
+
+// Trit of element j of a PTQ1_0 block.
 WALSH_HD int Ptq1Trit(const block_ptq1_0& b, int j) {
-  if (j < 80) return DecodeTrit(b.qs[j % 16], j / 16);
-  if (j < 120) return DecodeTrit(b.qs[16 + (j - 80) % 8], (j - 80) / 8);
-  return DecodeTrit(b.qh[(j - 120) % 2], (j - 120) / 2);
+  const Ptq1TritPlace at = Ptq1TritAt(j);
+  return DecodeTrit(at.byte < 24 ? b.qs[at.byte] : b.qh[at.byte - 24], at.digit);
 }
 
 // The 128 codes of block `b` of a packed row in element order; returns the block's scale.

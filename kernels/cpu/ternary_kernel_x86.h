@@ -21,9 +21,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/block_types.h"
 #include "kernels/q8_activation.h"
+#include "kernels/ternary_block_decode.h"
 #include "kernels/ternary_product.h"
 
 namespace walsh {
@@ -52,7 +54,7 @@ struct BlockCodes {
 // PQ2_0: shifting the 32 code bytes by 0, 2, 4, 6 bits gives four planes; plane p, byte m is
 // element 4m + p, which is where kPq2Planes activations put it. Int32 lane j of every plane
 // holds group j.
-inline BlockCodes DecodePq2(const block_pq2_0& blk) {
+[[gnu::always_inline]] inline BlockCodes DecodePq2(const block_pq2_0& blk) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
   BlockCodes out;
@@ -64,65 +66,80 @@ inline BlockCodes DecodePq2(const block_pq2_0& blk) {
   return out;
 }
 
-// PTQ1_0: digit n of byte b is ((b · 3^n) mod 256) · 3 >> 8. With b in the high byte of a
-// 16-bit lane, mullo by 3^n leaves (b · 3^n mod 256) << 8 and mulhi by 3 yields the digit.
-// The trits come out in element order, one sub-block per vector (assembled in registers: going
-// through memory would stall on store forwarding), and are then transposed so that int32 lane L
-// of vector v holds elements 4v .. 4v+3 of group Q8LaneGroup(kPtq1Lanes, L): every vector then
-// meets the same groups in the same lanes, as PQ2_0's planes do.
-inline __m256i Digits16(__m256i high, int16_t pow3) {
-  return _mm256_mulhi_epu16(_mm256_mullo_epi16(high, _mm256_set1_epi16(pow3)),
-                            _mm256_set1_epi16(3));
+// PTQ1_0: digit n of byte b is ((b · 3^n) mod 256) · 3 >> 8 (DecodeTrit). With b in the high
+// byte of a 16-bit lane, mullo by 3^n leaves (b · 3^n mod 256) << 8 and mulhi by 3 yields the
+// digit. Code vector v is packus(A, B) of two such word vectors, so A's words become bytes 0..7
+// and 16..23 of the vector and B's bytes 8..15 and 24..31. Each word's source byte is gathered
+// by one byte shuffle per 128-bit half, straight into the position kPtq1Lanes gives its element
+// (Ptq1TritAt), so no codes move after they are decoded. In vector v every source byte lies in
+// the block's bytes 4v..4v+3 or 16..27; both halves of the shuffle's source hold exactly those
+// (Ptq1Source).
+struct Ptq1Gather {
+  alignas(32) int8_t shuffle[4][2][32];  // [v][A or B]: source byte of each word's high byte
+  alignas(32) int16_t pow3[4][2][16];    // [v][A or B]: 3^digit of each word
+  bool sources_fit = true;
+};
+
+constexpr Ptq1Gather MakePtq1Gather() {
+  constexpr int16_t kPow3[5] = {1, 3, 9, 27, 81};
+  Ptq1Gather g{};
+  for (int v = 0; v < 4; ++v) {
+    for (int x = 0; x < 2; ++x) {
+      for (int half = 0; half < 2; ++half) {
+        for (int w = 0; w < 8; ++w) {
+          const int position = 32 * v + 16 * half + 8 * x + w;
+          const Ptq1TritPlace at = Ptq1TritAt(Q8ElementAt(Q8Layout::kPtq1Lanes, position));
+          int source = -1;  // index in Ptq1Source's half: bytes 4v..4v+3, then 16..27
+          if (at.byte >= 4 * v && at.byte < 4 * v + 4) source = at.byte - 4 * v;
+          if (at.byte >= 16) source = 4 + at.byte - 16;
+          if (source < 0) g.sources_fit = false;
+          g.shuffle[v][x][16 * half + 2 * w] = -1;  // the low byte: zero
+          g.shuffle[v][x][16 * half + 2 * w + 1] = static_cast<int8_t>(source);
+          g.pow3[v][x][8 * half + w] = kPow3[at.digit];
+        }
+      }
+    }
+  }
+  return g;
 }
 
-inline __m128i Digits8(__m128i high, __m128i pow3) {
-  return _mm_mulhi_epu16(_mm_mullo_epi16(high, pow3), _mm_set1_epi16(3));
+inline constexpr Ptq1Gather kPtq1Gather = MakePtq1Gather();
+static_assert(kPtq1Gather.sources_fit, "a PTQ1_0 code lies outside its vector's source bytes");
+
+// Both 128-bit halves: the block's bytes 4v..4v+3, then 16..27 (one broadcast load each, the
+// second shared by all four vectors; bytes 12..15 of it are replaced).
+inline __m256i Ptq1Source(const block_ptq1_0& blk, __m256i bytes12to27, int v) {
+  int32_t word;
+  std::memcpy(&word, blk.qs + 4 * v, sizeof(word));
+  return _mm256_blend_epi32(_mm256_set1_epi32(word), bytes12to27, 0xee);
 }
 
-// Two 16-lane digit vectors -> 32 bytes in element order.
-inline __m256i Pack32(__m256i a, __m256i b) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xd8);
+inline __m256i Ptq1Digits(__m256i source, const int8_t* shuffle, const int16_t* pow3) {
+  const __m256i high =
+      _mm256_shuffle_epi8(source, _mm256_load_si256(reinterpret_cast<const __m256i*>(shuffle)));
+  return _mm256_mulhi_epu16(
+      _mm256_mullo_epi16(high, _mm256_load_si256(reinterpret_cast<const __m256i*>(pow3))),
+      _mm256_set1_epi16(3));
 }
 
-inline __m128i Pack16(__m256i a) {
-  return _mm_packus_epi16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-}
-
-inline BlockCodes DecodePtq1(const block_ptq1_0& blk) {
-  // Stage 1: qs[0..15], digit n of byte m is element 16n + m.
-  const __m256i h1 = _mm256_slli_epi16(
-      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs))), 8);
-  // Stage 2: qs[16..23], digit n of byte m is element 80 + 8n + m.
-  const __m128i h2 = _mm_slli_epi16(
-      _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 16))), 8);
-  // qh: digit n of byte j is element 120 + 2n + j; lanes [j=0, j=1] x n = 0..3.
-  const __m128i hq = _mm_slli_epi16(_mm_setr_epi16(blk.qh[0], blk.qh[1], blk.qh[0], blk.qh[1],
-                                                   blk.qh[0], blk.qh[1], blk.qh[0], blk.qh[1]),
-                                    8);
-  // Sub-block k: group 2k in the low 128 bits, 2k + 1 in the high.
-  const __m256i c0 = Pack32(Digits16(h1, 1), Digits16(h1, 3));
-  const __m256i c1 = Pack32(Digits16(h1, 9), Digits16(h1, 27));
-  const __m128i s0 = Digits8(h2, _mm_set1_epi16(1)), s1 = Digits8(h2, _mm_set1_epi16(3));
-  const __m128i s2 = Digits8(h2, _mm_set1_epi16(9)), s3 = Digits8(h2, _mm_set1_epi16(27));
-  const __m128i s4 = Digits8(h2, _mm_set1_epi16(81));
-  const __m128i q = Digits8(hq, _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27));
-  const __m256i c2 = _mm256_set_m128i(_mm_packus_epi16(s0, s1), Pack16(Digits16(h1, 81)));
-  const __m256i c3 = _mm256_set_m128i(_mm_packus_epi16(s4, q), _mm_packus_epi16(s2, s3));
-  // A 4 x 4 transpose of int32 words within each 128-bit half: half h of out.c[v] becomes word v
-  // of groups h, 2 + h, 4 + h, 6 + h.
-  const __m256i a01 = _mm256_unpacklo_epi32(c0, c1), b01 = _mm256_unpackhi_epi32(c0, c1);
-  const __m256i a23 = _mm256_unpacklo_epi32(c2, c3), b23 = _mm256_unpackhi_epi32(c2, c3);
+[[gnu::always_inline]] inline BlockCodes DecodePtq1(const block_ptq1_0& blk) {
+  const __m256i bytes12to27 =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + 12)));
   BlockCodes out;
-  out.c[0] = _mm256_unpacklo_epi64(a01, a23);
-  out.c[1] = _mm256_unpackhi_epi64(a01, a23);
-  out.c[2] = _mm256_unpacklo_epi64(b01, b23);
-  out.c[3] = _mm256_unpackhi_epi64(b01, b23);
+  for (int v = 0; v < 4; ++v) {
+    const __m256i source = Ptq1Source(blk, bytes12to27, v);
+    out.c[v] =
+        _mm256_packus_epi16(Ptq1Digits(source, kPtq1Gather.shuffle[v][0], kPtq1Gather.pow3[v][0]),
+                            Ptq1Digits(source, kPtq1Gather.shuffle[v][1], kPtq1Gather.pow3[v][1]));
+  }
   out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
   return out;
 }
 
+// The decodes are always inlined: GCC kept them out of line in the VNNI file, which cost a call, a
+// vzeroupper and the codes' round trip through memory per row and block.
 template <TernaryFormat F>
-inline BlockCodes DecodeBlock(const uint8_t* row, int64_t b) {
+[[gnu::always_inline]] inline BlockCodes DecodeBlock(const uint8_t* row, int64_t b) {
   if constexpr (F == TernaryFormat::kPq2_0) {
     return DecodePq2(reinterpret_cast<const block_pq2_0*>(row)[b]);
   } else {
