@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -88,13 +89,17 @@ PositionTaps BilinearPositionTaps(const PatchGrid& grid, int64_t side) {
 
 RopeTable MakeRopeTable(const PatchGrid& grid, int64_t head_dim) {
   const int64_t half = head_dim / 2, quarter = head_dim / 4;
+  std::vector<double> theta(quarter);
+  for (int64_t f = 0; f < quarter; ++f) {
+    theta[f] = std::pow(10000.0, -static_cast<double>(f) / static_cast<double>(quarter));
+  }
   RopeTable t{.half = half};
+  t.cos.reserve(grid.size() * half);
+  t.sin.reserve(grid.size() * half);
   for (int64_t s = 0; s < grid.size(); ++s) {
     for (int64_t j = 0; j < half; ++j) {
-      const int64_t f = j % quarter;
-      const double theta =
-          std::pow(10000.0, -static_cast<double>(f) / static_cast<double>(quarter));
-      const float angle = static_cast<float>((j < quarter ? grid.row[s] : grid.col[s]) * theta);
+      const float angle =
+          static_cast<float>((j < quarter ? grid.row[s] : grid.col[s]) * theta[j % quarter]);
       t.cos.push_back(std::cos(angle));
       t.sin.push_back(std::sin(angle));
     }
