@@ -23,8 +23,7 @@ inline constexpr int kQ8Groups = 8;  // 16-element groups per 128-element block
 enum class Q8Layout {
   kNatural,    // qs[j] = q(j): element order, the reference the other layouts are defined by
   kPq2Planes,  // qs[p*32 + m] = q(4m + p): matches PQ2_0's four 2-bit planes per byte
-  kPtq1Lanes,  // qs[32v + 4L + k] = q(16 · Q8LaneGroup(L) + 4v + k): where PTQ1_0's kernel puts
-               // codes
+  kPtq1Lanes,  // qs[32v + 4L + k] = q(16 · Q8LaneGroup(L) + 4v + k): PTQ1_0's code positions
 };
 
 struct alignas(64) Q8Block128 {
@@ -41,9 +40,8 @@ void QuantizeRowQ8(const float* x, int64_t n, Q8Layout layout, Q8Block128* out);
 
 // The group whose sums sit in int32 lane L of a kernel's register. kNatural and kPq2Planes keep
 // groups in order (lane L of a 2-bit plane's int32 words is group L); kPtq1Lanes keeps groups
-// [0, 2, 4, 6, 1, 3, 5, 7], the order in-lane unpacks left when PTQ1_0's x86 kernel transposed
-// its decoded codes. It now gathers each code's byte straight into place, so any order would
-// do; this one stays because the CUDA kernel and the tests share it.
+// [0, 2, 4, 6, 1, 3, 5, 7], so lane L and lane L + 4 hold groups 2L and 2L + 1: the combine's
+// first pairwise sums (docs/format.md §8.4) are one add of a register's two 128-bit halves.
 WALSH_HD constexpr int Q8LaneGroup(Q8Layout layout, int lane) {
   return layout == Q8Layout::kPtq1Lanes ? (lane < 4 ? 2 * lane : 2 * (lane - 4) + 1) : lane;
 }

@@ -72,8 +72,8 @@ struct BlockCodes {
 // and 16..23 of the vector and B's bytes 8..15 and 24..31. Each word's source byte is gathered
 // by one byte shuffle per 128-bit half, straight into the position kPtq1Lanes gives its element
 // (Ptq1TritAt), so no codes move after they are decoded. In vector v every source byte lies in
-// the block's bytes 4v..4v+3 or 16..27; both halves of the shuffle's source hold exactly those
-// (Ptq1Source).
+// the block's bytes 4v..4v+3 or 16..25 (qs[16..23] and qh); each half of the shuffle's source
+// holds bytes 4v..4v+3, then 16..27 (Ptq1Source).
 struct Ptq1Gather {
   alignas(32) int8_t shuffle[4][2][32];  // [v][A or B]: source byte of each word's high byte
   alignas(32) int16_t pow3[4][2][16];    // [v][A or B]: 3^digit of each word
@@ -108,13 +108,15 @@ static_assert(kPtq1Gather.sources_fit, "a PTQ1_0 code lies outside its vector's 
 
 // Both 128-bit halves: the block's bytes 4v..4v+3, then 16..27 (one broadcast load each, the
 // second shared by all four vectors; bytes 12..15 of it are replaced).
-inline __m256i Ptq1Source(const block_ptq1_0& blk, __m256i bytes12to27, int v) {
+[[gnu::always_inline]] inline __m256i Ptq1Source(const block_ptq1_0& blk, __m256i bytes12to27,
+                                                 int v) {
   int32_t word;
   std::memcpy(&word, blk.qs + 4 * v, sizeof(word));
   return _mm256_blend_epi32(_mm256_set1_epi32(word), bytes12to27, 0xee);
 }
 
-inline __m256i Ptq1Digits(__m256i source, const int8_t* shuffle, const int16_t* pow3) {
+[[gnu::always_inline]] inline __m256i Ptq1Digits(__m256i source, const int8_t* shuffle,
+                                                 const int16_t* pow3) {
   const __m256i high =
       _mm256_shuffle_epi8(source, _mm256_load_si256(reinterpret_cast<const __m256i*>(shuffle)));
   return _mm256_mulhi_epu16(
@@ -123,8 +125,8 @@ inline __m256i Ptq1Digits(__m256i source, const int8_t* shuffle, const int16_t* 
 }
 
 [[gnu::always_inline]] inline BlockCodes DecodePtq1(const block_ptq1_0& blk) {
-  const __m256i bytes12to27 =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + 12)));
+  const __m256i bytes12to27 = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 12)));
   BlockCodes out;
   for (int v = 0; v < 4; ++v) {
     const __m256i source = Ptq1Source(blk, bytes12to27, v);
