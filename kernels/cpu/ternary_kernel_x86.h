@@ -1,7 +1,8 @@
 // The x86 ternary kernel, written once for the AVX2 and AVX-512 VNNI files that include it:
-// they differ only in the integer dot product of a block's codes with a token's int8
-// activations (the `Dot` policy), so the float steps are the same instructions in the same
-// order (kernels/ternary_block_combine.h).
+// they differ only in how a block's codes are decoded (Dot::Decode, which returns anything with
+// the scale in `dw`) and in their integer dot product with a token's int8 activations
+// (Dot::Sums), so the float steps are the same instructions in the same order
+// (kernels/ternary_block_combine.h).
 //
 // Shape of the work. A row tile of R rows meets a token tile of T tokens: each block of each
 // row is decoded once into four 32-byte code vectors and used for all T tokens, and each
@@ -74,9 +75,10 @@ struct BlockCodes {
 // (Ptq1TritAt), so no codes move after they are decoded. In vector v every source byte lies in
 // the block's bytes 4v..4v+3 or 16..25 (qs[16..23] and qh); each half of the shuffle's source
 // holds bytes 4v..4v+3, then 16..27 (Ptq1Source).
+// Indexed [A or B][v], so that two vectors' controls are adjacent for 512-bit decodes.
 struct Ptq1Gather {
-  alignas(32) int8_t shuffle[4][2][32];  // [v][A or B]: source byte of each word's high byte
-  alignas(32) int16_t pow3[4][2][16];    // [v][A or B]: 3^digit of each word
+  alignas(64) int8_t shuffle[2][4][32];  // source byte of each word's high byte
+  alignas(64) int16_t pow3[2][4][16];    // 3^digit of each word
   bool sources_fit = true;
 };
 
@@ -93,9 +95,9 @@ constexpr Ptq1Gather MakePtq1Gather() {
           if (at.byte >= 4 * v && at.byte < 4 * v + 4) source = at.byte - 4 * v;
           if (at.byte >= 16) source = 4 + at.byte - 16;
           if (source < 0) g.sources_fit = false;
-          g.shuffle[v][x][16 * half + 2 * w] = -1;  // the low byte: zero
-          g.shuffle[v][x][16 * half + 2 * w + 1] = static_cast<int8_t>(source);
-          g.pow3[v][x][8 * half + w] = kPow3[at.digit];
+          g.shuffle[x][v][16 * half + 2 * w] = -1;  // the low byte: zero
+          g.shuffle[x][v][16 * half + 2 * w + 1] = static_cast<int8_t>(source);
+          g.pow3[x][v][8 * half + w] = kPow3[at.digit];
         }
       }
     }
@@ -131,8 +133,8 @@ static_assert(kPtq1Gather.sources_fit, "a PTQ1_0 code lies outside its vector's 
   for (int v = 0; v < 4; ++v) {
     const __m256i source = Ptq1Source(blk, bytes12to27, v);
     out.c[v] =
-        _mm256_packus_epi16(Ptq1Digits(source, kPtq1Gather.shuffle[v][0], kPtq1Gather.pow3[v][0]),
-                            Ptq1Digits(source, kPtq1Gather.shuffle[v][1], kPtq1Gather.pow3[v][1]));
+        _mm256_packus_epi16(Ptq1Digits(source, kPtq1Gather.shuffle[0][v], kPtq1Gather.pow3[0][v]),
+                            Ptq1Digits(source, kPtq1Gather.shuffle[1][v], kPtq1Gather.pow3[1][v]));
   }
   out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
   return out;
@@ -162,8 +164,8 @@ inline float JoinLanes(__m256 acc) {
 
 // One (row, token) step of a block: acc = fma(float(Σ (code − 1) · q), dw · dx, acc), lane by
 // lane; the dot product starts from the block's −Σq, which turns codes back into values.
-template <class Dot>
-inline __m256 Accumulate(__m256 acc, const BlockCodes& w, const Q8Block128& xb) {
+template <class Dot, class Codes>
+inline __m256 Accumulate(__m256 acc, const Codes& w, const Q8Block128& xb) {
   const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.minus_sum));
   const __m256i isum = Dot::Sums(start, w, xb.qs);
   const __m256 scale = _mm256_mul_ps(w.dw, _mm256_load_ps(xb.d));
@@ -191,7 +193,7 @@ void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64
             reinterpret_cast<uintptr_t>(rows[r]) + b * kBlockBytes + kPrefetchAhead;
         _mm_prefetch(reinterpret_cast<const char*>(ahead), T == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
       }
-      const BlockCodes w = DecodeBlock<F>(rows[r], b);
+      const auto w = Dot::template Decode<F>(rows[r], b);
       for (int t = 0; t < T; ++t) {
         a[r][t] = Accumulate<Dot>(a[r][t], w, xt[t * p.x_stride + (b - p.x_first_block)]);
       }

@@ -14,6 +14,11 @@ struct Avx2Dot {
   template <TernaryFormat F>
   static constexpr TileShape kTile = F == TernaryFormat::kPq2_0 ? TileShape{2, 4} : TileShape{1, 8};
 
+  template <TernaryFormat F>
+  static BlockCodes Decode(const uint8_t* row, int64_t b) {
+    return DecodeBlock<F>(row, b);
+  }
+
   // start + Σ code · q per group, in the format's lane order (kernels/q8_activation.h).
   static __m256i Sums(__m256i start, const BlockCodes& w, const int8_t* qs) {
     const auto* x = reinterpret_cast<const __m256i*>(qs);

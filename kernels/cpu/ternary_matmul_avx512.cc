@@ -1,7 +1,11 @@
-// AVX-512 VNNI ternary kernel (on 256-bit registers, AVX512VL): vpdpbusd multiplies the
-// unsigned codes by the int8 activations and adds four products to each int32 lane in one
-// instruction, so the four code vectors chain into one accumulator with no int16 step. The
-// tiles and the float steps are the AVX2 kernel's (ternary_kernel_x86.h), so the bits are too.
+// AVX-512 VNNI ternary kernel: vpdpbusd multiplies the unsigned codes by the int8 activations
+// and adds four products to each int32 lane in one instruction, so the code vectors chain into
+// one accumulator with no int16 step. The tiles and the float steps are the AVX2 kernel's
+// (ternary_kernel_x86.h), so the bits are too.
+//
+// PQ2_0 runs on 256-bit registers (AVX512VL). PTQ1_0's decode, its arithmetic-bound part, runs
+// two code vectors per 512-bit register: the same gathers, multiplies and packs as
+// DecodePtq1's, each 128-bit lane as there, half as many instructions.
 #include <immintrin.h>
 
 #include "kernels/cpu/ternary_kernel_x86.h"
@@ -10,11 +14,49 @@
 namespace walsh {
 namespace {
 
+// PTQ1_0 codes: c[j] holds code vectors 2j and 2j + 1 (DecodePtq1's c[2j] and c[2j + 1]).
+struct WideCodes {
+  __m512i c[2];
+  __m256 dw;
+};
+
+[[gnu::always_inline]] inline __m512i Ptq1WideDigits(__m512i source, const int8_t* shuffle,
+                                                     const int16_t* pow3) {
+  const __m512i high = _mm512_shuffle_epi8(source, _mm512_load_si512(shuffle));
+  return _mm512_mulhi_epu16(_mm512_mullo_epi16(high, _mm512_load_si512(pow3)),
+                            _mm512_set1_epi16(3));
+}
+
+[[gnu::always_inline]] inline WideCodes DecodePtq1Wide(const block_ptq1_0& blk) {
+  const __m256i bytes12to27 = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 12)));
+  WideCodes out;
+  for (int j = 0; j < 2; ++j) {
+    const __m512i source =
+        _mm512_inserti64x4(_mm512_castsi256_si512(Ptq1Source(blk, bytes12to27, 2 * j)),
+                           Ptq1Source(blk, bytes12to27, 2 * j + 1), 1);
+    out.c[j] = _mm512_packus_epi16(
+        Ptq1WideDigits(source, kPtq1Gather.shuffle[0][2 * j], kPtq1Gather.pow3[0][2 * j]),
+        Ptq1WideDigits(source, kPtq1Gather.shuffle[1][2 * j], kPtq1Gather.pow3[1][2 * j]));
+  }
+  out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
+  return out;
+}
+
 struct VnniDot {
   // Row and token tiles (ternary_kernel_x86.h), measured best here (bench/RESULTS.md).
   template <TernaryFormat F>
   static constexpr TileShape kTile =
       F == TernaryFormat::kPq2_0 ? TileShape{2, 8} : TileShape{1, 16};
+
+  template <TernaryFormat F>
+  [[gnu::always_inline]] static auto Decode(const uint8_t* row, int64_t b) {
+    if constexpr (F == TernaryFormat::kPq2_0) {
+      return DecodeBlock<F>(row, b);
+    } else {
+      return DecodePtq1Wide(reinterpret_cast<const block_ptq1_0*>(row)[b]);
+    }
+  }
 
   static __m256i Sums(__m256i start, const BlockCodes& w, const int8_t* qs) {
     const auto* x = reinterpret_cast<const __m256i*>(qs);
@@ -22,6 +64,14 @@ struct VnniDot {
     v = _mm256_dpbusd_epi32(v, w.c[1], _mm256_load_si256(x + 1));
     v = _mm256_dpbusd_epi32(v, w.c[2], _mm256_load_si256(x + 2));
     return _mm256_dpbusd_epi32(v, w.c[3], _mm256_load_si256(x + 3));
+  }
+
+  // The same sums: the low 256 bits gather vectors 0 and 2, the high ones 1 and 3, and integer
+  // sums do not depend on their order.
+  static __m256i Sums(__m256i start, const WideCodes& w, const int8_t* qs) {
+    __m512i v = _mm512_dpbusd_epi32(_mm512_zextsi256_si512(start), w.c[0], _mm512_load_si512(qs));
+    v = _mm512_dpbusd_epi32(v, w.c[1], _mm512_load_si512(qs + 64));
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
   }
 };
 
