@@ -3,9 +3,10 @@
 // one accumulator with no int16 step. The tiles and the float steps are the AVX2 kernel's
 // (ternary_kernel_x86.h), so the bits are too.
 //
-// PQ2_0 runs on 256-bit registers (AVX512VL). PTQ1_0's decode, its arithmetic-bound part, runs
-// two code vectors per 512-bit register: the same gathers, multiplies and packs as
-// DecodePtq1's, each 128-bit lane as there, half as many instructions.
+// Codes are decoded two vectors per 512-bit register (WideCodes), each 128-bit lane as the
+// 256-bit decodes in ternary_kernel_x86.h do it, and meet the activations in two 512-bit
+// vpdpbusd: half the instructions for the same exact integer sums. The accumulators and float
+// steps stay on 256-bit registers (AVX512VL).
 #include <immintrin.h>
 
 #include "kernels/cpu/ternary_kernel_x86.h"
@@ -14,7 +15,7 @@
 namespace walsh {
 namespace {
 
-// PTQ1_0 codes: c[j] holds code vectors 2j and 2j + 1 (DecodePtq1's c[2j] and c[2j + 1]).
+// A block's codes: c[j] holds code vectors 2j and 2j + 1 (BlockCodes' c[2j] and c[2j + 1]).
 struct WideCodes {
   __m512i c[2];
   __m256 dw;
@@ -43,6 +44,25 @@ struct WideCodes {
   return out;
 }
 
+// Every 16-bit word `low` in the low 256 bits and `high` in the high ones.
+inline __m512i HalvesOf16(int16_t low, int16_t high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high),
+                            1);
+}
+
+// PQ2_0 codes the same way: plane p (DecodePq2's c[p]) is the code bytes shifted right by 2p;
+// planes 0 and 1 in c[0], 2 and 3 in c[1].
+[[gnu::always_inline]] inline WideCodes DecodePq2Wide(const block_pq2_0& blk) {
+  const __m512i qs =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)));
+  const __m512i m3 = _mm512_set1_epi8(3);
+  WideCodes out;
+  out.c[0] = _mm512_and_si512(_mm512_srlv_epi16(qs, HalvesOf16(0, 2)), m3);
+  out.c[1] = _mm512_and_si512(_mm512_srlv_epi16(qs, HalvesOf16(4, 6)), m3);
+  out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
+  return out;
+}
+
 struct VnniDot {
   // Row and token tiles (ternary_kernel_x86.h), measured best here (bench/RESULTS.md).
   template <TernaryFormat F>
@@ -52,22 +72,14 @@ struct VnniDot {
   template <TernaryFormat F>
   [[gnu::always_inline]] static auto Decode(const uint8_t* row, int64_t b) {
     if constexpr (F == TernaryFormat::kPq2_0) {
-      return DecodeBlock<F>(row, b);
+      return DecodePq2Wide(reinterpret_cast<const block_pq2_0*>(row)[b]);
     } else {
       return DecodePtq1Wide(reinterpret_cast<const block_ptq1_0*>(row)[b]);
     }
   }
 
-  static __m256i Sums(__m256i start, const BlockCodes& w, const int8_t* qs) {
-    const auto* x = reinterpret_cast<const __m256i*>(qs);
-    __m256i v = _mm256_dpbusd_epi32(start, w.c[0], _mm256_load_si256(x + 0));
-    v = _mm256_dpbusd_epi32(v, w.c[1], _mm256_load_si256(x + 1));
-    v = _mm256_dpbusd_epi32(v, w.c[2], _mm256_load_si256(x + 2));
-    return _mm256_dpbusd_epi32(v, w.c[3], _mm256_load_si256(x + 3));
-  }
-
-  // The same sums: the low 256 bits gather vectors 0 and 2, the high ones 1 and 3, and integer
-  // sums do not depend on their order.
+  // start + Σ code · q per group, in the format's lane order: the low 256 bits gather code
+  // vectors 0 and 2, the high ones 1 and 3 (integer sums, so their order changes nothing).
   static __m256i Sums(__m256i start, const WideCodes& w, const int8_t* qs) {
     __m512i v = _mm512_dpbusd_epi32(_mm512_zextsi256_si512(start), w.c[0], _mm512_load_si512(qs));
     v = _mm512_dpbusd_epi32(v, w.c[1], _mm512_load_si512(qs + 64));
