@@ -5,11 +5,11 @@
 // (kernels/ternary_block_combine.h).
 //
 // Shape of the work. A row tile of R rows meets a token tile of T tokens: each block of each
-// row is decoded once into four 32-byte code vectors and used for all T tokens, and each
-// activation block, once loaded, serves all R rows (from L1 for every row after the first). A
-// (row, token) pair keeps its eight group accumulators in one register, so a block costs one
-// convert, one multiply and one FMA per pair and no horizontal sum; the eight lanes join once
-// per window. One token runs R = 4 rows (four FMA chains in flight); several run the ISA's
+// row is decoded once (into four 32-byte code vectors, or two 64-byte ones) and used for all T
+// tokens, and each activation block, once loaded, serves all R rows (from L1 for every row
+// after the first). A (row, token) pair keeps its eight group accumulators in one register, so
+// a block costs one convert, one multiply and one FMA per pair and no horizontal sum; the eight
+// lanes join once per window. One token runs R = 4 rows (four FMA chains in flight); several run the ISA's
 // Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
 // cache while every token tile passes.
 //
@@ -46,7 +46,8 @@ struct TileShape {
 // Four 32-byte code vectors of one block (codes 0..3, value + 1) and its scale in all lanes.
 // Byte k of int32 lane L of vector v meets position 32v + 4L + k of the format's activation
 // layout, and every lane L holds one group (Q8LaneGroup), so a dot product's lanes are group
-// sums with no horizontal step.
+// sums with no horizontal step. The VNNI file holds the same vectors two to a 512-bit register
+// (its WideCodes).
 struct BlockCodes {
   __m256i c[4];
   __m256 dw;
@@ -140,8 +141,8 @@ static_assert(kPtq1Gather.sources_fit, "a PTQ1_0 code lies outside its vector's 
   return out;
 }
 
-// The decodes are always inlined: GCC kept them out of line in the VNNI file, which cost a call, a
-// vzeroupper and the codes' round trip through memory per row and block.
+// The decodes are always inlined: GCC once kept them out of line in the VNNI file, which cost a
+// call, a vzeroupper and the codes' round trip through memory per row and block.
 template <TernaryFormat F>
 [[gnu::always_inline]] inline BlockCodes DecodeBlock(const uint8_t* row, int64_t b) {
   if constexpr (F == TernaryFormat::kPq2_0) {

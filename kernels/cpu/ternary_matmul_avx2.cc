@@ -15,7 +15,7 @@ struct Avx2Dot {
   static constexpr TileShape kTile = F == TernaryFormat::kPq2_0 ? TileShape{2, 4} : TileShape{1, 8};
 
   template <TernaryFormat F>
-  static BlockCodes Decode(const uint8_t* row, int64_t b) {
+  [[gnu::always_inline]] static BlockCodes Decode(const uint8_t* row, int64_t b) {
     return DecodeBlock<F>(row, b);
   }
 

@@ -64,7 +64,8 @@ inline __m512i HalvesOf16(int16_t low, int16_t high) {
 }
 
 struct VnniDot {
-  // Row and token tiles (ternary_kernel_x86.h), measured best here (bench/RESULTS.md).
+  // Row and token tiles (ternary_kernel_x86.h), measured best with 256-bit codes (bench/RESULTS.md,
+  // 2026-12-01) and not measured again since the codes went to 512 bits.
   template <TernaryFormat F>
   static constexpr TileShape kTile =
       F == TernaryFormat::kPq2_0 ? TileShape{2, 8} : TileShape{1, 16};
