@@ -9,8 +9,8 @@
 // tokens, and each activation block, once loaded, serves all R rows (from L1 for every row
 // after the first). A (row, token) pair keeps its eight group accumulators in one register, so
 // a block costs one convert, one multiply and one FMA per pair and no horizontal sum; the eight
-// lanes join once per window. One token runs R = 4 rows (four FMA chains in flight); several run the ISA's
-// Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
+// lanes join once per window. One token runs R = 4 rows (four FMA chains in flight); several run
+// the ISA's Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
 // cache while every token tile passes.
 //
 // Everything here has internal linkage on purpose: each including file is compiled for its own
