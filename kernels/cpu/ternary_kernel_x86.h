@@ -109,6 +109,12 @@ constexpr Ptq1Gather MakePtq1Gather() {
 inline constexpr Ptq1Gather kPtq1Gather = MakePtq1Gather();
 static_assert(kPtq1Gather.sources_fit, "a PTQ1_0 code lies outside its vector's source bytes");
 
+// The block's bytes 12..27 in both 128-bit halves: Ptq1Source's shared load.
+[[gnu::always_inline]] inline __m256i Ptq1Bytes12To27(const block_ptq1_0& blk) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 12)));
+}
+
 // Both 128-bit halves: the block's bytes 4v..4v+3, then 16..27 (one broadcast load each, the
 // second shared by all four vectors; bytes 12..15 of it are replaced).
 [[gnu::always_inline]] inline __m256i Ptq1Source(const block_ptq1_0& blk, __m256i bytes12to27,
@@ -128,8 +134,7 @@ static_assert(kPtq1Gather.sources_fit, "a PTQ1_0 code lies outside its vector's 
 }
 
 [[gnu::always_inline]] inline BlockCodes DecodePtq1(const block_ptq1_0& blk) {
-  const __m256i bytes12to27 = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-      reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 12)));
+  const __m256i bytes12to27 = Ptq1Bytes12To27(blk);
   BlockCodes out;
   for (int v = 0; v < 4; ++v) {
     const __m256i source = Ptq1Source(blk, bytes12to27, v);

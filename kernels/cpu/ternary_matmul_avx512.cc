@@ -29,8 +29,7 @@ struct WideCodes {
 }
 
 [[gnu::always_inline]] inline WideCodes DecodePtq1Wide(const block_ptq1_0& blk) {
-  const __m256i bytes12to27 = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-      reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 12)));
+  const __m256i bytes12to27 = Ptq1Bytes12To27(blk);
   WideCodes out;
   for (int j = 0; j < 2; ++j) {
     const __m512i source =
