@@ -1,15 +1,16 @@
 // The x86 ternary kernel, written once for the AVX2 and AVX-512 VNNI files that include it:
-// they differ only in how a block's codes are decoded (Dot::Decode, which returns anything with
-// the scale in `dw`) and in their integer dot product with a token's int8 activations
-// (Dot::Sums), so the float steps are the same instructions in the same order
-// (kernels/ternary_block_combine.h).
+// they differ in how a block's codes are decoded (Dot::Decode, which returns anything with the
+// scale in `dw`), in their integer dot product with a token's int8 activations (Dot::Sums), and
+// in how many tokens share a float register (Dot::Accumulators); the float steps are the same
+// operations in the same order, lane by lane (kernels/ternary_block_combine.h).
 //
 // Shape of the work. A row tile of R rows meets a token tile of T tokens: each block of each
 // row is decoded once (into four 32-byte code vectors, or two 64-byte ones) and used for all T
 // tokens, and each activation block, once loaded, serves all R rows (from L1 for every row
-// after the first). A (row, token) pair keeps its eight group accumulators in one register, so
-// a block costs one convert, one multiply and one FMA per pair and no horizontal sum; the eight
-// lanes join once per window. One token runs R = 4 rows (four FMA chains in flight); several run
+// after the first). A (row, token) pair keeps its eight group accumulators in one 256-bit
+// register, or half a 512-bit one (the VNNI file pairs tokens), so a block costs one convert,
+// one multiply and one FMA per register and no horizontal sum; the eight lanes join once per
+// window. One token runs R = 4 rows (four FMA chains in flight); several run
 // the ISA's Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
 // cache while every token tile passes.
 //
@@ -178,6 +179,35 @@ inline __m256 Accumulate(__m256 acc, const Codes& w, const Q8Block128& xb) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
 }
 
+// R rows by T tokens of accumulators, one 256-bit register per (row, token); acc[r · stride + t]
+// in memory. A Dot names its accumulators (Dot::Accumulators<R, T>): these, or the VNNI file's,
+// which hold two tokens per 512-bit register.
+template <class Dot, int R, int T>
+struct TokenAccumulators {
+  __m256 a[R][T];
+
+  [[gnu::always_inline]] void Load(const __m256* acc, int stride) {
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < T; ++t) a[r][t] = acc[r * stride + t];
+    }
+  }
+  [[gnu::always_inline]] void Store(__m256* acc, int stride) const {
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < T; ++t) acc[r * stride + t] = a[r][t];
+    }
+  }
+  // Block b of each row meets the same block of every token, x[t · x_stride]: a row's codes are
+  // decoded just before their use, so few registers hold codes (AVX2 has 16).
+  template <TernaryFormat F>
+  [[gnu::always_inline]] void AddBlock(const uint8_t* const* rows, int64_t b, const Q8Block128* x,
+                                       int64_t x_stride) {
+    for (int r = 0; r < R; ++r) {
+      const auto w = Dot::template Decode<F>(rows[r], b);
+      for (int t = 0; t < T; ++t) a[r][t] = Accumulate<Dot>(a[r][t], w, x[t * x_stride]);
+    }
+  }
+};
+
 // Blocks [b0, b1) of R rows by T tokens (tokens t0 .. t0 + T − 1), continuing the accumulators
 // acc[r · acc_stride + t], which stay in registers meanwhile.
 template <class Dot, TernaryFormat F, int R, int T, bool kPrefetch>
@@ -185,29 +215,22 @@ void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64
           __m256* acc, int acc_stride) {
   // Block b of token t0 + t is xt[t · x_stride + b − x_first_block] (no pointer before p.x).
   const Q8Block128* xt = p.x + t0 * p.x_stride;
-  __m256 a[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) a[r][t] = acc[r * acc_stride + t];
-  }
+  typename Dot::template Accumulators<R, T> a;
+  a.Load(acc, acc_stride);
   constexpr int64_t kBlockBytes =
       F == TernaryFormat::kPq2_0 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);
   for (int64_t b = b0; b < b1; ++b) {
-    for (int r = 0; r < R; ++r) {
-      if constexpr (kPrefetch) {
+    if constexpr (kPrefetch) {
+      for (int r = 0; r < R; ++r) {
         // Integer arithmetic: the address may lie past the matrix, where a pointer may not.
         const uintptr_t ahead =
             reinterpret_cast<uintptr_t>(rows[r]) + b * kBlockBytes + kPrefetchAhead;
         _mm_prefetch(reinterpret_cast<const char*>(ahead), T == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
       }
-      const auto w = Dot::template Decode<F>(rows[r], b);
-      for (int t = 0; t < T; ++t) {
-        a[r][t] = Accumulate<Dot>(a[r][t], w, xt[t * p.x_stride + (b - p.x_first_block)]);
-      }
     }
+    a.template AddBlock<F>(rows, b, xt + (b - p.x_first_block), p.x_stride);
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r * acc_stride + t] = a[r][t];
-  }
+  a.Store(acc, acc_stride);
 }
 
 // The same for exactly n <= N tokens.

@@ -14,6 +14,9 @@ struct Avx2Dot {
   template <TernaryFormat F>
   static constexpr TileShape kTile = F == TernaryFormat::kPq2_0 ? TileShape{2, 4} : TileShape{1, 8};
 
+  template <int R, int T>
+  using Accumulators = TokenAccumulators<Avx2Dot, R, T>;
+
   template <TernaryFormat F>
   [[gnu::always_inline]] static BlockCodes Decode(const uint8_t* row, int64_t b) {
     return DecodeBlock<F>(row, b);

@@ -5,8 +5,10 @@
 //
 // Codes are decoded two vectors per 512-bit register (WideCodes), each 128-bit lane as the
 // 256-bit decodes in ternary_kernel_x86.h do it, and meet the activations in two 512-bit
-// vpdpbusd: half the instructions for the same exact integer sums. The accumulators and float
-// steps stay on 256-bit registers (AVX512VL).
+// vpdpbusd: half the instructions for the same exact integer sums. Tokens go in pairs through
+// the float steps, one 512-bit register per pair (PairedAccumulators): the same operations lane
+// by lane, in half the instructions. vpdpbusd and the float multiplies share the multiply pipes,
+// which bound the batched kernel (bench/RESULTS.md, 2026-12-05).
 #include <immintrin.h>
 
 #include "kernels/cpu/ternary_kernel_x86.h"
@@ -43,6 +45,12 @@ struct WideCodes {
   return out;
 }
 
+// `low` in the low 256 bits, `high` in the high ones (AVX-512F only: no DQ here).
+[[gnu::always_inline]] inline __m512 Join(__m256 low, __m256 high) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
+}
+
 // Every 16-bit word `low` in the low 256 bits and `high` in the high ones.
 inline __m512i HalvesOf16(int16_t low, int16_t high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high),
@@ -62,9 +70,54 @@ inline __m512i HalvesOf16(int16_t low, int16_t high) {
   return out;
 }
 
+// Two tokens' eight group lanes in one 512-bit register: token 2k in the low half, 2k + 1 in the
+// high one, as acc[] holds them in memory; an odd last token alone in a 256-bit register.
+template <class Dot, int R, int T>
+struct PairedAccumulators {
+  static constexpr int kPairs = T / 2;
+  __m512 pair[R][kPairs > 0 ? kPairs : 1];
+  __m256 last[R];  // token T − 1 where T is odd
+
+  [[gnu::always_inline]] void Load(const __m256* acc, int stride) {
+    for (int r = 0; r < R; ++r) {
+      const float* row = reinterpret_cast<const float*>(acc + r * stride);
+      for (int k = 0; k < kPairs; ++k) pair[r][k] = _mm512_loadu_ps(row + 16 * k);
+      if constexpr (T % 2 == 1) last[r] = acc[r * stride + T - 1];
+    }
+  }
+  [[gnu::always_inline]] void Store(__m256* acc, int stride) const {
+    for (int r = 0; r < R; ++r) {
+      float* row = reinterpret_cast<float*>(acc + r * stride);
+      for (int k = 0; k < kPairs; ++k) _mm512_storeu_ps(row + 16 * k, pair[r][k]);
+      if constexpr (T % 2 == 1) acc[r * stride + T - 1] = last[r];
+    }
+  }
+  // Block b of each row meets the same block of every token, x[t · x_stride]: every row's codes
+  // are decoded first, so each token's activations are loaded once for all rows.
+  template <TernaryFormat F>
+  [[gnu::always_inline]] void AddBlock(const uint8_t* const* rows, int64_t b, const Q8Block128* x,
+                                       int64_t x_stride) {
+    WideCodes w[R];
+    for (int r = 0; r < R; ++r) w[r] = Dot::template Decode<F>(rows[r], b);
+    for (int k = 0; k < kPairs; ++k) {
+      for (int r = 0; r < R; ++r) {
+        pair[r][k] =
+            Dot::AccumulatePair(pair[r][k], w[r], x[2 * k * x_stride], x[(2 * k + 1) * x_stride]);
+      }
+    }
+    if constexpr (T % 2 == 1) {
+      for (int r = 0; r < R; ++r) last[r] = Accumulate<Dot>(last[r], w[r], x[(T - 1) * x_stride]);
+    }
+  }
+};
+
 struct VnniDot {
-  // Row and token tiles (ternary_kernel_x86.h), measured best with 256-bit codes (bench/RESULTS.md,
-  // 2026-12-01) and not measured again since the codes went to 512 bits.
+  template <int R, int T>
+  using Accumulators = PairedAccumulators<VnniDot, R, T>;
+
+  // Row and token tiles (ternary_kernel_x86.h), measured best again with 512-bit codes and paired
+  // tokens (bench/RESULTS.md, 2026-12-05: PQ2_0 {2, 16}, {4, 8}, {4, 4}; PTQ1_0 {2, 8}, {2, 16},
+  // {1, 32} were slower or no faster).
   template <TernaryFormat F>
   static constexpr TileShape kTile =
       F == TernaryFormat::kPq2_0 ? TileShape{2, 8} : TileShape{1, 16};
@@ -78,12 +131,33 @@ struct VnniDot {
     }
   }
 
-  // start + Σ code · q per group, in the format's lane order: the low 256 bits gather code
-  // vectors 0 and 2, the high ones 1 and 3 (integer sums, so their order changes nothing).
+  // start + Σ code · q per group, before the halves join: the low 256 bits gather code vectors 0
+  // and 2, the high ones 1 and 3 (integer sums, so their order changes nothing).
+  [[gnu::always_inline]] static __m512i HalfSums(__m512i start, const WideCodes& w,
+                                                 const int8_t* qs) {
+    const __m512i v = _mm512_dpbusd_epi32(start, w.c[0], _mm512_load_si512(qs));
+    return _mm512_dpbusd_epi32(v, w.c[1], _mm512_load_si512(qs + 64));
+  }
+
+  // start + Σ code · q per group, in the format's lane order.
   static __m256i Sums(__m256i start, const WideCodes& w, const int8_t* qs) {
-    __m512i v = _mm512_dpbusd_epi32(_mm512_zextsi256_si512(start), w.c[0], _mm512_load_si512(qs));
-    v = _mm512_dpbusd_epi32(v, w.c[1], _mm512_load_si512(qs + 64));
+    const __m512i v = HalfSums(_mm512_zextsi256_si512(start), w, qs);
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  }
+
+  // Accumulate (ternary_kernel_x86.h) for two tokens at once, lane by lane the same steps.
+  [[gnu::always_inline]] static __m512 AccumulatePair(__m512 acc, const WideCodes& w,
+                                                      const Q8Block128& x0, const Q8Block128& x1) {
+    const auto start = [](const Q8Block128& xb) {
+      return _mm512_zextsi256_si512(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.minus_sum)));
+    };
+    const __m512i v0 = HalfSums(start(x0), w, x0.qs), v1 = HalfSums(start(x1), w, x1.qs);
+    const __m512i isum = _mm512_add_epi32(_mm512_shuffle_i64x2(v0, v1, 0x44),   // low halves
+                                          _mm512_shuffle_i64x2(v0, v1, 0xee));  // high halves
+    const __m512 dx = Join(_mm256_load_ps(x0.d), _mm256_load_ps(x1.d));
+    const __m512 scale = _mm512_mul_ps(Join(w.dw, w.dw), dx);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
   }
 };
 

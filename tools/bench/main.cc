@@ -176,7 +176,7 @@ int Decode(int argc, char** argv) {
   // The int8 peak of the instruction the engine's kernels multiply with, on the same cores.
   const bool vnni = e.kernels() == CpuIsaName(CpuIsa::kAvx512Vnni);
   const double int8_peak = dev == Device::kCpu && !no_bandwidth
-                               ? MeasureInt8Peak(cores, vnni ? Int8PeakInstruction::kDpbusd
+                               ? MeasureInt8Peak(cores, vnni ? Int8PeakInstruction::kDpbusd512
                                                              : Int8PeakInstruction::kMaddubs)
                                : 0.0;
   const double maddubs_peak =
@@ -211,7 +211,7 @@ int Decode(int argc, char** argv) {
   if (int8_peak > 0) {
     std::printf(
         "int8 multiply-add peak, same run: %.0f G/s (%s, %d thread(s)); vpmaddubsw %.0f G/s\n",
-        int8_peak / 1e9, vnni ? "vpdpbusd" : "vpmaddubsw", cores, maddubs_peak / 1e9);
+        int8_peak / 1e9, vnni ? "512-bit vpdpbusd" : "vpmaddubsw", cores, maddubs_peak / 1e9);
   }
   std::printf("| test        | batch |     t/s | ms/step | weight GB/s | roofline | int8 peak |\n");
   std::printf("|-------------|-------|---------|---------|-------------|----------|-----------|\n");
