@@ -84,7 +84,7 @@ void MatVecArgs(benchmark::internal::Benchmark* b) {
        {static_cast<int>(TernaryFormat::kPq2_0), static_cast<int>(TernaryFormat::kPtq1_0)}) {
     for (auto [rows, cols] :
          {std::pair{17408, 5120}, std::pair{5120, 17408}, std::pair{5120, 6144}}) {
-      for (int isa : {0, 1, 2}) {
+      for (int isa : {0, 1, 2, 3}) {
         for (int threads : {1, 2}) {
           if (isa == 0 && threads == 2) continue;
           b->Args({type, rows, cols, isa, threads});

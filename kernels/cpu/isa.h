@@ -16,6 +16,7 @@ enum class CpuIsa {
   kScalar,  // portable reference; every other path must equal it bit for bit
   kAvx2,
   kAvx512Vnni,
+  kAvx512Vbmi,  // kAvx512Vnni's kernels, with VBMI's byte permute for the PTQ1_0 decode
 };
 
 const char* CpuIsaName(CpuIsa isa);

@@ -11,6 +11,9 @@ namespace walsh {
 void TernaryMatMulQ8(CpuIsa isa, const TernaryProduct& p, int64_t row_begin, int64_t row_end) {
   switch (isa) {
 #if WALSH_X86_KERNELS
+    case CpuIsa::kAvx512Vbmi:
+      TernaryMatMulQ8Avx512Vbmi(p, row_begin, row_end);
+      return;
     case CpuIsa::kAvx512Vnni:
       TernaryMatMulQ8Avx512Vnni(p, row_begin, row_end);
       return;
@@ -18,7 +21,8 @@ void TernaryMatMulQ8(CpuIsa isa, const TernaryProduct& p, int64_t row_begin, int
       TernaryMatMulQ8Avx2(p, row_begin, row_end);
       return;
 #else
-    case CpuIsa::kAvx512Vnni:  // not in a scalar-only build (CpuSupports says so)
+    case CpuIsa::kAvx512Vbmi:  // not in a scalar-only build (CpuSupports says so)
+    case CpuIsa::kAvx512Vnni:
     case CpuIsa::kAvx2:
 #endif
     case CpuIsa::kScalar:

@@ -44,6 +44,7 @@ inline void TernaryMatMulF32(const TernaryWeights& w, const float* x, int64_t n_
 void TernaryMatMulQ8Scalar(const TernaryProduct& p, int64_t row_begin, int64_t row_end);
 void TernaryMatMulQ8Avx2(const TernaryProduct& p, int64_t row_begin, int64_t row_end);
 void TernaryMatMulQ8Avx512Vnni(const TernaryProduct& p, int64_t row_begin, int64_t row_end);
+void TernaryMatMulQ8Avx512Vbmi(const TernaryProduct& p, int64_t row_begin, int64_t row_end);
 
 }  // namespace walsh
 

@@ -174,7 +174,8 @@ int Decode(int argc, char** argv) {
   const int cores = static_cast<int>(tp > 1 ? tp : threads);
   const double bandwidth = dev == Device::kCpu && !no_bandwidth ? MeasureReadBandwidth(cores) : 0.0;
   // The int8 peak of the instruction the engine's kernels multiply with, on the same cores.
-  const bool vnni = e.kernels() == CpuIsaName(CpuIsa::kAvx512Vnni);
+  const bool vnni = e.kernels() == CpuIsaName(CpuIsa::kAvx512Vnni) ||
+                    e.kernels() == CpuIsaName(CpuIsa::kAvx512Vbmi);
   const double int8_peak = dev == Device::kCpu && !no_bandwidth
                                ? MeasureInt8Peak(cores, vnni ? Int8PeakInstruction::kDpbusd512
                                                              : Int8PeakInstruction::kMaddubs)

@@ -28,7 +28,7 @@ class BackendGroup {
   Backend& backend(int rank) const { return *backends_[rank]; }
   // Null at one rank.
   Communicator* communicator() const { return comm_.get(); }
-  // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni").
+  // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni", "avx512vbmi").
   const std::string& kernels() const { return kernels_; }
   // A collective failed: the group is broken and every later step fails.
   bool broken() const { return comm_ != nullptr && comm_->broken(); }

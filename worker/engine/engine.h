@@ -52,7 +52,7 @@ class Engine {
 
   const Model& model() const { return *model_; }
   const Backend& backend(int rank = 0) const { return group_.backend(rank); }
-  // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni").
+  // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni", "avx512vbmi").
   std::string kernels() const { return group_.kernels(); }
   // Device memory of all ranks' backends together, or of one rank (bytes; the CPU reports its
   // caches only).
@@ -101,7 +101,8 @@ class Engine {
   absl::Status DropCheckpoint(SequenceId id) { return kv_->EndCheckpoint(id, false); }
   // Runs one step over the batch. Validates everything first: on error (unknown or repeated
   // sequence, token out of range, image inputs malformed or not taken by the backend, context
-  // exhausted, or pages not reserved and not to be had) no sequence changes. Pages the scheduler reserved (KvManager::Reserve) are not taken again.
+  // exhausted, or pages not reserved and not to be had) no sequence changes. Pages the scheduler
+  // reserved (KvManager::Reserve) are not taken again.
   absl::StatusOr<ForwardResult> Forward(const std::vector<SequenceInput>& batch);
 
   EngineStats Stats() const { return kv_->Stats(); }

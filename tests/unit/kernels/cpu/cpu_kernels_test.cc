@@ -29,7 +29,7 @@ constexpr int64_t kWidths[] = {256, 384, 1024, 1536, 2816, 5120, 6144, 17408};
 // Every path this build and CPU have, the scalar one first.
 std::vector<CpuIsa> AllIsas() {
   std::vector<CpuIsa> out = {CpuIsa::kScalar};
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Vbmi}) {
     if (CpuSupports(isa)) out.push_back(isa);
   }
   return out;
@@ -37,7 +37,7 @@ std::vector<CpuIsa> AllIsas() {
 
 std::vector<CpuIsa> FastIsas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Vbmi}) {
     if (CpuSupports(isa)) out.push_back(isa);
   }
   return out;

@@ -1,0 +1,230 @@
+// The AVX-512 VNNI ternary kernel, written once for the two files that include it:
+// ternary_matmul_avx512.cc (AVX-512 F, BW, VL, VNNI) and ternary_matmul_avx512vbmi.cc (the same
+// plus VBMI, whose one-instruction byte permute decodes PTQ1_0 in fewer steps). The VBMI decode
+// is compiled where the including file's flags define __AVX512VBMI__; everything else is the same.
+//
+// vpdpbusd multiplies the unsigned codes by the int8 activations and adds four products to each
+// int32 lane in one instruction, so the code vectors chain into one accumulator with no int16
+// step. The tiles and the float steps are the AVX2 kernel's (ternary_kernel_x86.h), so the bits
+// are too.
+//
+// Codes are decoded two vectors per 512-bit register (WideCodes), each 128-bit lane as the
+// 256-bit decodes in ternary_kernel_x86.h do it, and meet the activations in two 512-bit
+// vpdpbusd: half the instructions for the same exact integer sums. Tokens go in pairs through
+// the float steps, one 512-bit register per pair (PairedAccumulators): the same operations lane
+// by lane, in half the instructions. vpdpbusd and the float multiplies share the multiply pipes,
+// which bound the batched kernel (bench/RESULTS.md, 2026-12-05).
+//
+// Internal linkage throughout, as in ternary_kernel_x86.h: each including file has its own ISA.
+#ifndef WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
+#define WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
+
+#include <immintrin.h>
+
+#include "kernels/cpu/ternary_kernel_x86.h"
+
+namespace walsh {
+namespace {
+
+// A block's codes: c[j] holds code vectors 2j and 2j + 1 (BlockCodes' c[2j] and c[2j + 1]).
+struct WideCodes {
+  __m512i c[2];
+  __m256 dw;
+};
+
+[[gnu::always_inline]] inline __m512i Ptq1WideDigits(__m512i source, const int8_t* shuffle,
+                                                     const int16_t* pow3) {
+  const __m512i high = _mm512_shuffle_epi8(source, _mm512_load_si512(shuffle));
+  return _mm512_mulhi_epu16(_mm512_mullo_epi16(high, _mm512_load_si512(pow3)),
+                            _mm512_set1_epi16(3));
+}
+
+[[gnu::always_inline]] inline WideCodes DecodePtq1Wide(const block_ptq1_0& blk) {
+  const __m256i bytes12to27 = Ptq1Bytes12To27(blk);
+  WideCodes out;
+  for (int j = 0; j < 2; ++j) {
+    const __m512i source =
+        _mm512_inserti64x4(_mm512_castsi256_si512(Ptq1Source(blk, bytes12to27, 2 * j)),
+                           Ptq1Source(blk, bytes12to27, 2 * j + 1), 1);
+    out.c[j] = _mm512_packus_epi16(
+        Ptq1WideDigits(source, kPtq1Gather.shuffle[0][2 * j], kPtq1Gather.pow3[0][2 * j]),
+        Ptq1WideDigits(source, kPtq1Gather.shuffle[1][2 * j], kPtq1Gather.pow3[1][2 * j]));
+  }
+  out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
+  return out;
+}
+
+#ifdef __AVX512VBMI__
+// With VBMI, one byte permute (vpermb) per 32 words takes each code's source byte straight from
+// the block, loaded once, into the high byte of its word: it replaces DecodePtq1Wide's broadcasts,
+// blends, inserts and in-lane shuffles (about 25 instructions a block become about 15); the
+// multiplies and packs are the same, so are the codes.
+//
+// The block byte behind each byte of DecodePtq1Wide's word vectors ([A or B][j] for c[j]); the
+// words' low bytes are left 0 and zeroed by the permute's mask.
+struct Ptq1Permute {
+  alignas(64) int8_t index[2][2][64];
+};
+constexpr Ptq1Permute MakePtq1Permute() {
+  Ptq1Permute g{};
+  for (int x = 0; x < 2; ++x) {
+    for (int j = 0; j < 2; ++j) {
+      for (int k = 0; k < 64; ++k) {
+        const int v = 2 * j + k / 32, half = (k % 32) / 16, m = k % 16;
+        if (m % 2 == 0) continue;
+        const int position = 32 * v + 16 * half + 8 * x + m / 2;
+        g.index[x][j][k] =
+            static_cast<int8_t>(Ptq1TritAt(Q8ElementAt(Q8Layout::kPtq1Lanes, position)).byte);
+      }
+    }
+  }
+  return g;
+}
+inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
+
+[[gnu::always_inline]] inline __m512i Ptq1PermDigits(__m512i block, const int8_t* index,
+                                                     const int16_t* pow3) {
+  const __m512i high =
+      _mm512_maskz_permutexvar_epi8(0xaaaaaaaaaaaaaaaaull, _mm512_load_si512(index), block);
+  return _mm512_mulhi_epu16(_mm512_mullo_epi16(high, _mm512_load_si512(pow3)),
+                            _mm512_set1_epi16(3));
+}
+
+[[gnu::always_inline]] inline WideCodes DecodePtq1Vbmi(const block_ptq1_0& blk) {
+  // The block's 28 bytes alone: a masked load never touches the bytes after a matrix's last block.
+  const __m512i block = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(0x0fffffff, &blk));
+  WideCodes out;
+  for (int j = 0; j < 2; ++j) {
+    out.c[j] = _mm512_packus_epi16(
+        Ptq1PermDigits(block, kPtq1Permute.index[0][j], kPtq1Gather.pow3[0][2 * j]),
+        Ptq1PermDigits(block, kPtq1Permute.index[1][j], kPtq1Gather.pow3[1][2 * j]));
+  }
+  out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
+  return out;
+}
+#endif
+
+// `low` in the low 256 bits, `high` in the high ones (AVX-512F only: no DQ here).
+[[gnu::always_inline]] inline __m512 Join(__m256 low, __m256 high) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
+}
+
+// Every 16-bit word `low` in the low 256 bits and `high` in the high ones.
+inline __m512i HalvesOf16(int16_t low, int16_t high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high),
+                            1);
+}
+
+// PQ2_0 codes the same way: plane p (DecodePq2's c[p]) is the code bytes shifted right by 2p;
+// planes 0 and 1 in c[0], 2 and 3 in c[1].
+[[gnu::always_inline]] inline WideCodes DecodePq2Wide(const block_pq2_0& blk) {
+  const __m512i qs =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)));
+  const __m512i m3 = _mm512_set1_epi8(3);
+  WideCodes out;
+  out.c[0] = _mm512_and_si512(_mm512_srlv_epi16(qs, HalvesOf16(0, 2)), m3);
+  out.c[1] = _mm512_and_si512(_mm512_srlv_epi16(qs, HalvesOf16(4, 6)), m3);
+  out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
+  return out;
+}
+
+// Two tokens' eight group lanes in one 512-bit register: token 2k in the low half, 2k + 1 in the
+// high one, as acc[] holds them in memory; an odd last token alone in a 256-bit register.
+template <class Dot, int R, int T>
+struct PairedAccumulators {
+  static constexpr int kPairs = T / 2;
+  __m512 pair[R][kPairs > 0 ? kPairs : 1];
+  __m256 last[R];  // token T − 1 where T is odd
+
+  [[gnu::always_inline]] void Load(const __m256* acc, int stride) {
+    for (int r = 0; r < R; ++r) {
+      const float* row = reinterpret_cast<const float*>(acc + r * stride);
+      for (int k = 0; k < kPairs; ++k) pair[r][k] = _mm512_loadu_ps(row + 16 * k);
+      if constexpr (T % 2 == 1) last[r] = acc[r * stride + T - 1];
+    }
+  }
+  [[gnu::always_inline]] void Store(__m256* acc, int stride) const {
+    for (int r = 0; r < R; ++r) {
+      float* row = reinterpret_cast<float*>(acc + r * stride);
+      for (int k = 0; k < kPairs; ++k) _mm512_storeu_ps(row + 16 * k, pair[r][k]);
+      if constexpr (T % 2 == 1) acc[r * stride + T - 1] = last[r];
+    }
+  }
+  // Block b of each row meets the same block of every token, x[t · x_stride]: every row's codes
+  // are decoded first, so each token's activations are loaded once for all rows.
+  template <TernaryFormat F>
+  [[gnu::always_inline]] void AddBlock(const uint8_t* const* rows, int64_t b, const Q8Block128* x,
+                                       int64_t x_stride) {
+    WideCodes w[R];
+    for (int r = 0; r < R; ++r) w[r] = Dot::template Decode<F>(rows[r], b);
+    for (int k = 0; k < kPairs; ++k) {
+      for (int r = 0; r < R; ++r) {
+        pair[r][k] =
+            Dot::AccumulatePair(pair[r][k], w[r], x[2 * k * x_stride], x[(2 * k + 1) * x_stride]);
+      }
+    }
+    if constexpr (T % 2 == 1) {
+      for (int r = 0; r < R; ++r) last[r] = Accumulate<Dot>(last[r], w[r], x[(T - 1) * x_stride]);
+    }
+  }
+};
+
+struct VnniDot {
+  template <int R, int T>
+  using Accumulators = PairedAccumulators<VnniDot, R, T>;
+
+  // Row and token tiles (ternary_kernel_x86.h), measured again with 512-bit codes and paired
+  // tokens (bench/RESULTS.md, 2026-12-05): {2, 8} for both formats. PQ2_0 {2, 16}, {4, 8}, {4, 4}
+  // and PTQ1_0 {2, 16}, {1, 32} were slower; PTQ1_0 {1, 16}, best before, is 3-7% slower with
+  // VBMI's decode and no faster without it.
+  template <TernaryFormat F>
+  static constexpr TileShape kTile = TileShape{2, 8};
+
+  template <TernaryFormat F>
+  [[gnu::always_inline]] static auto Decode(const uint8_t* row, int64_t b) {
+    if constexpr (F == TernaryFormat::kPq2_0) {
+      return DecodePq2Wide(reinterpret_cast<const block_pq2_0*>(row)[b]);
+    } else {
+#ifdef __AVX512VBMI__
+      return DecodePtq1Vbmi(reinterpret_cast<const block_ptq1_0*>(row)[b]);
+#else
+      return DecodePtq1Wide(reinterpret_cast<const block_ptq1_0*>(row)[b]);
+#endif
+    }
+  }
+
+  // start + Σ code · q per group, before the halves join: the low 256 bits gather code vectors 0
+  // and 2, the high ones 1 and 3 (integer sums, so their order changes nothing).
+  [[gnu::always_inline]] static __m512i HalfSums(__m512i start, const WideCodes& w,
+                                                 const int8_t* qs) {
+    const __m512i v = _mm512_dpbusd_epi32(start, w.c[0], _mm512_load_si512(qs));
+    return _mm512_dpbusd_epi32(v, w.c[1], _mm512_load_si512(qs + 64));
+  }
+
+  // start + Σ code · q per group, in the format's lane order.
+  static __m256i Sums(__m256i start, const WideCodes& w, const int8_t* qs) {
+    const __m512i v = HalfSums(_mm512_zextsi256_si512(start), w, qs);
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  }
+
+  // Accumulate (ternary_kernel_x86.h) for two tokens at once, lane by lane the same steps.
+  [[gnu::always_inline]] static __m512 AccumulatePair(__m512 acc, const WideCodes& w,
+                                                      const Q8Block128& x0, const Q8Block128& x1) {
+    const auto start = [](const Q8Block128& xb) {
+      return _mm512_zextsi256_si512(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.minus_sum)));
+    };
+    const __m512i v0 = HalfSums(start(x0), w, x0.qs), v1 = HalfSums(start(x1), w, x1.qs);
+    const __m512i isum = _mm512_add_epi32(_mm512_shuffle_i64x2(v0, v1, 0x44),   // low halves
+                                          _mm512_shuffle_i64x2(v0, v1, 0xee));  // high halves
+    const __m512 dx = Join(_mm256_load_ps(x0.d), _mm256_load_ps(x1.d));
+    const __m512 scale = _mm512_mul_ps(Join(w.dw, w.dw), dx);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
+  }
+};
+
+}  // namespace
+}  // namespace walsh
+
+#endif  // WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
