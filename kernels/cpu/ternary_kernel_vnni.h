@@ -11,9 +11,10 @@
 // Codes are decoded two vectors per 512-bit register (WideCodes), each 128-bit lane as the
 // 256-bit decodes in ternary_kernel_x86.h do it, and meet the activations in two 512-bit
 // vpdpbusd: half the instructions for the same exact integer sums. Tokens go in pairs through
-// the float steps, one 512-bit register per pair (PairedAccumulators): the same operations lane
-// by lane, in half the instructions. vpdpbusd and the float multiplies share the multiply pipes,
-// which bound the batched kernel (bench/RESULTS.md, 2026-12-05).
+// the float steps (rows, where there is one token), one 512-bit register per pair
+// (PairedAccumulators): the same operations lane by lane, in half the instructions. vpdpbusd and
+// the float multiplies share the multiply pipes, which bound the batched kernel (bench/RESULTS.md,
+// 2026-12-05).
 //
 // Internal linkage throughout, as in ternary_kernel_x86.h: each including file has its own ISA.
 #ifndef WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
@@ -110,6 +111,10 @@ inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
       _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
 }
 
+[[gnu::always_inline]] inline __m256 HighHalf(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
 // Every 16-bit word `low` in the low 256 bits and `high` in the high ones.
 inline __m512i HalvesOf16(int16_t low, int16_t high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high),
@@ -129,26 +134,41 @@ inline __m512i HalvesOf16(int16_t low, int16_t high) {
   return out;
 }
 
-// Two tokens' eight group lanes in one 512-bit register: token 2k in the low half, 2k + 1 in the
-// high one, as acc[] holds them in memory; an odd last token alone in a 256-bit register.
+// Two (row, token) pairs' eight group lanes in one 512-bit register. Several tokens pair up:
+// tokens 2k and 2k + 1 of a row, low and high half, as acc[] holds them in memory, and an odd last
+// token alone in a 256-bit register. One token (the one-token kernel's tiles) pairs rows instead:
+// rows 2i and 2i + 1.
 template <class Dot, int R, int T>
 struct PairedAccumulators {
-  static constexpr int kPairs = T / 2;
+  static constexpr bool kRowPairs = T == 1 && R % 2 == 0;
+  static constexpr int kPairs = kRowPairs ? 0 : T / 2;
+  static constexpr bool kLast = !kRowPairs && T % 2 == 1;
   __m512 pair[R][kPairs > 0 ? kPairs : 1];
+  __m512 row_pair[R / 2 > 0 ? R / 2 : 1];
   __m256 last[R];  // token T − 1 where T is odd
 
   [[gnu::always_inline]] void Load(const __m256* acc, int stride) {
     for (int r = 0; r < R; ++r) {
       const float* row = reinterpret_cast<const float*>(acc + r * stride);
       for (int k = 0; k < kPairs; ++k) pair[r][k] = _mm512_loadu_ps(row + 16 * k);
-      if constexpr (T % 2 == 1) last[r] = acc[r * stride + T - 1];
+      if constexpr (kLast) last[r] = acc[r * stride + T - 1];
+    }
+    if constexpr (kRowPairs) {
+      for (int i = 0; i < R / 2; ++i)
+        row_pair[i] = Join(acc[2 * i * stride], acc[(2 * i + 1) * stride]);
     }
   }
   [[gnu::always_inline]] void Store(__m256* acc, int stride) const {
     for (int r = 0; r < R; ++r) {
       float* row = reinterpret_cast<float*>(acc + r * stride);
       for (int k = 0; k < kPairs; ++k) _mm512_storeu_ps(row + 16 * k, pair[r][k]);
-      if constexpr (T % 2 == 1) acc[r * stride + T - 1] = last[r];
+      if constexpr (kLast) acc[r * stride + T - 1] = last[r];
+    }
+    if constexpr (kRowPairs) {
+      for (int i = 0; i < R / 2; ++i) {
+        acc[2 * i * stride] = _mm512_castps512_ps256(row_pair[i]);
+        acc[(2 * i + 1) * stride] = HighHalf(row_pair[i]);
+      }
     }
   }
   // Block b of each row meets the same block of every token, x[t · x_stride]: every row's codes
@@ -160,11 +180,16 @@ struct PairedAccumulators {
     for (int r = 0; r < R; ++r) w[r] = Dot::template Decode<F>(rows[r], b);
     for (int k = 0; k < kPairs; ++k) {
       for (int r = 0; r < R; ++r) {
-        pair[r][k] =
-            Dot::AccumulatePair(pair[r][k], w[r], x[2 * k * x_stride], x[(2 * k + 1) * x_stride]);
+        pair[r][k] = Dot::AccumulatePair(pair[r][k], w[r], x[2 * k * x_stride], w[r],
+                                         x[(2 * k + 1) * x_stride]);
       }
     }
-    if constexpr (T % 2 == 1) {
+    if constexpr (kRowPairs) {
+      for (int i = 0; i < R / 2; ++i) {
+        row_pair[i] = Dot::AccumulatePair(row_pair[i], w[2 * i], x[0], w[2 * i + 1], x[0]);
+      }
+    }
+    if constexpr (kLast) {
       for (int r = 0; r < R; ++r) last[r] = Accumulate<Dot>(last[r], w[r], x[(T - 1) * x_stride]);
     }
   }
@@ -208,18 +233,20 @@ struct VnniDot {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
   }
 
-  // Accumulate (ternary_kernel_x86.h) for two tokens at once, lane by lane the same steps.
-  [[gnu::always_inline]] static __m512 AccumulatePair(__m512 acc, const WideCodes& w,
-                                                      const Q8Block128& x0, const Q8Block128& x1) {
+  // Accumulate (ternary_kernel_x86.h) for two (row, token) pairs at once, codes w0 with token
+  // block x0 in the low half and w1 with x1 in the high one: lane by lane the same steps.
+  [[gnu::always_inline]] static __m512 AccumulatePair(__m512 acc, const WideCodes& w0,
+                                                      const Q8Block128& x0, const WideCodes& w1,
+                                                      const Q8Block128& x1) {
     const auto start = [](const Q8Block128& xb) {
       return _mm512_zextsi256_si512(
           _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.minus_sum)));
     };
-    const __m512i v0 = HalfSums(start(x0), w, x0.qs), v1 = HalfSums(start(x1), w, x1.qs);
+    const __m512i v0 = HalfSums(start(x0), w0, x0.qs), v1 = HalfSums(start(x1), w1, x1.qs);
     const __m512i isum = _mm512_add_epi32(_mm512_shuffle_i64x2(v0, v1, 0x44),   // low halves
                                           _mm512_shuffle_i64x2(v0, v1, 0xee));  // high halves
     const __m512 dx = Join(_mm256_load_ps(x0.d), _mm256_load_ps(x1.d));
-    const __m512 scale = _mm512_mul_ps(Join(w.dw, w.dw), dx);
+    const __m512 scale = _mm512_mul_ps(Join(w0.dw, w1.dw), dx);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
   }
 };

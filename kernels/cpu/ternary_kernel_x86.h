@@ -8,10 +8,10 @@
 // row is decoded once (into four 32-byte code vectors, or two 64-byte ones) and used for all T
 // tokens, and each activation block, once loaded, serves all R rows (from L1 for every row
 // after the first). A (row, token) pair keeps its eight group accumulators in one 256-bit
-// register, or half a 512-bit one (the VNNI file pairs tokens), so a block costs one convert,
-// one multiply and one FMA per register and no horizontal sum; the eight lanes join once per
-// window. One token runs R = 4 rows (four FMA chains in flight); several run
-// the ISA's Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
+// register, or half a 512-bit one (the VNNI file pairs tokens, or rows at one token), so a block
+// costs one convert, one multiply and one FMA per register and no horizontal sum; the eight lanes
+// join once per window. One token runs R = 4 rows (four FMA chains in flight); several run the
+// ISA's Dot::kTile<F> (rows by tokens), over row chunks small enough that their weights stay in
 // cache while every token tile passes.
 //
 // Everything here has internal linkage on purpose: each including file is compiled for its own
