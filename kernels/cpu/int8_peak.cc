@@ -18,7 +18,7 @@ double MeasureInt8Peak(int threads, Int8PeakInstruction instruction, int passes)
   const bool vnni = instruction != Int8PeakInstruction::kMaddubs;
   if (!CpuSupports(vnni ? CpuIsa::kAvx512Vnni : CpuIsa::kAvx2)) return 0;
   const double per_instruction = instruction == Int8PeakInstruction::kDpbusd512 ? 64 : 32;
-  const auto chains = [instruction](int64_t iterations) {
+  const auto chains = [instruction](int64_t iterations) -> int32_t {
     switch (instruction) {
       case Int8PeakInstruction::kMaddubs:
         return RunMaddubsChains(iterations);

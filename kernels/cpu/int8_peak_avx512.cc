@@ -1,4 +1,5 @@
-// Twelve independent vpdpbusd chains (256-bit, AVX512VL): each accumulates into itself.
+// Twelve independent vpdpbusd chains, on 256-bit (AVX512VL) or 512-bit registers: each
+// accumulates into itself.
 #include <immintrin.h>
 
 #include "kernels/cpu/int8_peak.h"

@@ -57,8 +57,8 @@ CpuIsa BestCpuIsa() {
   // vpdpbusd multiplies and adds four bytes per lane in one instruction where AVX2 needs
   // maddubs, an int16 add and a widening madd: measured 1.04-1.25x faster on the project's AMD
   // EPYC (Zen 4) VM (bench/RESULTS.md, BM_TernaryMatMul).
-  // VBMI decodes a PTQ1_0 block in about two thirds of the instructions: 1.19x at one token
-  // (bench/RESULTS.md, 2026-12-05).
+  // VBMI decodes a PTQ1_0 block in about three fifths of the instructions: 1.19x at one token
+  // (bench/RESULTS.md, "2026-12-05 (later)").
   if (CpuSupports(CpuIsa::kAvx512Vbmi)) return CpuIsa::kAvx512Vbmi;
   if (CpuSupports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
   if (CpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;

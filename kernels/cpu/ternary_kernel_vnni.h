@@ -5,16 +5,16 @@
 //
 // vpdpbusd multiplies the unsigned codes by the int8 activations and adds four products to each
 // int32 lane in one instruction, so the code vectors chain into one accumulator with no int16
-// step. The tiles and the float steps are the AVX2 kernel's (ternary_kernel_x86.h), so the bits
-// are too.
+// step. The tiling is the shared Tile (ternary_kernel_x86.h), and every float lane takes the AVX2
+// kernel's operations in its order, so the bits are the same.
 //
 // Codes are decoded two vectors per 512-bit register (WideCodes), each 128-bit lane as the
 // 256-bit decodes in ternary_kernel_x86.h do it, and meet the activations in two 512-bit
 // vpdpbusd: half the instructions for the same exact integer sums. Tokens go in pairs through
 // the float steps (rows, where there is one token), one 512-bit register per pair
-// (PairedAccumulators): the same operations lane by lane, in half the instructions. vpdpbusd and
-// the float multiplies share the multiply pipes, which bound the batched kernel (bench/RESULTS.md,
-// 2026-12-05).
+// (PairedAccumulators): the same operations lane by lane, with half the converts, multiplies and
+// FMAs (and a join of the two scales). vpdpbusd and the float multiplies share the multiply
+// pipes, which bound the batched kernel (bench/RESULTS.md, "2026-12-05 (later)").
 //
 // Internal linkage throughout, as in ternary_kernel_x86.h: each including file has its own ISA.
 #ifndef WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
@@ -83,6 +83,22 @@ constexpr Ptq1Permute MakePtq1Permute() {
 }
 inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
 
+// The permute takes every word's byte from where DecodePtq1Wide's source and shuffle take it:
+// shuffle index s of vector v's half is block byte 4v + s below 4, else 16 + (s - 4).
+constexpr bool Ptq1PermuteMatchesGather() {
+  for (int x = 0; x < 2; ++x) {
+    for (int j = 0; j < 2; ++j) {
+      for (int k = 0; k < 64; ++k) {
+        const int v = 2 * j + k / 32, s = kPtq1Gather.shuffle[x][v][k % 32];
+        const int byte = s < 0 ? 0 : s < 4 ? 4 * v + s : 16 + (s - 4);
+        if (kPtq1Permute.index[x][j][k] != byte) return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(Ptq1PermuteMatchesGather(), "the VBMI decode gathers other bytes than the AVX2 one");
+
 [[gnu::always_inline]] inline __m512i Ptq1PermDigits(__m512i block, const int8_t* index,
                                                      const int16_t* pow3) {
   const __m512i high =
@@ -93,7 +109,8 @@ inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
 
 [[gnu::always_inline]] inline WideCodes DecodePtq1Vbmi(const block_ptq1_0& blk) {
   // The block's 28 bytes alone: a masked load never touches the bytes after a matrix's last block.
-  const __m512i block = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(0x0fffffff, &blk));
+  constexpr __mmask32 kBlockBytes = (uint64_t{1} << sizeof(block_ptq1_0)) - 1;
+  const __m512i block = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(kBlockBytes, &blk));
   WideCodes out;
   for (int j = 0; j < 2; ++j) {
     out.c[j] = _mm512_packus_epi16(
@@ -136,8 +153,9 @@ inline __m512i HalvesOf16(int16_t low, int16_t high) {
 
 // Two (row, token) pairs' eight group lanes in one 512-bit register. Several tokens pair up:
 // tokens 2k and 2k + 1 of a row, low and high half, as acc[] holds them in memory, and an odd last
-// token alone in a 256-bit register. One token (the one-token kernel's tiles) pairs rows instead:
-// rows 2i and 2i + 1.
+// token alone in a 256-bit register. A tile of one token and an even number of rows (the one-token
+// kernel's four rows, a multi-token product's last token run of one) pairs rows instead: rows 2i
+// and 2i + 1.
 template <class Dot, int R, int T>
 struct PairedAccumulators {
   static constexpr bool kRowPairs = T == 1 && R % 2 == 0;
@@ -200,9 +218,9 @@ struct VnniDot {
   using Accumulators = PairedAccumulators<VnniDot, R, T>;
 
   // Row and token tiles (ternary_kernel_x86.h), measured again with 512-bit codes and paired
-  // tokens (bench/RESULTS.md, 2026-12-05): {2, 8} for both formats. PQ2_0 {2, 16}, {4, 8}, {4, 4}
-  // and PTQ1_0 {2, 16}, {1, 32} were slower; PTQ1_0 {1, 16}, best before, is 3-7% slower with
-  // VBMI's decode and no faster without it.
+  // tokens (bench/RESULTS.md, "2026-12-05 (later)"): {2, 8} for both formats. PQ2_0 {2, 16}, {4,
+  // 8}, {4, 4} and PTQ1_0 {2, 16}, {1, 32} were slower; PTQ1_0 {1, 16}, best before, is 3-7% slower
+  // with VBMI's decode and no faster without it.
   template <TernaryFormat F>
   static constexpr TileShape kTile = TileShape{2, 8};
 

@@ -189,17 +189,19 @@ int Decode(int argc, char** argv) {
     for (int32_t& id : ids) id = static_cast<int32_t>(gen() % vocab);
     return ids;
   };
-  nlohmann::json doc = {{"model", model_path},
-                        {"file_bytes", file_bytes},
-                        {"device", device},
-                        {"kernels", e.kernels()},
-                        {"threads", threads},
-                        {"tp", tp},
-                        {"weight_bytes_per_step", step_bytes},
-                        {"weights_per_token", step_weights},
-                        {"read_bandwidth_bytes_per_s", bandwidth},
-                        {"int8_peak_macs_per_s", int8_peak},
-                        {"maddubs_peak_macs_per_s", maddubs_peak}};
+  nlohmann::json doc = {
+      {"model", model_path},
+      {"file_bytes", file_bytes},
+      {"device", device},
+      {"kernels", e.kernels()},
+      {"threads", threads},
+      {"tp", tp},
+      {"weight_bytes_per_step", step_bytes},
+      {"weights_per_token", step_weights},
+      {"read_bandwidth_bytes_per_s", bandwidth},
+      {"int8_peak_macs_per_s", int8_peak},
+      {"int8_peak_instruction", int8_peak > 0 ? (vnni ? "vpdpbusd512" : "vpmaddubsw") : ""},
+      {"maddubs_peak_macs_per_s", maddubs_peak}};
   std::printf(
       "model %s: %.3f GB of projections per decode step; %s, %s kernels, %lld thread(s), "
       "tp %lld\n",
