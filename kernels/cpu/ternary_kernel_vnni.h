@@ -61,8 +61,9 @@ struct WideCodes {
 // blends, inserts and in-lane shuffles (about 25 instructions a block become about 15); the
 // multiplies and packs are the same, so are the codes.
 //
-// The block byte behind each byte of DecodePtq1Wide's word vectors ([A or B][j] for c[j]); the
-// words' low bytes are left 0 and zeroed by the permute's mask.
+// The block byte behind each byte of DecodePtq1Wide's word vectors ([A or B][j] for c[j]), read
+// off its gather: shuffle index s of vector v's half is block byte 4v + s below 4, else
+// 16 + (s - 4); the words' low bytes (s < 0) are left 0 and zeroed by the permute's mask.
 struct Ptq1Permute {
   alignas(64) int8_t index[2][2][64];
 };
@@ -71,33 +72,14 @@ constexpr Ptq1Permute MakePtq1Permute() {
   for (int x = 0; x < 2; ++x) {
     for (int j = 0; j < 2; ++j) {
       for (int k = 0; k < 64; ++k) {
-        const int v = 2 * j + k / 32, half = (k % 32) / 16, m = k % 16;
-        if (m % 2 == 0) continue;
-        const int position = 32 * v + 16 * half + 8 * x + m / 2;
-        g.index[x][j][k] =
-            static_cast<int8_t>(Ptq1TritAt(Q8ElementAt(Q8Layout::kPtq1Lanes, position)).byte);
+        const int v = 2 * j + k / 32, s = kPtq1Gather.shuffle[x][v][k % 32];
+        g.index[x][j][k] = static_cast<int8_t>(s < 0 ? 0 : s < 4 ? 4 * v + s : 16 + (s - 4));
       }
     }
   }
   return g;
 }
 inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
-
-// The permute takes every word's byte from where DecodePtq1Wide's source and shuffle take it:
-// shuffle index s of vector v's half is block byte 4v + s below 4, else 16 + (s - 4).
-constexpr bool Ptq1PermuteMatchesGather() {
-  for (int x = 0; x < 2; ++x) {
-    for (int j = 0; j < 2; ++j) {
-      for (int k = 0; k < 64; ++k) {
-        const int v = 2 * j + k / 32, s = kPtq1Gather.shuffle[x][v][k % 32];
-        const int byte = s < 0 ? 0 : s < 4 ? 4 * v + s : 16 + (s - 4);
-        if (kPtq1Permute.index[x][j][k] != byte) return false;
-      }
-    }
-  }
-  return true;
-}
-static_assert(Ptq1PermuteMatchesGather(), "the VBMI decode gathers other bytes than the AVX2 one");
 
 [[gnu::always_inline]] inline __m512i Ptq1PermDigits(__m512i block, const int8_t* index,
                                                      const int16_t* pow3) {
