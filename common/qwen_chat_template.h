@@ -15,6 +15,10 @@
 
 namespace walsh {
 
+// The tags around each tool call in the assistant's output.
+inline constexpr char kToolCallOpen[] = "<tool_call>";
+inline constexpr char kToolCallClose[] = "</tool_call>";
+
 struct RenderedToolCall {
   std::string name;
   std::string arguments_json;  // a JSON object, as text

@@ -10,8 +10,6 @@ namespace {
 
 constexpr char kThinkOpen[] = "<think>";
 constexpr char kThinkClose[] = "</think>";
-constexpr char kCallOpen[] = "<tool_call>";
-constexpr char kCallClose[] = "</tool_call>";
 
 // The length of the longest suffix of `s` that is a proper prefix of `tag`.
 size_t PartialTagAtEnd(const std::string& s, const std::string& tag) {
@@ -51,7 +49,7 @@ ChatOutputParser::ChatOutputParser(bool thinking, bool tool_calls, const std::st
       parallel_(parallel) {
   if (!forced_tool.empty()) {
     state_ = State::kToolCall;
-    call_ = ForcedToolCallPrefix(forced_tool).substr(sizeof(kCallOpen) - 1);
+    call_ = ForcedToolCallPrefix(forced_tool).substr(sizeof(kToolCallOpen) - 1);
     prompt_part_ = call_.size();
   }
 }
@@ -79,8 +77,8 @@ ChatDelta ChatOutputParser::Finish() {
 }
 
 std::string ChatOutputParser::ModelCallText(bool closed) const {
-  std::string s = prompt_part_ > 0 ? call_.substr(prompt_part_) : kCallOpen + call_;
-  if (closed) s += kCallClose;
+  std::string s = prompt_part_ > 0 ? call_.substr(prompt_part_) : kToolCallOpen + call_;
+  if (closed) s += kToolCallClose;
   return s;
 }
 
@@ -126,36 +124,36 @@ void ChatOutputParser::Run(bool final, ChatDelta& out) {
           if (final) pending_.clear();
           return;
         }
-        const std::string rest = pending_.substr(text, sizeof(kCallOpen) - 1);
-        if (!final && rest.size() < sizeof(kCallOpen) - 1 &&
-            std::string(kCallOpen).compare(0, rest.size(), rest) == 0) {
+        const std::string rest = pending_.substr(text, sizeof(kToolCallOpen) - 1);
+        if (!final && rest.size() < sizeof(kToolCallOpen) - 1 &&
+            std::string(kToolCallOpen).compare(0, rest.size(), rest) == 0) {
           return;
         }
-        if (rest == kCallOpen) pending_.erase(0, text);
+        if (rest == kToolCallOpen) pending_.erase(0, text);
         after_call_ = false;
       }
-      const size_t open = tool_calls_ ? pending_.find(kCallOpen) : std::string::npos;
+      const size_t open = tool_calls_ ? pending_.find(kToolCallOpen) : std::string::npos;
       if (open == std::string::npos) {
-        const size_t hold = final || !tool_calls_ ? 0 : PartialTagAtEnd(pending_, kCallOpen);
+        const size_t hold = final || !tool_calls_ ? 0 : PartialTagAtEnd(pending_, kToolCallOpen);
         out.content += pending_.substr(0, pending_.size() - hold);
         pending_.erase(0, pending_.size() - hold);
         return;
       }
       out.content += pending_.substr(0, open);
-      pending_.erase(0, open + sizeof(kCallOpen) - 1);
+      pending_.erase(0, open + sizeof(kToolCallOpen) - 1);
       state_ = State::kToolCall;
       continue;
     }
     // kToolCall
-    const size_t close = pending_.find(kCallClose);
+    const size_t close = pending_.find(kToolCallClose);
     if (close == std::string::npos) {
-      const size_t hold = final ? 0 : PartialTagAtEnd(pending_, kCallClose);
+      const size_t hold = final ? 0 : PartialTagAtEnd(pending_, kToolCallClose);
       call_ += pending_.substr(0, pending_.size() - hold);
       pending_.erase(0, pending_.size() - hold);
       return;
     }
     call_ += pending_.substr(0, close);
-    pending_.erase(0, close + sizeof(kCallClose) - 1);
+    pending_.erase(0, close + sizeof(kToolCallClose) - 1);
     EndToolCall(out, /*closed=*/true);
     state_ = State::kContent;
     after_call_ = true;

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gateway/http/json_text.h"
 
 namespace walsh {
 namespace {
@@ -85,8 +86,7 @@ void HttpExchange::SendText(int status, const std::string& content_type, const s
 }
 
 void HttpExchange::SendJson(int status, const nlohmann::json& body) {
-  SendText(status, "application/json",
-           body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  SendText(status, "application/json", JsonText(body));
 }
 
 bool HttpExchange::StartEvents() {

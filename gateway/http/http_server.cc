@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gateway/http/json_text.h"
 
 namespace walsh {
 namespace {
@@ -82,10 +83,6 @@ std::string AddressText(const sockaddr* addr) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, text, sizeof text);
   }
   return text;
-}
-
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -260,7 +257,7 @@ struct HttpServerCallbacks {
 
   static MHD_Result QueueError(MHD_Connection* conn, HttpServer::Request& r, const ApiError& e) {
     r.x->early_status_ = e.http_status;
-    const std::string body = Dump(e.ToJson());
+    const std::string body = JsonText(e.ToJson());
     MHD_Response* resp = MHD_create_response_from_buffer(
         body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
     AddCommonHeaders(resp, *r.x, "application/json");
@@ -464,9 +461,10 @@ void HttpServer::Sweep(Clock::time_point now) {
 
 void HttpServer::AnswerAndClose(Connection& c, int status, const char* reason,
                                 const std::string& message) {
-  const std::string body = Dump(ApiError{status, message, "invalid_request_error", "",
-                                         status == 408 ? "request_timeout" : "request_too_large"}
-                                    .ToJson());
+  const std::string body =
+      JsonText(ApiError{status, message, "invalid_request_error", "",
+                        status == 408 ? "request_timeout" : "request_too_large"}
+                   .ToJson());
   const std::string answer = absl::StrCat(
       "HTTP/1.1 ", status, " ", reason,
       "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ", body.size(),

@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "gateway/http/chat_output_parser.h"
 #include "gateway/http/generate_call.h"
+#include "gateway/http/json_text.h"
 #include "gateway/http/openai_response.h"
 #include "gateway/http/openai_server.h"
 
@@ -17,10 +18,6 @@ namespace {
 std::string RandomHex() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16));
-}
-
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Turns the call's messages into the API's response: the whole body at the end, or one event
@@ -73,7 +70,7 @@ class Answer {
     if (r_.include_usage) {
       nlohmann::json usage = ResponseBase(header_, true);
       usage["usage"] = Usage(prompt_tokens_, completion_tokens_);
-      x_->SendEvent(Dump(usage));
+      x_->SendEvent(JsonText(usage));
     }
     x_->SendEvent("[DONE]");
     x_->EndEvents();
@@ -83,7 +80,7 @@ class Answer {
   void Fail(const grpc::Status& s) {
     const ApiError e = ApiErrorOf(FromGrpcStatus(s), r_.field_names);
     if (x_->status() == 0) return x_->SendError(e);
-    x_->SendEvent(Dump(e.ToJson()));  // the stream is committed: the error is its last event
+    x_->SendEvent(JsonText(e.ToJson()));  // the stream is committed: the error is its last event
     x_->SendEvent("[DONE]");
     x_->EndEvents();
   }
@@ -113,7 +110,7 @@ class Answer {
     nlohmann::json chunk = ResponseBase(header_, true);
     chunk["choices"].push_back(std::move(choice));
     if (r_.include_usage) chunk["usage"] = nullptr;
-    return x_->SendEvent(Dump(chunk));
+    return x_->SendEvent(JsonText(chunk));
   }
 
   void SendWhole(const std::string& finish) {

@@ -2,14 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/field_error.h"
+#include "common/qwen_chat_template.h"
 #include "worker/constraint/constraint_cache.h"
 
 namespace walsh {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-constexpr char kCallOpen[] = "<tool_call>";
 
 // The compilers' messages begin with their own language's name.
 std::string WithoutPrefix(std::string message, const std::string& prefix) {
@@ -102,7 +101,7 @@ std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choic
     }
     return out;
   }
-  absl::StrAppend(&out, "call ::= ", Literal(absl::StrCat(kCallOpen, "\n{\"name\": ")), " (");
+  absl::StrAppend(&out, "call ::= ", Literal(absl::StrCat(kToolCallOpen, "\n{\"name\": ")), " (");
   for (size_t i = 0; i < tools.size(); ++i) {
     absl::StrAppend(&out, i == 0 ? "\n    " : "\n  | ",
                     Literal(absl::StrCat(Json(tools[i].name).dump(), ", \"arguments\": ")),
@@ -115,7 +114,7 @@ std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choic
     return out;
   }
   // Free text that never spells "<tool_call>": free_i has matched its first i characters.
-  const std::string tag = kCallOpen;
+  const std::string tag = kToolCallOpen;
   absl::StrAppend(&out, "root ::= free0 calls?\n");
   for (size_t i = 0; i + 1 < tag.size(); ++i) {
     absl::StrAppend(&out, "free", i, " ::= \"\" | [^<", i > 0 ? tag.substr(i, 1) : "",

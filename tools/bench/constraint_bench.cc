@@ -10,6 +10,7 @@
 
 #include "common/cli_flags.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/report.h"
 #include "tools/bench/stopwatch.h"
 #include "worker/constraint/constraint_cache.h"
 #include "worker/constraint/grammar_matcher.h"
@@ -21,11 +22,6 @@
 
 namespace walsh {
 namespace {
-
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "walsh-bench constraint: %s\n", message.c_str());
-  return code;
-}
 
 struct Workload {
   std::string name;
@@ -87,12 +83,6 @@ std::vector<Workload> Workloads() {
   return out;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
-
 // Masks along `ids`: each step's FillMask timed, then the document's own token taken.
 absl::StatusOr<std::vector<double>> Walk(std::shared_ptr<const CompiledGrammar> g,
                                          const std::vector<int32_t>& ids) {
@@ -130,19 +120,21 @@ int ConstraintBenchMain(int argc, char** argv) {
             "with --batch: mask threads for the overlapped blocks (as walsh-worker's flag)");
   flags.String("json", &json_path, "also write the results as JSON to this file");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
-    return Fail(2, std::string(s.message()) + "\n" + flags.Help());
+    return Fail("walsh-bench constraint", 2, std::string(s.message()) + "\n" + flags.Help());
   }
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
   if (model_path.empty() || batch < 0 || steps < 1 || repeats < 1 || threads < 1) {
-    return Fail(2, "bad arguments\n" + flags.Help());
+    return Fail("walsh-bench constraint", 2, "bad arguments\n" + flags.Help());
   }
   auto file = LoadModelFile(model_path);
-  if (!file.ok()) return Fail(1, "refused: " + std::string(file.status().message()));
+  if (!file.ok())
+    return Fail("walsh-bench constraint", 1, "refused: " + std::string(file.status().message()));
   auto tokenizer = Tokenizer::FromGguf(*file->gguf);
-  if (!tokenizer.ok()) return Fail(1, std::string(tokenizer.status().message()));
+  if (!tokenizer.ok())
+    return Fail("walsh-bench constraint", 1, std::string(tokenizer.status().message()));
   auto t0 = SteadyClock::now();
   std::shared_ptr<const TokenTrie> trie = TokenizerTrie(**tokenizer);
   const double trie_s = Since(t0);
@@ -165,18 +157,25 @@ int ConstraintBenchMain(int argc, char** argv) {
   for (const Workload& w : Workloads()) {
     t0 = SteadyClock::now();
     auto grammar = ConstraintGrammar(w.spec);
-    if (!grammar.ok()) return Fail(3, w.name + ": " + std::string(grammar.status().message()));
+    if (!grammar.ok())
+      return Fail("walsh-bench constraint", 3,
+                  w.name + ": " + std::string(grammar.status().message()));
     auto g = std::make_shared<const CompiledGrammar>(*grammar, trie);
     const double compile_s = Since(t0);
     const std::vector<int32_t> ids = (*tokenizer)->Encode(w.document, false);
     auto cold = Walk(g, ids);
-    if (!cold.ok()) return Fail(3, w.name + ": " + std::string(cold.status().message()));
+    if (!cold.ok())
+      return Fail("walsh-bench constraint", 3,
+                  w.name + ": " + std::string(cold.status().message()));
     auto next = Walk(g, (*tokenizer)->Encode(w.next, false));
-    if (!next.ok()) return Fail(3, w.name + ": " + std::string(next.status().message()));
+    if (!next.ok())
+      return Fail("walsh-bench constraint", 3,
+                  w.name + ": " + std::string(next.status().message()));
     std::vector<double> warm;
     for (int64_t r = 0; r < repeats; ++r) {
       auto again = Walk(g, ids);
-      if (!again.ok()) return Fail(3, std::string(again.status().message()));
+      if (!again.ok())
+        return Fail("walsh-bench constraint", 3, std::string(again.status().message()));
       warm.insert(warm.end(), again->begin(), again->end());
     }
     const double cold_max = *std::max_element(cold->begin(), cold->end());
@@ -195,9 +194,11 @@ int ConstraintBenchMain(int argc, char** argv) {
     }
     const double warm_up_s = Since(t0);
     auto first_warmed = Walk(warmed, ids);
-    if (!first_warmed.ok()) return Fail(3, std::string(first_warmed.status().message()));
+    if (!first_warmed.ok())
+      return Fail("walsh-bench constraint", 3, std::string(first_warmed.status().message()));
     auto next_warmed = Walk(warmed, (*tokenizer)->Encode(w.next, false));
-    if (!next_warmed.ok()) return Fail(3, std::string(next_warmed.status().message()));
+    if (!next_warmed.ok())
+      return Fail("walsh-bench constraint", 3, std::string(next_warmed.status().message()));
     std::vector<double> warmed_up = *first_warmed;
     warmed_up.insert(warmed_up.end(), next_warmed->begin(), next_warmed->end());
     const double warmed_up_max = *std::max_element(warmed_up.begin(), warmed_up.end());
@@ -251,12 +252,14 @@ int ConstraintBenchMain(int argc, char** argv) {
     // worker's do. Each block compiles its constraint afresh, so its masks start cold (a new
     // schema).
     auto bound = Model::Bind(std::move(*file));
-    if (!bound.ok()) return Fail(1, std::string(bound.status().message()));
+    if (!bound.ok())
+      return Fail("walsh-bench constraint", 1, std::string(bound.status().message()));
     EngineOptions opts;
     opts.state_slots = batch;
     opts.kv_pages = batch * (steps * 6 + 64) / opts.page_size + 2 * batch + 2;
     auto engine = Engine::Create(std::move(*bound), opts);
-    if (!engine.ok()) return Fail(1, std::string(engine.status().message()));
+    if (!engine.ok())
+      return Fail("walsh-bench constraint", 1, std::string(engine.status().message()));
     Engine& e = **engine;
     std::printf("\ndecode steps at batch %lld (%lld steps per block, blocks alternate):\n",
                 static_cast<long long>(batch), static_cast<long long>(steps));
@@ -326,7 +329,8 @@ int ConstraintBenchMain(int argc, char** argv) {
         auto c = block(&spec, &prefetcher, false);
         auto d = block(&spec, &prefetcher, true);
         for (const auto* r : {&a, &b, &c, &d}) {
-          if (!r->ok()) return Fail(3, std::string(r->status().message()));
+          if (!r->ok())
+            return Fail("walsh-bench constraint", 3, std::string(r->status().message()));
         }
         for (auto [sum, one] :
              {std::pair{&without, &*a}, {&after, &*b}, {&overlapped, &*c}, {&warmed, &*d}}) {
@@ -357,7 +361,7 @@ int ConstraintBenchMain(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << doc.dump(2) << "\n";
-    if (!out) return Fail(3, "cannot write " + json_path);
+    if (!out) return Fail("walsh-bench constraint", 3, "cannot write " + json_path);
   }
   return 0;
 }

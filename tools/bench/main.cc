@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench/constraint_bench.h"
 #include "tools/bench/oracle_speculation.h"
+#include "tools/bench/report.h"
 #include "tools/bench/stopwatch.h"
 #include "tools/bench/vision_bench.h"
 #include "worker/engine/engine.h"
@@ -89,11 +90,6 @@ void PrintProfiles(const std::vector<TestProfile>& profiles, nlohmann::json* doc
   }
 }
 
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "walsh-bench: %s\n", message.c_str());
-  return code;
-}
-
 int Decode(int argc, char** argv) {
   std::string model_path, device = "cpu", batches = "1", json_path, kv_cache_dtype = "fp16";
   int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
@@ -121,14 +117,14 @@ int Decode(int argc, char** argv) {
   flags.Bool("profile", &profile,
              "also print each test's step profile: wall time per backend op (CPU)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
-    return Fail(2, std::string(s.message()) + "\n" + flags.Help());
+    return Fail("walsh-bench", 2, std::string(s.message()) + "\n" + flags.Help());
   }
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
   if (profile && tp > 1) {
-    return Fail(2,
+    return Fail("walsh-bench", 2,
                 "--profile: ranks run their ops at once, so per-op wall times do not add up "
                 "to a step; profile with --tp 1");
   }
@@ -137,7 +133,7 @@ int Decode(int argc, char** argv) {
   for (absl::string_view b : absl::StrSplit(batches, ',')) {
     int64_t v;
     if (!absl::SimpleAtoi(b, &v) || v < 1) {
-      return Fail(2, "--batch: \"" + std::string(b) + "\" is not a batch size");
+      return Fail("walsh-bench", 2, "--batch: \"" + std::string(b) + "\" is not a batch size");
     }
     batch_sizes.push_back(v);
   }
@@ -145,13 +141,13 @@ int Decode(int argc, char** argv) {
   if (model_path.empty() || !ParseDevice(device, &dev) || prompt_tokens < 1 || gen_tokens < 1 ||
       prefill_chunk < 1 || threads < 1 || !ParseKvCacheDtype(kv_cache_dtype, &kv_dtype) ||
       speculate < 0 || speculate > 16) {
-    return Fail(2, "bad arguments\n" + flags.Help());
+    return Fail("walsh-bench", 2, "bad arguments\n" + flags.Help());
   }
   auto file = LoadModelFile(model_path);
-  if (!file.ok()) return Fail(1, "refused: " + std::string(file.status().message()));
+  if (!file.ok()) return Fail("walsh-bench", 1, "refused: " + std::string(file.status().message()));
   const int64_t file_bytes = static_cast<int64_t>(file->gguf->file_size());
   auto bound = Model::Bind(std::move(*file));
-  if (!bound.ok()) return Fail(1, std::string(bound.status().message()));
+  if (!bound.ok()) return Fail("walsh-bench", 1, std::string(bound.status().message()));
   int64_t max_batch = 1;
   for (int64_t b : batch_sizes) max_batch = std::max(max_batch, b);
   EngineOptions opts;
@@ -166,7 +162,7 @@ int Decode(int argc, char** argv) {
   opts.kv_pages = (max_batch * (16 + gen_tokens + speculate + 1) + prompt_tokens) / opts.page_size +
                   2 * max_batch + 2;
   auto engine = Engine::Create(std::move(*bound), opts);
-  if (!engine.ok()) return Fail(1, std::string(engine.status().message()));
+  if (!engine.ok()) return Fail("walsh-bench", 1, std::string(engine.status().message()));
   Engine& e = **engine;
   const int64_t vocab = e.model().config().vocab_size;
   const int64_t step_bytes = ProjectionBytes(e.model());
@@ -238,15 +234,15 @@ int Decode(int argc, char** argv) {
 
   {  // One untimed token first: it faults every weight page of the mapping in.
     auto seq = e.AddSequence();
-    if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
+    if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
     if (auto out = e.Forward({{*seq, random_tokens(1)}}); !out.ok()) {
-      return Fail(3, std::string(out.status().message()));
+      return Fail("walsh-bench", 3, std::string(out.status().message()));
     }
     (void)e.RemoveSequence(*seq);
   }
   {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).
     auto seq = e.AddSequence();
-    if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
+    if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
     const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
     op_profile.Reset();
     const auto t = std::chrono::steady_clock::now();
@@ -255,7 +251,7 @@ int Decode(int argc, char** argv) {
       std::vector<int32_t> part(prompt.begin() + i,
                                 prompt.begin() + std::min(prompt_tokens, i + prefill_chunk));
       if (auto out = e.Forward({{*seq, part}}); !out.ok()) {
-        return Fail(3, std::string(out.status().message()));
+        return Fail("walsh-bench", 3, std::string(out.status().message()));
       }
     }
     const double s = Since(t);
@@ -268,12 +264,12 @@ int Decode(int argc, char** argv) {
     std::vector<SequenceInput> batch;
     for (int64_t i = 0; i < b; ++i) {
       auto seq = e.AddSequence();
-      if (!seq.ok()) return Fail(3, std::string(seq.status().message()));
+      if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
       batch.push_back({*seq, random_tokens(16)});
     }
     for (int warm = 0; warm < 2; ++warm) {  // the prompts, then one warm-up decode step
       if (auto out = e.Forward(batch); !out.ok()) {
-        return Fail(3, std::string(out.status().message()));
+        return Fail("walsh-bench", 3, std::string(out.status().message()));
       }
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
     }
@@ -282,7 +278,7 @@ int Decode(int argc, char** argv) {
     for (int64_t k = 0; k < gen_tokens; ++k) {
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
       if (auto out = e.Forward(batch); !out.ok()) {
-        return Fail(3, std::string(out.status().message()));
+        return Fail("walsh-bench", 3, std::string(out.status().message()));
       }
     }
     const double s = Since(t);
@@ -297,7 +293,7 @@ int Decode(int argc, char** argv) {
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i = 0; i < b; ++i) prompts.push_back(random_tokens(16));
     absl::StatusOr<OracleSpeculation> sd = RunOracleSpeculation(e, prompts, speculate, gen_tokens);
-    if (!sd.ok()) return Fail(3, std::string(sd.status().message()));
+    if (!sd.ok()) return Fail("walsh-bench", 3, std::string(sd.status().message()));
     row("sd" + std::to_string(speculate), b, sd->tokens / sd->seconds, sd->seconds / sd->steps,
         sd->steps * static_cast<double>(step_bytes) / sd->seconds);
   }
@@ -305,7 +301,7 @@ int Decode(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << doc.dump(2) << "\n";
-    if (!out) return Fail(3, "cannot write " + json_path);
+    if (!out) return Fail("walsh-bench", 3, "cannot write " + json_path);
   }
   return 0;
 }
@@ -316,11 +312,12 @@ int Run(int argc, char** argv) {
   if (command == "constraint") return ConstraintBenchMain(argc - 1, argv + 1);
   if (command == "vision") return VisionBenchMain(argc - 1, argv + 1);
 #ifdef WALSH_ENGINE_ONLY
-  if (command == "serve") return Fail(2, "walsh-bench serve is not in the engine-only build");
+  if (command == "serve")
+    return Fail("walsh-bench", 2, "walsh-bench serve is not in the engine-only build");
 #else
   if (command == "serve") return ServeBenchMain(argc - 1, argv + 1);
 #endif
-  return Fail(2,
+  return Fail("walsh-bench", 2,
               "usage: walsh-bench decode --model FILE ... | walsh-bench constraint --model FILE "
               "... | walsh-bench vision [--device cpu|cuda] ... | walsh-bench serve --target "
               "ADDR ...");

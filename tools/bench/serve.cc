@@ -37,6 +37,7 @@
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench/http_get.h"
+#include "tools/bench/report.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
 namespace walsh {
@@ -255,13 +256,6 @@ class PrefixHitMeter {
   std::vector<std::string> endpoints_;
   std::pair<double, double> start_{0, 0};
 };
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
 
 struct Summary {
   std::string mode;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/report.h"
 #include "tools/bench/stopwatch.h"
 #include "tools/mkmodel/synthetic_mmproj.h"
 #include "worker/vision/encode_cost.h"
@@ -21,11 +22,6 @@
 
 namespace walsh {
 namespace {
-
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "walsh-bench vision: %s\n", message.c_str());
-  return code;
-}
 
 double MaxResidentGb() {
   rusage usage{};
@@ -51,23 +47,25 @@ int VisionBenchMain(int argc, char** argv) {
   flags.Int("repeat", &repeat, "timed encodes per side (the median is reported)");
   flags.String("json", &json_path, "also write the results as JSON to this file");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
-    return Fail(2, std::string(s.message()) + "\n" + flags.Help());
+    return Fail("walsh-bench vision", 2, std::string(s.message()) + "\n" + flags.Help());
   }
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
-  if (device != "cpu" && device != "cuda") return Fail(2, "--device must be cpu or cuda");
+  if (device != "cpu" && device != "cuda")
+    return Fail("walsh-bench vision", 2, "--device must be cpu or cuda");
   for (const auto& check :
        {FlagAtLeast("--threads", threads, 0), FlagAtLeast("--repeat", repeat, 1),
         FlagAtLeast("--text-width", text_width, 1), FlagAtLeast("--cuda-device", cuda_device, 0)}) {
-    if (!check.ok()) return Fail(2, std::string(check.message()));
+    if (!check.ok()) return Fail("walsh-bench vision", 2, std::string(check.message()));
   }
   std::vector<int64_t> sides;
   for (absl::string_view s : absl::StrSplit(sides_flag, ',')) {
     int64_t v;
     if (!absl::SimpleAtoi(s, &v) || v < 32 || v % 32 != 0) {
-      return Fail(2, "--sides: \"" + std::string(s) + "\" is not a positive multiple of 32");
+      return Fail("walsh-bench vision", 2,
+                  "--sides: \"" + std::string(s) + "\" is not a positive multiple of 32");
     }
     sides.push_back(v);
   }
@@ -78,14 +76,14 @@ int VisionBenchMain(int argc, char** argv) {
           {.preset = preset, .text_embedding_length = text_width, .weight_type = kGgmlF16}, path);
       !s.ok()) {
     std::remove(path.c_str());
-    return Fail(1, "--preset " + preset + ": " + std::string(s.message()));
+    return Fail("walsh-bench vision", 1, "--preset " + preset + ": " + std::string(s.message()));
   }
   const double made_s = Since(start);
   start = SteadyClock::now();
   auto model = VisionModel::Load(
       path, text_width, {.cuda = device == "cuda", .cuda_device = static_cast<int>(cuda_device)});
   std::remove(path.c_str());
-  if (!model.ok()) return Fail(1, std::string(model.status().message()));
+  if (!model.ok()) return Fail("walsh-bench vision", 1, std::string(model.status().message()));
   const double load_s = Since(start);
   const MmprojConfig& c = (*model)->config();
   ThreadPool pool(threads > 0
@@ -106,7 +104,7 @@ int VisionBenchMain(int argc, char** argv) {
     px.planes.assign(3 * side * side, 0.25f);
     if (device == "cuda" && side == sides.front()) {  // the first launches load the kernels
       if (auto warm = (*model)->encoder().Encode(px); !warm.ok()) {
-        return Fail(1, std::string(warm.status().message()));
+        return Fail("walsh-bench vision", 1, std::string(warm.status().message()));
       }
     }
     std::vector<double> times;
@@ -114,7 +112,7 @@ int VisionBenchMain(int argc, char** argv) {
       start = SteadyClock::now();
       auto rows = (*model)->encoder().Encode(px, pool_or_null);
       times.push_back(Since(start));
-      if (!rows.ok()) return Fail(1, std::string(rows.status().message()));
+      if (!rows.ok()) return Fail("walsh-bench vision", 1, std::string(rows.status().message()));
     }
     std::sort(times.begin(), times.end());
     const double seconds = times[times.size() / 2];

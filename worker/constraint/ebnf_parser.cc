@@ -10,8 +10,6 @@
 namespace walsh {
 namespace {
 
-constexpr int kMaxNesting = 64;
-
 bool IsNameChar(uint32_t c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-';
@@ -78,7 +76,7 @@ class EbnfParser {
   }
 
   absl::Status Alternatives(int32_t rule, int depth) {
-    if (depth > kMaxNesting) return in_.Error("groups nested too deeply");
+    if (depth > kMaxGroupNesting) return in_.Error("groups nested too deeply");
     while (true) {
       GrammarSequence seq;
       RETURN_IF_ERROR(Sequence(seq, depth));

@@ -14,6 +14,9 @@
 
 namespace walsh {
 
+// How deeply a pattern's groups may nest: both parsers recurse once per level.
+inline constexpr int kMaxGroupNesting = 64;
+
 class PatternCursor {
  public:
   // Refuses ill-formed UTF-8.

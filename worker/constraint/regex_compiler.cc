@@ -7,8 +7,6 @@
 namespace walsh {
 namespace {
 
-constexpr int kMaxNesting = 64;
-
 class RegexParser {
  public:
   RegexParser(Grammar& g, PatternCursor cursor, std::vector<CodepointRange> universe)
@@ -27,7 +25,7 @@ class RegexParser {
   bool AtEnd() const { return in_.done() || (in_.peek() == '$' && in_.peek(1) == 0xFFFFFFFF); }
 
   absl::StatusOr<int32_t> Alternation(int depth) {
-    if (depth > kMaxNesting) return in_.Error("groups nested too deeply");
+    if (depth > kMaxGroupNesting) return in_.Error("groups nested too deeply");
     const int32_t rule = g_.NewRule("regex");
     while (true) {
       ASSIGN_OR_RETURN(GrammarSequence seq, Sequence(depth));

@@ -313,7 +313,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
         ok = ok && m;
       }
     } else if (key == "anyOf" || key == "oneOf" || key == "allOf") {
-      int matched = 0;
+      size_t matched = 0;
       for (const Json& branch : k) {
         ASSIGN_OR_RETURN(bool m, Admits(branch, v, resolve, depth + 1, budget));
         matched += m;
