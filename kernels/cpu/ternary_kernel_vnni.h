@@ -8,19 +8,25 @@
 // step. The tiling is the shared Tile (ternary_kernel_x86.h), and every float lane takes the AVX2
 // kernel's operations in its order, so the bits are the same.
 //
-// Codes are decoded two vectors per 512-bit register (WideCodes), each 128-bit lane as the
-// 256-bit decodes in ternary_kernel_x86.h do it, and meet the activations in two 512-bit
-// vpdpbusd: half the instructions for the same exact integer sums. Tokens go in pairs through
-// the float steps (rows, where there is one token), one 512-bit register per pair
-// (PairedAccumulators): the same operations lane by lane, with half the converts, multiplies and
-// FMAs (and a join of the two scales). vpdpbusd and the float multiplies share the multiply
-// pipes, which bound the batched kernel (bench/RESULTS.md, "2026-12-05 (later)").
+// Codes are decoded two vectors per 512-bit register, each 128-bit lane as the 256-bit decodes
+// in ternary_kernel_x86.h do it, and meet the activations in 512-bit vpdpbusd: half the
+// instructions for the same exact integer sums. The float steps then take two (row, token) pairs
+// per register: one convert, one multiply and one FMA for both. Two ways of pairing:
+// - PQ2_0 pairs rows (RowPairCodes, RowPairAccumulators): a register holds one code vector of
+//   two rows and meets a token's vector loaded into both halves, so the sums land in place.
+// - PTQ1_0 pairs tokens (WideCodes, PairedAccumulators; rows where there is one token): a
+//   register holds two code vectors of one row, and two shuffles and an add join each pair's
+//   halves. Its decode, the heavier part, stays amortized over more tokens that way.
+// vpdpbusd and the float multiplies share the multiply pipes, which bound the batched kernel
+// (bench/RESULTS.md, "2026-12-05 (later)" and "(evening)").
 //
 // Internal linkage throughout, as in ternary_kernel_x86.h: each including file has its own ISA.
 #ifndef WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
 #define WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
 
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/ternary_kernel_x86.h"
 
@@ -114,24 +120,92 @@ inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
   return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
-// Every 16-bit word `low` in the low 256 bits and `high` in the high ones.
-inline __m512i HalvesOf16(int16_t low, int16_t high) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high),
-                            1);
+[[gnu::always_inline]] inline __m512i Join(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
 }
 
-// PQ2_0 codes the same way: plane p (DecodePq2's c[p]) is the code bytes shifted right by 2p;
-// planes 0 and 1 in c[0], 2 and 3 in c[1].
-[[gnu::always_inline]] inline WideCodes DecodePq2Wide(const block_pq2_0& blk) {
-  const __m512i qs =
-      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)));
+// 32 bytes at p (32-byte aligned) in both halves.
+[[gnu::always_inline]] inline __m512i BothHalves(const void* p) {
+  return _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+[[gnu::always_inline]] inline __m512 BothHalves(const float* p) {
+  return _mm512_castpd_ps(
+      _mm512_broadcast_f64x4(_mm256_load_pd(reinterpret_cast<const double*>(p))));
+}
+
+// PQ2_0 decodes rows in pairs: a 512-bit register holds one block's code vector for two rows,
+// row 2i's in the low 256 bits and row 2i + 1's in the high ones. c[p] is both rows' plane p
+// (DecodePq2's c[p]: the code bytes shifted right by 2p), dw both rows' scales. Int32 lane L of
+// each half holds group L, so four vpdpbusd against a token's activations (each 32-byte vector in
+// both halves) leave both rows' eight group sums in place, with no step between the halves.
+struct RowPairCodes {
+  __m512i c[4];
+  __m512 dw;
+};
+
+[[gnu::always_inline]] inline RowPairCodes DecodePq2Pair(const block_pq2_0& b0,
+                                                         const block_pq2_0& b1) {
+  const __m512i qs = Join(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0.qs)),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1.qs)));
   const __m512i m3 = _mm512_set1_epi8(3);
-  WideCodes out;
-  out.c[0] = _mm512_and_si512(_mm512_srlv_epi16(qs, HalvesOf16(0, 2)), m3);
-  out.c[1] = _mm512_and_si512(_mm512_srlv_epi16(qs, HalvesOf16(4, 6)), m3);
-  out.dw = _mm256_set1_ps(_cvtsh_ss(blk.d));
+  RowPairCodes out;
+  out.c[0] = _mm512_and_si512(qs, m3);
+  out.c[1] = _mm512_and_si512(_mm512_srli_epi16(qs, 2), m3);
+  out.c[2] = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m3);
+  out.c[3] = _mm512_and_si512(_mm512_srli_epi16(qs, 6), m3);
+  out.dw = Join(_mm256_set1_ps(_cvtsh_ss(b0.d)), _mm256_set1_ps(_cvtsh_ss(b1.d)));
   return out;
 }
+
+// R rows by T tokens of accumulators, rows in pairs: pair i, token t holds rows 2i and 2i + 1's
+// eight group lanes in the low and high halves of one 512-bit register (acc[r · stride + t] in
+// memory, as TokenAccumulators keep them). An odd last row pairs with itself: the same lanes
+// twice, the high half dropped (the one-token kernel's last rows, a chunk's odd row).
+template <class Dot, int R, int T>
+struct RowPairAccumulators {
+  static constexpr int kPairs = (R + 1) / 2;
+  __m512 a[kPairs][T];
+
+  static constexpr int High(int i) { return 2 * i + 1 < R ? 2 * i + 1 : 2 * i; }
+
+  [[gnu::always_inline]] void Load(const __m256* acc, int stride) {
+    for (int i = 0; i < kPairs; ++i) {
+      for (int t = 0; t < T; ++t)
+        a[i][t] = Join(acc[2 * i * stride + t], acc[High(i) * stride + t]);
+    }
+  }
+  [[gnu::always_inline]] void Store(__m256* acc, int stride) const {
+    for (int i = 0; i < kPairs; ++i) {
+      for (int t = 0; t < T; ++t) {
+        acc[2 * i * stride + t] = _mm512_castps512_ps256(a[i][t]);
+        if (High(i) != 2 * i) acc[High(i) * stride + t] = HighHalf(a[i][t]);
+      }
+    }
+  }
+  // Block b of each row meets the same block of every token, x[t · x_stride]: every pair's codes
+  // are decoded first, so each token's activations are loaded once for all rows. Lane by lane:
+  // acc = fma(float(−Σq + Σ code · q), dw · dx, acc), as Accumulate (ternary_kernel_x86.h).
+  template <TernaryFormat F>
+  [[gnu::always_inline]] void AddBlock(const uint8_t* const* rows, int64_t b, const Q8Block128* x,
+                                       int64_t x_stride) {
+    RowPairCodes w[kPairs];
+    for (int i = 0; i < kPairs; ++i)
+      w[i] = Dot::template DecodePair<F>(rows[2 * i], rows[High(i)], b);
+    for (int t = 0; t < T; ++t) {
+      const Q8Block128& xb = x[t * x_stride];
+      const __m512i start = BothHalves(xb.minus_sum);
+      const __m512 dx = BothHalves(xb.d);
+      __m512i q[4];
+      for (int v = 0; v < 4; ++v) q[v] = BothHalves(xb.qs + 32 * v);
+      for (int i = 0; i < kPairs; ++i) {
+        __m512i isum = start;
+        for (int v = 0; v < 4; ++v) isum = _mm512_dpbusd_epi32(isum, w[i].c[v], q[v]);
+        a[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w[i].dw, dx), a[i][t]);
+      }
+    }
+  }
+};
 
 // Two (row, token) pairs' eight group lanes in one 512-bit register. Several tokens pair up:
 // tokens 2k and 2k + 1 of a row, low and high half, as acc[] holds them in memory, and an odd last
@@ -196,27 +270,39 @@ struct PairedAccumulators {
 };
 
 struct VnniDot {
-  template <int R, int T>
-  using Accumulators = PairedAccumulators<VnniDot, R, T>;
+  // PQ2_0 pairs rows; PTQ1_0, whose decode is the heavier part, pairs tokens, which keeps its
+  // decode at two code vectors per register and amortizes it over more tokens (bench/RESULTS.md,
+  // "2026-12-05 (evening)").
+  template <TernaryFormat F, int R, int T>
+  using Accumulators =
+      std::conditional_t<F == TernaryFormat::kPq2_0, RowPairAccumulators<VnniDot, R, T>,
+                         PairedAccumulators<VnniDot, R, T>>;
 
-  // Row and token tiles (ternary_kernel_x86.h), measured again with 512-bit codes and paired
-  // tokens (bench/RESULTS.md, "2026-12-05 (later)"): {2, 8} for both formats. PQ2_0 {2, 16}, {4,
-  // 8}, {4, 4} and PTQ1_0 {2, 16}, {1, 32} were slower; PTQ1_0 {1, 16}, best before, is 3-7% slower
-  // with VBMI's decode and no faster without it.
+  // Row and token tiles (ternary_kernel_x86.h), measured again with 512-bit codes
+  // (bench/RESULTS.md, "2026-12-05 (later)" and "(evening)"): PQ2_0 {4, 6} with row pairs, {2, 8},
+  // {2, 16}, {4, 4} and {2, 4} slower; PTQ1_0 {2, 8} with token pairs; PTQ1_0 {2, 16}, {1, 32}
+  // were slower, and {1, 16}, best before, is 3-7% slower with VBMI's decode and no faster without.
   template <TernaryFormat F>
-  static constexpr TileShape kTile = TileShape{2, 8};
+  static constexpr TileShape kTile = F == TernaryFormat::kPq2_0 ? TileShape{4, 6} : TileShape{2, 8};
 
+  // PTQ1_0's codes, two vectors per register (WideCodes).
   template <TernaryFormat F>
-  [[gnu::always_inline]] static auto Decode(const uint8_t* row, int64_t b) {
-    if constexpr (F == TernaryFormat::kPq2_0) {
-      return DecodePq2Wide(reinterpret_cast<const block_pq2_0*>(row)[b]);
-    } else {
+  [[gnu::always_inline]] static WideCodes Decode(const uint8_t* row, int64_t b) {
+    static_assert(F == TernaryFormat::kPtq1_0, "PQ2_0 decodes rows in pairs (DecodePair)");
 #ifdef __AVX512VBMI__
-      return DecodePtq1Vbmi(reinterpret_cast<const block_ptq1_0*>(row)[b]);
+    return DecodePtq1Vbmi(reinterpret_cast<const block_ptq1_0*>(row)[b]);
 #else
-      return DecodePtq1Wide(reinterpret_cast<const block_ptq1_0*>(row)[b]);
+    return DecodePtq1Wide(reinterpret_cast<const block_ptq1_0*>(row)[b]);
 #endif
-    }
+  }
+
+  // PQ2_0's codes of two rows (RowPairCodes).
+  template <TernaryFormat F>
+  [[gnu::always_inline]] static RowPairCodes DecodePair(const uint8_t* row0, const uint8_t* row1,
+                                                        int64_t b) {
+    static_assert(F == TernaryFormat::kPq2_0, "PTQ1_0 decodes one row at a time (Decode)");
+    return DecodePq2Pair(reinterpret_cast<const block_pq2_0*>(row0)[b],
+                         reinterpret_cast<const block_pq2_0*>(row1)[b]);
   }
 
   // start + Σ code · q per group, before the halves join: the low 256 bits gather code vectors 0

@@ -1,19 +1,19 @@
 // The x86 ternary kernel, written once for ternary_matmul_avx2.cc and the AVX-512 header
-// ternary_kernel_vnni.h that include it: they differ in how a block's codes are decoded
-// (Dot::Decode, which returns anything with the scale in `dw`), in their integer dot product with
-// a token's int8 activations (Dot::Sums), and in how many (row, token) pairs share a float
-// register (Dot::Accumulators); the float steps are the same operations in the same order, lane
-// by lane (kernels/ternary_block_combine.h).
+// ternary_kernel_vnni.h that include it: they differ in how a block's codes are decoded and
+// meet a token's int8 activations, and in how many (row, token) pairs share a float register
+// (Dot::Accumulators: TokenAccumulators here, over Dot::Decode and Dot::Sums; the VNNI header's
+// own); the float steps are the same operations in the same order, lane by lane
+// (kernels/ternary_block_combine.h).
 //
 // Shape of the work. A row tile of R rows meets a token tile of T tokens: each block of each
 // row is decoded once (into four 32-byte code vectors, or two 64-byte ones) and used for all T
 // tokens, and each activation block, once loaded, serves all R rows (from L1 for every row
 // after the first). A (row, token) pair keeps its eight group accumulators in one 256-bit
-// register, or half a 512-bit one (the VNNI header pairs tokens, or rows at one token), so a
-// block costs one convert, one multiply and one FMA per register and no horizontal sum; the eight
-// lanes join once per window. One token runs R = 4 rows (four FMA chains in flight, two where
-// rows pair); several run the ISA's Dot::kTile<F> (rows by tokens), over row chunks small enough
-// that their weights stay in cache while every token tile passes.
+// register, or half a 512-bit one (the VNNI header pairs rows, or for PTQ1_0 tokens), so a block
+// costs one convert, one multiply and one FMA per register and no horizontal sum; the eight lanes
+// join once per window. One token runs R = 4 rows (four FMA chains in flight, two where rows
+// pair); several run the ISA's Dot::kTile<F> (rows by tokens), over row chunks small enough that
+// their weights stay in cache while every token tile passes.
 //
 // Everything here has internal linkage on purpose: each including file is compiled for its own
 // ISA, and a shared inline definition could otherwise be linked from the wrong one.
@@ -48,8 +48,8 @@ struct TileShape {
 // Four 32-byte code vectors of one block (codes 0..3, value + 1) and its scale in all lanes.
 // Byte k of int32 lane L of vector v meets position 32v + 4L + k of the format's activation
 // layout, and every lane L holds one group (Q8LaneGroup), so a dot product's lanes are group
-// sums with no horizontal step. The VNNI header holds the same vectors two to a 512-bit register
-// (its WideCodes).
+// sums with no horizontal step. The VNNI header holds the same vectors two to a 512-bit register:
+// one row's two (WideCodes) or two rows' one (RowPairCodes).
 struct BlockCodes {
   __m256i c[4];
   __m256 dw;
@@ -181,8 +181,9 @@ inline __m256 Accumulate(__m256 acc, const Codes& w, const Q8Block128& xb) {
 }
 
 // R rows by T tokens of accumulators, one 256-bit register per (row, token); acc[r · stride + t]
-// in memory. A Dot names its accumulators (Dot::Accumulators<R, T>): these, or the VNNI header's,
-// which hold two tokens (or, at one token, two rows) per 512-bit register.
+// in memory. A Dot names its accumulators (Dot::Accumulators<F, R, T>): these, or the VNNI
+// header's, which hold two rows (PQ2_0) or two tokens (PTQ1_0; at one token, two rows) per
+// 512-bit register.
 template <class Dot, int R, int T>
 struct TokenAccumulators {
   __m256 a[R][T];
@@ -216,7 +217,7 @@ void Tile(const TernaryProduct& p, const uint8_t* const* rows, int64_t t0, int64
           __m256* acc, int acc_stride) {
   // Block b of token t0 + t is xt[t · x_stride + b − x_first_block] (no pointer before p.x).
   const Q8Block128* xt = p.x + t0 * p.x_stride;
-  typename Dot::template Accumulators<R, T> a;
+  typename Dot::template Accumulators<F, R, T> a;
   a.Load(acc, acc_stride);
   constexpr int64_t kBlockBytes =
       F == TernaryFormat::kPq2_0 ? sizeof(block_pq2_0) : sizeof(block_ptq1_0);

@@ -14,7 +14,7 @@ struct Avx2Dot {
   template <TernaryFormat F>
   static constexpr TileShape kTile = F == TernaryFormat::kPq2_0 ? TileShape{2, 4} : TileShape{1, 8};
 
-  template <int R, int T>
+  template <TernaryFormat F, int R, int T>
   using Accumulators = TokenAccumulators<Avx2Dot, R, T>;
 
   template <TernaryFormat F>
