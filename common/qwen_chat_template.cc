@@ -40,7 +40,7 @@ class PartsWriter {
 
 // What ForcedToolCallPrefix(name) writes, as parts.
 void WriteToolCallOpening(PartsWriter& w, const std::string& name) {
-  w.Markup("<tool_call>\n{\"name\": ");
+  w.Markup(absl::StrCat(kToolCallOpen, "\n{\"name\": "));
   w.Text(nlohmann::json(name).dump());
   w.Markup(", \"arguments\": ");
 }
@@ -48,7 +48,7 @@ void WriteToolCallOpening(PartsWriter& w, const std::string& name) {
 void WriteToolCall(PartsWriter& w, const RenderedToolCall& call) {
   WriteToolCallOpening(w, call.name);
   w.Text(call.arguments_json);
-  w.Markup("}\n</tool_call>");
+  w.Markup(absl::StrCat("}\n", kToolCallClose));
 }
 
 }  // namespace
@@ -74,7 +74,8 @@ std::string TemplateJson(const nlohmann::ordered_json& v) {
 }
 
 std::string ForcedToolCallPrefix(const std::string& name) {
-  return absl::StrCat("<tool_call>\n{\"name\": ", nlohmann::json(name).dump(), ", \"arguments\": ");
+  return absl::StrCat(kToolCallOpen, "\n{\"name\": ", nlohmann::json(name).dump(),
+                      ", \"arguments\": ");
 }
 
 std::vector<PromptPart> RenderQwenChatParts(const ChatPrompt& p) {

@@ -95,8 +95,8 @@ std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choic
     for (const ToolSpec& t : tools) {
       if (t.name != forced) continue;
       // The prompt ends with the call's head: `<tool_call>\n{"name": "f", "arguments": `.
-      absl::StrAppend(&out, "root ::= %json ", ArgumentsSchema(t), " ", Literal("}\n</tool_call>"),
-                      "\n");
+      absl::StrAppend(&out, "root ::= %json ", ArgumentsSchema(t), " ",
+                      Literal(absl::StrCat("}\n", kToolCallClose)), "\n");
       return out;
     }
     return out;
@@ -107,7 +107,7 @@ std::string ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolChoice choic
                     Literal(absl::StrCat(Json(tools[i].name).dump(), ", \"arguments\": ")),
                     " %json ", ArgumentsSchema(tools[i]));
   }
-  absl::StrAppend(&out, "\n  ) ", Literal("}\n</tool_call>"), "\n");
+  absl::StrAppend(&out, "\n  ) ", Literal(absl::StrCat("}\n", kToolCallClose)), "\n");
   absl::StrAppend(&out, "calls ::= call", parallel ? " (\"\\n\" call)*" : "", "\n");
   if (choice == ToolChoice::kRequired) {
     absl::StrAppend(&out, "root ::= calls\n");

@@ -18,7 +18,7 @@
 //   register holds two code vectors of one row, and two shuffles and an add join each pair's
 //   halves. Its decode, the heavier part, stays amortized over more tokens that way.
 // vpdpbusd and the float multiplies share the multiply pipes, which bound the batched kernel
-// (bench/RESULTS.md, "2026-12-05 (later)" and "(evening)").
+// (bench/RESULTS.md, "2026-12-05 (later)" and "(third)").
 //
 // Internal linkage throughout, as in ternary_kernel_x86.h: each including file has its own ISA.
 #ifndef WALSH_KERNELS_CPU_TERNARY_KERNEL_VNNI_H_
@@ -167,19 +167,19 @@ struct RowPairAccumulators {
   static constexpr int kPairs = (R + 1) / 2;
   __m512 a[kPairs][T];
 
-  static constexpr int High(int i) { return 2 * i + 1 < R ? 2 * i + 1 : 2 * i; }
+  static constexpr int HighRow(int i) { return 2 * i + 1 < R ? 2 * i + 1 : 2 * i; }
 
   [[gnu::always_inline]] void Load(const __m256* acc, int stride) {
     for (int i = 0; i < kPairs; ++i) {
       for (int t = 0; t < T; ++t)
-        a[i][t] = Join(acc[2 * i * stride + t], acc[High(i) * stride + t]);
+        a[i][t] = Join(acc[2 * i * stride + t], acc[HighRow(i) * stride + t]);
     }
   }
   [[gnu::always_inline]] void Store(__m256* acc, int stride) const {
     for (int i = 0; i < kPairs; ++i) {
       for (int t = 0; t < T; ++t) {
         acc[2 * i * stride + t] = _mm512_castps512_ps256(a[i][t]);
-        if (High(i) != 2 * i) acc[High(i) * stride + t] = HighHalf(a[i][t]);
+        if (HighRow(i) != 2 * i) acc[HighRow(i) * stride + t] = HighHalf(a[i][t]);
       }
     }
   }
@@ -191,7 +191,7 @@ struct RowPairAccumulators {
                                        int64_t x_stride) {
     RowPairCodes w[kPairs];
     for (int i = 0; i < kPairs; ++i)
-      w[i] = Dot::template DecodePair<F>(rows[2 * i], rows[High(i)], b);
+      w[i] = Dot::template DecodePair<F>(rows[2 * i], rows[HighRow(i)], b);
     for (int t = 0; t < T; ++t) {
       const Q8Block128& xb = x[t * x_stride];
       const __m512i start = BothHalves(xb.minus_sum);
@@ -272,14 +272,14 @@ struct PairedAccumulators {
 struct VnniDot {
   // PQ2_0 pairs rows; PTQ1_0, whose decode is the heavier part, pairs tokens, which keeps its
   // decode at two code vectors per register and amortizes it over more tokens (bench/RESULTS.md,
-  // "2026-12-05 (evening)").
+  // "2026-12-05 (third)").
   template <TernaryFormat F, int R, int T>
   using Accumulators =
       std::conditional_t<F == TernaryFormat::kPq2_0, RowPairAccumulators<VnniDot, R, T>,
                          PairedAccumulators<VnniDot, R, T>>;
 
   // Row and token tiles (ternary_kernel_x86.h), measured again with 512-bit codes
-  // (bench/RESULTS.md, "2026-12-05 (later)" and "(evening)"): PQ2_0 {4, 6} with row pairs, {2, 8},
+  // (bench/RESULTS.md, "2026-12-05 (later)" and "(third)"): PQ2_0 {4, 6} with row pairs, {2, 8},
   // {2, 16}, {4, 4} and {2, 4} slower; PTQ1_0 {2, 8} with token pairs; PTQ1_0 {2, 16}, {1, 32}
   // were slower, and {1, 16}, best before, is 3-7% slower with VBMI's decode and no faster without.
   template <TernaryFormat F>

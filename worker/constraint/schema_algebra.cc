@@ -33,8 +33,8 @@ absl::Status CannotCombine(const std::string& key) {
       "two different '", key, "' cannot be combined (allOf, or beside $ref or anyOf)"));
 }
 
-absl::StatusOr<Json> Intersect(const Json& a, const Json& b, const SchemaResolver& resolve,
-                               int depth, int64_t& budget);
+absl::StatusOr<Json> IntersectSchemas(const Json& a, const Json& b, const SchemaResolver& resolve,
+                                      int depth, int64_t& budget);
 
 absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int depth,
                              int64_t& budget) {
@@ -50,7 +50,7 @@ absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int d
     ASSIGN_OR_RETURN(const Json* target, resolve(out["$ref"].get<std::string>()));
     out.erase("$ref");
     ASSIGN_OR_RETURN(Json flat, Flatten(*target, resolve, depth + 1, budget));
-    ASSIGN_OR_RETURN(out, Intersect(flat, out, resolve, depth + 1, budget));
+    ASSIGN_OR_RETURN(out, IntersectSchemas(flat, out, resolve, depth + 1, budget));
   }
   if (out.is_object() && out.contains("allOf")) {
     const Json all = out["allOf"];
@@ -61,9 +61,9 @@ absl::StatusOr<Json> Flatten(const Json& s, const SchemaResolver& resolve, int d
     // The branches first, what sits beside them last: members keep the branches' order.
     Json folded = true;
     for (const Json& branch : all) {
-      ASSIGN_OR_RETURN(folded, Intersect(folded, branch, resolve, depth + 1, budget));
+      ASSIGN_OR_RETURN(folded, IntersectSchemas(folded, branch, resolve, depth + 1, budget));
     }
-    ASSIGN_OR_RETURN(out, Intersect(folded, out, resolve, depth + 1, budget));
+    ASSIGN_OR_RETURN(out, IntersectSchemas(folded, out, resolve, depth + 1, budget));
   }
   return out;
 }
@@ -97,8 +97,8 @@ absl::Status Localize(Json& s) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaResolver& resolve,
-                               int depth, int64_t& budget) {
+absl::StatusOr<Json> IntersectSchemas(const Json& a_in, const Json& b_in,
+                                      const SchemaResolver& resolve, int depth, int64_t& budget) {
   if (--budget < 0) return OverBudget();
   if (depth > kMaxDepth) {
     return absl::InvalidArgumentError(
@@ -112,7 +112,7 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
   }
   ASSIGN_OR_RETURN(Json a, Flatten(a_in, resolve, depth + 1, budget));
   ASSIGN_OR_RETURN(Json b, Flatten(b_in, resolve, depth + 1, budget));
-  if (a.is_boolean() || b.is_boolean()) return Intersect(a, b, resolve, depth + 1, budget);
+  if (a.is_boolean() || b.is_boolean()) return IntersectSchemas(a, b, resolve, depth + 1, budget);
   RETURN_IF_ERROR(Localize(a));
   RETURN_IF_ERROR(Localize(b));
   Json out = a;
@@ -167,7 +167,7 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
       Json branches = Json::array();
       for (const Json& x : va) {
         for (const Json& y : vb) {
-          ASSIGN_OR_RETURN(Json both, Intersect(x, y, resolve, depth + 1, budget));
+          ASSIGN_OR_RETURN(Json both, IntersectSchemas(x, y, resolve, depth + 1, budget));
           if (!(both.is_boolean() && !both.get<bool>())) branches.push_back(both);
           if (branches.size() > kMaxBranches) {
             return absl::InvalidArgumentError(
@@ -209,13 +209,13 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
         if (props.contains(name)) continue;
         const Json sa = pa.contains(name) ? pa[name] : adda;
         const Json sb = pb.contains(name) ? pb[name] : addb;
-        ASSIGN_OR_RETURN(props[name], Intersect(sa, sb, resolve, depth + 1, budget));
+        ASSIGN_OR_RETURN(props[name], IntersectSchemas(sa, sb, resolve, depth + 1, budget));
       }
     }
     if (!props.empty()) out["properties"] = props;
     if (a.contains("additionalProperties") || b.contains("additionalProperties")) {
       ASSIGN_OR_RETURN(out["additionalProperties"],
-                       Intersect(adda, addb, resolve, depth + 1, budget));
+                       IntersectSchemas(adda, addb, resolve, depth + 1, budget));
     }
   }
   // Items: position by position, then what follows the longer prefix.
@@ -231,13 +231,14 @@ absl::StatusOr<Json> Intersect(const Json& a_in, const Json& b_in, const SchemaR
     }
     Json prefix = Json::array();
     for (size_t i = 0; i < std::max(xa.size(), xb.size()); ++i) {
-      ASSIGN_OR_RETURN(Json both, Intersect(i < xa.size() ? xa[i] : ia, i < xb.size() ? xb[i] : ib,
-                                            resolve, depth + 1, budget));
+      ASSIGN_OR_RETURN(Json both,
+                       IntersectSchemas(i < xa.size() ? xa[i] : ia, i < xb.size() ? xb[i] : ib,
+                                        resolve, depth + 1, budget));
       prefix.push_back(both);
     }
     if (!prefix.empty()) out["prefixItems"] = prefix;
     if (a.contains("items") || b.contains("items")) {
-      ASSIGN_OR_RETURN(out["items"], Intersect(ia, ib, resolve, depth + 1, budget));
+      ASSIGN_OR_RETURN(out["items"], IntersectSchemas(ia, ib, resolve, depth + 1, budget));
     }
   }
   return out;
@@ -344,7 +345,7 @@ absl::StatusOr<SchemaJson> IntersectSchemas(const SchemaJson& a, const SchemaJso
                                             const SchemaResolver& resolve) {
   try {
     int64_t budget = kMaxSteps;
-    return Intersect(a, b, resolve, 0, budget);
+    return IntersectSchemas(a, b, resolve, 0, budget);
   } catch (const std::exception& e) {  // a keyword of the wrong JSON type
     return absl::InvalidArgumentError(absl::StrCat("a keyword of the wrong type: ", e.what()));
   }
