@@ -39,6 +39,11 @@ struct WideCodes {
   __m256 dw;
 };
 
+// `low` in the low 256 bits, `high` in the high ones.
+[[gnu::always_inline]] inline __m512i Join(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
 [[gnu::always_inline]] inline __m512i Ptq1WideDigits(__m512i source, const int8_t* shuffle,
                                                      const int16_t* pow3) {
   const __m512i high = _mm512_shuffle_epi8(source, _mm512_load_si512(shuffle));
@@ -51,8 +56,7 @@ struct WideCodes {
   WideCodes out;
   for (int j = 0; j < 2; ++j) {
     const __m512i source =
-        _mm512_inserti64x4(_mm512_castsi256_si512(Ptq1Source(blk, bytes12to27, 2 * j)),
-                           Ptq1Source(blk, bytes12to27, 2 * j + 1), 1);
+        Join(Ptq1Source(blk, bytes12to27, 2 * j), Ptq1Source(blk, bytes12to27, 2 * j + 1));
     out.c[j] = _mm512_packus_epi16(
         Ptq1WideDigits(source, kPtq1Gather.shuffle[0][2 * j], kPtq1Gather.pow3[0][2 * j]),
         Ptq1WideDigits(source, kPtq1Gather.shuffle[1][2 * j], kPtq1Gather.pow3[1][2 * j]));
@@ -118,10 +122,6 @@ inline constexpr Ptq1Permute kPtq1Permute = MakePtq1Permute();
 
 [[gnu::always_inline]] inline __m256 HighHalf(__m512 v) {
   return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
-[[gnu::always_inline]] inline __m512i Join(__m256i low, __m256i high) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
 }
 
 // 32 bytes at p (32-byte aligned) in both halves.
