@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
+#include "worker/constraint/packed_stacks.h"
 
 namespace walsh {
 
@@ -54,6 +55,11 @@ class CompiledGrammar::StackSetBuilder {
   static constexpr size_t kScannedStacks = 16;
   std::vector<GrammarStack>& stacks_;
   absl::flat_hash_set<int32_t, Hash, Eq> index_;  // empty until the set passes kScannedStacks
+};
+
+struct CompiledGrammar::ExpandScratch {
+  StackPile pending;
+  PackedStackSet entered;
 };
 
 CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const TokenTrie> trie)
@@ -206,17 +212,16 @@ void CompiledGrammar::ComputeFollowSets() {
   }
 }
 
-void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, bool* escaped) const {
-  std::vector<GrammarStack> work;
-  absl::flat_hash_set<GrammarStack> entered;
-  work.push_back(std::move(stack));
+void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch,
+                             bool* escaped) const {
+  scratch.pending.Clear();
+  scratch.entered.Clear();
   // A bound on the expansion's work, in stack elements: nullable repetitions nested in each
   // other can reach millions of stacks, thousands deep, without reading a byte. Stacks past it
   // are dropped, as past kMaxGrammarStacks.
   int64_t budget = kMaxExpansionElements;
-  while (!work.empty() && budget >= 0) {
-    GrammarStack s = std::move(work.back());
-    work.pop_back();
+  GrammarStack s = std::move(stack);
+  do {
     while ((budget -= static_cast<int64_t>(s.size()) + 1) >= 0) {
       if (s.empty()) {
         out.Add(std::move(s));
@@ -234,7 +239,7 @@ void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, bool* esc
       }
       if (e.kind == Kind::kRule) {
         // A nullable x* comes back to the stack it started from: expand it once.
-        if (!entered.insert(s).second) break;
+        if (!scratch.entered.Insert(s)) break;
       }
       s.pop_back();
       if (e.kind == Kind::kEnd) continue;
@@ -245,20 +250,19 @@ void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, bool* esc
       const std::vector<int32_t>& starts = alternatives_[e.rule];
       for (size_t i = 1; i < starts.size(); ++i) {
         budget -= static_cast<int64_t>(s.size());
-        GrammarStack c = s;
-        c.push_back(starts[i]);
-        work.push_back(std::move(c));
+        scratch.pending.Push(s, starts[i]);
       }
       if (starts.empty()) break;
       s.push_back(starts[0]);
     }
-  }
+  } while (budget >= 0 && scratch.pending.Pop(s));
 }
 
 std::vector<GrammarStack> CompiledGrammar::Start() const {
   std::vector<GrammarStack> out;
   StackSetBuilder builder(out);
-  for (int32_t start : alternatives_[root_]) Expand({start}, builder, nullptr);
+  ExpandScratch scratch;
+  for (int32_t start : alternatives_[root_]) Expand({start}, builder, scratch, nullptr);
   return out;
 }
 
@@ -266,11 +270,12 @@ void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byt
                               std::vector<GrammarStack>& to, bool* escaped) const {
   to.clear();
   StackSetBuilder builder(to);
+  ExpandScratch scratch;
   for (const GrammarStack& s : from) {
     if (s.empty() || !Matches(s.back(), byte)) continue;
     GrammarStack next = s;
     ++next.back();
-    Expand(std::move(next), builder, escaped);
+    Expand(std::move(next), builder, scratch, escaped);
   }
 }
 

@@ -107,8 +107,12 @@ class CompiledGrammar {
     return (elements_[position].bytes[b >> 6] >> (b & 63)) & 1;
   }
   class StackSetBuilder;
+  // The stacks one expansion has yet to expand and the rule-topped ones it has entered, kept
+  // across the expansions of one step so their buffers are allocated once.
+  struct ExpandScratch;
   // Expands `stack` until every top is a byte class, adding the results to `out`.
-  void Expand(GrammarStack stack, StackSetBuilder& out, bool* escaped) const;
+  void Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch,
+              bool* escaped) const;
   // The mask of `position` with `below` (-1: none) the frame under it, cached.
   const ContextMask& MaskFor(int32_t below, int32_t position) const;
   // With a frame below, `alone` is the position's own mask, whose uncertain subtrees are all

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "worker/constraint/json_schema_compiler.h"
 #include "worker/constraint/mask_prefetcher.h"
 #include "worker/constraint/number_range.h"
+#include "worker/constraint/packed_stacks.h"
 #include "worker/constraint/regex_compiler.h"
 #include "worker/constraint/utf8_ranges.h"
 #include "worker/engine/generation.h"
@@ -492,6 +494,39 @@ TEST(StackSets, AdvanceMergesEachStacksResultsOnceInFirstSeenOrder) {
     cur.swap(next);
   }
   EXPECT_GT(largest, 16u);  // the indexed path ran
+}
+
+// An expansion's scratch (packed_stacks.h): the set agrees with std::set, scanned and indexed
+// (stacks that share prefixes, differ in their last element only, and the empty one); the pile
+// gives back what was pushed, last first.
+TEST(PackedStacks, SetAgreesWithStdSetAndPileIsLastInFirstOut) {
+  std::mt19937 rng(11);
+  PackedStackSet set;
+  for (int round = 0; round < 2; ++round) {
+    set.Clear();
+    std::set<GrammarStack> seen;
+    for (int i = 0; i < 400; ++i) {
+      GrammarStack s(rng() % 4);
+      for (int32_t& e : s) e = static_cast<int32_t>(rng() % 3);
+      ASSERT_EQ(set.Insert(s), seen.insert(s).second) << "insert " << i << ", round " << round;
+    }
+    EXPECT_GT(seen.size(), 16u);  // the indexed path ran
+  }
+  StackPile pile;
+  std::vector<GrammarStack> pushed;
+  for (int i = 0; i < 50; ++i) {
+    GrammarStack s(rng() % 5);
+    for (int32_t& e : s) e = static_cast<int32_t>(rng() % 100);
+    pile.Push(s, i);
+    s.push_back(i);
+    pushed.push_back(s);
+  }
+  GrammarStack got{7, 7, 7};
+  for (size_t i = pushed.size(); i-- > 0;) {
+    ASSERT_TRUE(pile.Pop(got));
+    EXPECT_EQ(got, pushed[i]);
+  }
+  EXPECT_FALSE(pile.Pop(got));
 }
 
 TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
