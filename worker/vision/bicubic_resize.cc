@@ -8,6 +8,7 @@ namespace walsh {
 namespace {
 
 constexpr int kPrecisionBits = 32 - 8 - 2;
+constexpr int32_t kHalf = 1 << (kPrecisionBits - 1);  // rounds the fixed-point sums
 constexpr double kSupport = 2.0;
 
 double Bicubic(double x) {
@@ -70,13 +71,12 @@ RgbImage ResizeRows(const RgbImage& in, int64_t width, int64_t row_offset, int64
     uint8_t* dst = out.Row(y);
     for (int64_t x = 0; x < width; ++x) {
       const int32_t* w = &taps.weights[x * taps.window];
-      for (int c = 0; c < 3; ++c) {
-        int32_t sum = 1 << (kPrecisionBits - 1);
-        for (int64_t t = 0; t < taps.count[x]; ++t) {
-          sum += src[(taps.first[x] + t) * 3 + c] * w[t];
-        }
-        dst[x * 3 + c] = Clip8(sum);
+      const uint8_t* pixel = src + taps.first[x] * 3;
+      int32_t sum[3] = {kHalf, kHalf, kHalf};
+      for (int64_t t = 0; t < taps.count[x]; ++t, pixel += 3) {
+        for (int c = 0; c < 3; ++c) sum[c] += pixel[c] * w[t];
       }
+      for (int c = 0; c < 3; ++c) dst[x * 3 + c] = Clip8(sum[c]);
     }
   }
   return out;
@@ -97,16 +97,18 @@ RgbImage ResizeBicubic(const RgbImage& image, int64_t width, int64_t height) {
   const RgbImage& rows = horizontal ? resized_rows : image;
   const int64_t offset = horizontal ? first_row : 0;
   RgbImage out{.width = width, .height = height, .rgb = std::vector<uint8_t>(width * height * 3)};
+  // Tap by tap, each a multiply-add over a whole input row; every sum still takes its taps in
+  // order.
+  std::vector<int32_t> sums(width * 3);
   for (int64_t y = 0; y < height; ++y) {
     const int32_t* w = &vertical.weights[y * vertical.window];
-    uint8_t* dst = out.Row(y);
-    for (int64_t i = 0; i < width * 3; ++i) {
-      int32_t sum = 1 << (kPrecisionBits - 1);
-      for (int64_t t = 0; t < vertical.count[y]; ++t) {
-        sum += rows.Row(vertical.first[y] + t - offset)[i] * w[t];
-      }
-      dst[i] = Clip8(sum);
+    std::fill(sums.begin(), sums.end(), kHalf);
+    for (int64_t t = 0; t < vertical.count[y]; ++t) {
+      const uint8_t* src = rows.Row(vertical.first[y] + t - offset);
+      for (int64_t i = 0; i < width * 3; ++i) sums[i] += src[i] * w[t];
     }
+    uint8_t* dst = out.Row(y);
+    for (int64_t i = 0; i < width * 3; ++i) dst[i] = Clip8(sums[i]);
   }
   return out;
 }
