@@ -71,6 +71,16 @@ bool WorkerProcess::WaitForMetric(const std::string& series, double value, int s
   return false;
 }
 
+bool WorkerProcess::WaitForMetricAtLeast(const std::string& series, double value,
+                                         int seconds) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  do {
+    if (Metric(series).value_or(value - 1) >= value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
 StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));

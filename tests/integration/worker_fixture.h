@@ -35,6 +35,8 @@ class WorkerProcess {
   // As GatewayProcess's: one series of its /metrics now, and a poll until it reads `value`.
   std::optional<double> Metric(const std::string& series) const;
   bool WaitForMetric(const std::string& series, double value, int seconds = 30) const;
+  // Until `series` reads `value` or more, for up to `seconds`.
+  bool WaitForMetricAtLeast(const std::string& series, double value, int seconds = 30) const;
 
  private:
   std::unique_ptr<ChildProcess> process_;

@@ -5,7 +5,6 @@
 #ifndef WALSH_WORKER_CONSTRAINT_PACKED_STACKS_H_
 #define WALSH_WORKER_CONSTRAINT_PACKED_STACKS_H_
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -56,29 +55,29 @@ class PackedStackSet {
   bool Insert(const std::vector<int32_t>& stack) {
     const absl::Span<const int32_t> s(stack);
     const size_t hash = absl::Hash<absl::Span<const int32_t>>{}(s);
-    if (spans_.size() < kScanned) {
-      for (size_t i = 0; i < spans_.size(); ++i) {
-        if (spans_[i].hash == hash && Of(i) == s) return false;
+    if (stored_.size() < kScanned) {
+      for (size_t i = 0; i < stored_.size(); ++i) {
+        if (stored_[i].hash == hash && Of(i) == s) return false;
       }
     } else {
       if (index_.empty()) {
-        for (size_t i = 0; i < spans_.size(); ++i) index_.insert(i);
+        for (size_t i = 0; i < stored_.size(); ++i) index_.insert(i);
       }
       if (index_.contains(Probe{hash, s})) return false;
     }
-    spans_.push_back({hash, elements_.size(), stack.size()});
+    stored_.push_back({hash, elements_.size(), stack.size()});
     elements_.insert(elements_.end(), stack.begin(), stack.end());
-    if (!index_.empty()) index_.insert(spans_.size() - 1);
+    if (!index_.empty()) index_.insert(stored_.size() - 1);
     return true;
   }
   void Clear() {
     elements_.clear();
-    spans_.clear();
+    stored_.clear();
     index_.clear();
   }
 
  private:
-  struct Span {
+  struct StoredStack {
     size_t hash, begin, size;
   };
   struct Probe {
@@ -86,13 +85,13 @@ class PackedStackSet {
     absl::Span<const int32_t> stack;
   };
   absl::Span<const int32_t> Of(size_t i) const {
-    return absl::Span<const int32_t>(elements_.data() + spans_[i].begin, spans_[i].size);
+    return absl::Span<const int32_t>(elements_.data() + stored_[i].begin, stored_[i].size);
   }
-  // The index holds positions in spans_, hashed and compared as the stacks they name.
+  // The index holds positions in stored_, hashed and compared as the stacks they name.
   struct Hash {
     using is_transparent = void;
     const PackedStackSet* set;
-    size_t operator()(size_t i) const { return set->spans_[i].hash; }
+    size_t operator()(size_t i) const { return set->stored_[i].hash; }
     size_t operator()(const Probe& p) const { return p.hash; }
   };
   struct Eq {
@@ -108,7 +107,7 @@ class PackedStackSet {
   static constexpr size_t kScanned = 16;
 
   std::vector<int32_t> elements_;
-  std::vector<Span> spans_;
+  std::vector<StoredStack> stored_;
   absl::flat_hash_set<size_t, Hash, Eq> index_{0, Hash{this}, Eq{this}};
 };
 

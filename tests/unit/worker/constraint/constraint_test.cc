@@ -512,21 +512,53 @@ TEST(PackedStacks, SetAgreesWithStdSetAndPileIsLastInFirstOut) {
     }
     EXPECT_GT(seen.size(), 16u);  // the indexed path ran
   }
+  // Pushes and pops mixed, against a vector of stacks; cleared halfway, as each expansion does.
   StackPile pile;
-  std::vector<GrammarStack> pushed;
-  for (int i = 0; i < 50; ++i) {
-    GrammarStack s(rng() % 5);
-    for (int32_t& e : s) e = static_cast<int32_t>(rng() % 100);
-    pile.Push(s, i);
-    s.push_back(i);
-    pushed.push_back(s);
-  }
+  std::vector<GrammarStack> model;
   GrammarStack got{7, 7, 7};
-  for (size_t i = pushed.size(); i-- > 0;) {
+  for (int i = 0; i < 600; ++i) {
+    if (i == 300) {
+      pile.Clear();
+      model.clear();
+    }
+    if (rng() % 3 != 0) {
+      GrammarStack s(rng() % 5);
+      for (int32_t& e : s) e = static_cast<int32_t>(rng() % 100);
+      pile.Push(s, i);
+      s.push_back(i);
+      model.push_back(s);
+    } else {
+      ASSERT_EQ(pile.Pop(got), !model.empty()) << "pop " << i;
+      if (model.empty()) continue;
+      ASSERT_EQ(got, model.back()) << "pop " << i;
+      model.pop_back();
+    }
+  }
+  while (!model.empty()) {
     ASSERT_TRUE(pile.Pop(got));
-    EXPECT_EQ(got, pushed[i]);
+    ASSERT_EQ(got, model.back());
+    model.pop_back();
   }
   EXPECT_FALSE(pile.Pop(got));
+}
+
+// An expansion that runs out of its budget leaves nothing behind for the next stack's: here the
+// first stack after "a" descends 800 rules, each leaving its other alternative pending, and
+// runs out near 500 deep with those alternatives never expanded; the second stack's expansion
+// must not take them up.
+TEST(StackSets, AnExpansionPastItsBudgetLeavesNothingToTheNext) {
+  std::string ebnf = "root ::= \"a\" r0 | \"a\" \"c\"\n";
+  for (int i = 0; i < 800; ++i) ebnf += absl::StrCat("r", i, " ::= r", i + 1, " \"z\" | \"x\"\n");
+  ebnf += "r800 ::= \"x\"\n";
+  auto g = Compile(ParseEbnf(ebnf), SmallVocabulary(0, 1));
+  const std::vector<GrammarStack> start = g->Start();
+  ASSERT_EQ(start.size(), 2u);
+  std::vector<GrammarStack> together, first, second;
+  g->Advance(start, 'a', together);
+  g->Advance({start[0]}, 'a', first);
+  g->Advance({start[1]}, 'a', second);
+  EXPECT_TRUE(first.empty());  // the budget ran out before any byte class was on top
+  EXPECT_EQ(together, second);
 }
 
 TEST(TokenMask, EqualsBruteForceOnSmallVocabularies) {
