@@ -43,8 +43,8 @@ class StackPile {
   std::vector<size_t> ends_;  // per stack: one past its last element
 };
 
-// A set of stacks. A few are scanned for a match; past kScanned, an index of them is built and
-// kept (as CompiledGrammar's StackSetBuilder does).
+// A set of stacks, found through an index of their positions (each stack is hashed anyway, so
+// a scan of the first few, as StackSetBuilder does, would save nothing).
 class PackedStackSet {
  public:
   PackedStackSet() = default;
@@ -55,19 +55,10 @@ class PackedStackSet {
   bool Insert(const std::vector<int32_t>& stack) {
     const absl::Span<const int32_t> s(stack);
     const size_t hash = absl::Hash<absl::Span<const int32_t>>{}(s);
-    if (stored_.size() < kScanned) {
-      for (size_t i = 0; i < stored_.size(); ++i) {
-        if (stored_[i].hash == hash && Of(i) == s) return false;
-      }
-    } else {
-      if (index_.empty()) {
-        for (size_t i = 0; i < stored_.size(); ++i) index_.insert(i);
-      }
-      if (index_.contains(Probe{hash, s})) return false;
-    }
+    if (index_.contains(Probe{hash, s})) return false;
     stored_.push_back({hash, elements_.size(), stack.size()});
     elements_.insert(elements_.end(), stack.begin(), stack.end());
-    if (!index_.empty()) index_.insert(stored_.size() - 1);
+    index_.insert(stored_.size() - 1);
     return true;
   }
   void Clear() {
@@ -104,8 +95,6 @@ class PackedStackSet {
       return Of(a) == Of(b);
     }
   };
-  static constexpr size_t kScanned = 16;
-
   std::vector<int32_t> elements_;
   std::vector<StoredStack> stored_;
   absl::flat_hash_set<size_t, Hash, Eq> index_{0, Hash{this}, Eq{this}};

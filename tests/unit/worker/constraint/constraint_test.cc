@@ -496,7 +496,7 @@ TEST(StackSets, AdvanceMergesEachStacksResultsOnceInFirstSeenOrder) {
   EXPECT_GT(largest, 16u);  // the indexed path ran
 }
 
-// An expansion's scratch (packed_stacks.h): the set agrees with std::set, scanned and indexed
+// An expansion's scratch (packed_stacks.h): the set agrees with std::set, over hundreds of stacks
 // (stacks that share prefixes, differ in their last element only, and the empty one); the pile
 // gives back what was pushed, last first.
 TEST(PackedStacks, SetAgreesWithStdSetAndPileIsLastInFirstOut) {
@@ -510,7 +510,7 @@ TEST(PackedStacks, SetAgreesWithStdSetAndPileIsLastInFirstOut) {
       for (int32_t& e : s) e = static_cast<int32_t>(rng() % 3);
       ASSERT_EQ(set.Insert(s), seen.insert(s).second) << "insert " << i << ", round " << round;
     }
-    EXPECT_GT(seen.size(), 16u);  // the indexed path ran
+    EXPECT_GT(seen.size(), 16u);  // many distinct stacks, not a few
   }
   // Pushes and pops mixed, against a vector of stacks; cleared halfway, as each expansion does.
   StackPile pile;
