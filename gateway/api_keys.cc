@@ -59,6 +59,12 @@ size_t ApiKeys::count() const {
   return keys_.size();
 }
 
+std::string PresentedKey(absl::string_view value) {
+  // The scheme is case-insensitive and followed by one or more spaces (RFC 7235 §2.1).
+  if (value.size() <= 7 || !absl::EqualsIgnoreCase(value.substr(0, 7), "bearer ")) return "";
+  return std::string(absl::StripLeadingAsciiWhitespace(value.substr(7)));
+}
+
 absl::Status ApiKeys::Check(const std::vector<std::string>& authorization) const {
   if (!enabled()) return absl::OkStatus();
   if (authorization.size() != 1) {
@@ -66,12 +72,7 @@ absl::Status ApiKeys::Check(const std::vector<std::string>& authorization) const
         authorization.empty() ? "authorization: a \"Bearer <api key>\" header is required"
                               : "authorization: send exactly one header, not several");
   }
-  const std::string& value = authorization[0];
-  // The scheme is case-insensitive and followed by one or more spaces (RFC 7235 §2.1).
-  std::string presented;
-  if (value.size() > 7 && absl::EqualsIgnoreCase(value.substr(0, 7), "bearer ")) {
-    presented = std::string(absl::StripLeadingAsciiWhitespace(value.substr(7)));
-  }
+  const std::string presented = PresentedKey(authorization[0]);
   bool match = false;
   {
     MutexLock l(&mu_);

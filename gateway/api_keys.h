@@ -20,6 +20,11 @@ namespace walsh {
 // Equal in time that depends only on the lengths, not on where the strings first differ.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
+// The key an authorization header's value presents: after the "Bearer" scheme, in any case,
+// and the spaces after it (RFC 7235 §2.1); empty when it presents none. Every spelling of one
+// key gives the same string, so what is keyed on it (the per-client limits) counts it once.
+std::string PresentedKey(absl::string_view authorization);
+
 class ApiKeys {
  public:
   ApiKeys(std::string key, std::string file) : key_(std::move(key)), file_(std::move(file)) {}

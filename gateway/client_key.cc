@@ -27,11 +27,11 @@ std::vector<std::string> MetadataValues(const grpc::ServerContextBase& context, 
 }
 
 std::string ClientKeyOf(const grpc::ServerContextBase& context, bool by_api_key,
-                        const TrustedProxies& proxies) {
+                        const TrustedProxies& proxies, int ipv6_prefix_bits) {
   const auto& md = context.client_metadata();
   if (by_api_key) {
     if (auto it = md.find("authorization"); it != md.end()) {
-      return "key:" + std::string(it->second.data(), it->second.size());
+      return "key:" + PresentedKey(absl::string_view(it->second.data(), it->second.size()));
     }
   }
   // The HTTP API calls in-process and names its client's address, which it resolved through
@@ -42,12 +42,14 @@ std::string ClientKeyOf(const grpc::ServerContextBase& context, bool by_api_key,
       ConstantTimeEquals(absl::string_view(token->second.data(), token->second.size()),
                          HttpCallToken())) {
     if (auto it = md.find(kHttpClientHeader); it != md.end()) {
-      return "peer:http:" + std::string(it->second.data(), it->second.size());
+      return "peer:http:" +
+             AddressGroup(std::string(it->second.data(), it->second.size()), ipv6_prefix_bits);
     }
   }
   // The address without the port: one client, many connections.
-  return "peer:" + proxies.ClientAddress(GrpcPeerAddress(context.peer()),
-                                         MetadataValues(context, "x-forwarded-for"));
+  return "peer:" + AddressGroup(proxies.ClientAddress(GrpcPeerAddress(context.peer()),
+                                                      MetadataValues(context, "x-forwarded-for")),
+                                ipv6_prefix_bits);
 }
 
 }  // namespace walsh

@@ -21,11 +21,12 @@ const std::string& HttpCallToken();
 // Every value of the call's metadata `name` (lower case), in order.
 std::vector<std::string> MetadataValues(const grpc::ServerContextBase& context, const char* name);
 
-// The key a call counts against: its API key when `by_api_key`, else its client's address
-// (behind a trusted proxy, the one X-Forwarded-For names; for the HTTP API's calls, the address
-// the HTTP face resolved).
+// The key a call counts against: its API key when `by_api_key` (as presented, whatever the
+// spelling of its header), else its client's address group (AddressGroup: behind a trusted
+// proxy, the address X-Forwarded-For names; for the HTTP API's calls, the address the HTTP face
+// resolved).
 std::string ClientKeyOf(const grpc::ServerContextBase& context, bool by_api_key,
-                        const TrustedProxies& proxies);
+                        const TrustedProxies& proxies, int ipv6_prefix_bits);
 
 }  // namespace walsh
 

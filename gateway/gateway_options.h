@@ -28,6 +28,7 @@ struct GatewayOptions {
   const ApiKeys* api_keys = nullptr;  // if set and enabled: every call needs a key
   KeyLimiter* limiter = nullptr;      // if set: per-client stream and rate limits
   TrustedProxies trusted_proxies;     // peers whose X-Forwarded-For names the client
+  int ipv6_prefix_bits = 64;          // IPv6 clients count per network of this size
   // What a stream may hold for a client that does not read, and the process's total (its budget
   // refuses new streams once reached).
   StreamBufferLimits stream_buffers;

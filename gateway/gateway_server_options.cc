@@ -57,6 +57,12 @@ void GatewayServer::Options::Register(FlagSet& flags) {
             "concurrent streams per client (its API key, else its address); 0: no limit");
   flags.Double("rate-limit", &rate_limit, "requests per second per client; 0: no limit");
   flags.Double("rate-burst", &rate_burst, "requests a client may send at once (default: the rate)");
+  flags.Int("rate-limit-max-clients", &rate_limit_max_clients,
+            "clients whose limits are tracked at once (those idle with a full bucket are "
+            "forgotten first); past it a new client is refused with RESOURCE_EXHAUSTED");
+  flags.Int("rate-limit-ipv6-prefix", &rate_limit_ipv6_prefix,
+            "IPv6 clients count as one per network of this prefix length, 1..128 (a subscriber "
+            "holds a whole /64)");
   flags.StringList("trusted-proxy", &trusted_proxy_cidrs,
                    "CIDR block or address of a proxy whose X-Forwarded-For names the client, for "
                    "per-client limits and logs");
@@ -101,6 +107,8 @@ absl::Status GatewayServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("max-streams-per-connection", max_streams_per_connection, 0));
   RETURN_IF_ERROR(FlagAtLeast("rate-limit", rate_limit, 0.0));
   RETURN_IF_ERROR(FlagAtLeast("rate-burst", rate_burst, 0.0));
+  RETURN_IF_ERROR(FlagAtLeast("rate-limit-max-clients", rate_limit_max_clients, 1));
+  RETURN_IF_ERROR(FlagWithin("rate-limit-ipv6-prefix", rate_limit_ipv6_prefix, 1, 128));
   RETURN_IF_ERROR(FlagAtLeast("drain-grace-seconds", drain_grace_seconds, 0));
   if (worker_keepalive_ms != 0 && worker_keepalive_ms < 1000) {
     return absl::InvalidArgumentError(absl::StrCat(

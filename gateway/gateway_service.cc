@@ -32,12 +32,13 @@ int64_t GatewayService::inflight() {
 grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
                                    std::shared_ptr<void>* stream_slot) {
   grpc::Status s = Authorize(context);
-  if (s.ok() && options_.limiter != nullptr) {
+  // Only Generate counts against the per-client limits: the calls around it (model info,
+  // tokenizing) are cheap, and an HTTP client's first request makes two.
+  if (s.ok() && options_.limiter != nullptr && stream_slot != nullptr) {
     const std::string key =
         ClientKeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled(),
-                    options_.trusted_proxies);
-    s = ToGrpcStatus(stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
-                                            : options_.limiter->AdmitCall(key));
+                    options_.trusted_proxies, options_.ipv6_prefix_bits);
+    s = ToGrpcStatus(options_.limiter->AdmitStream(key, stream_slot));
     if (!s.ok()) metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
   }
   return s;

@@ -59,7 +59,7 @@ class GatewayService final
   void OnClientGone(ProxiedStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void OnEnded(ProxiedStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Authorization, then the client's rate limit (a stream also takes one of its slots).
+  // Authorization, then, for a stream (Generate), the client's rate token and stream slot.
   grpc::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot);
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
   std::shared_ptr<WorkerEndpoint> PickAny();

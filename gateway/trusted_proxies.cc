@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -110,6 +111,18 @@ std::string TrustedProxies::ClientAddress(const std::string& peer,
     if (!Trusts(client)) break;
   }
   return client;
+}
+
+std::string AddressGroup(const std::string& address, int ipv6_prefix_bits) {
+  std::optional<Address> a = ParseAddress(address);
+  if (!a) return address;
+  if (a->v4 || ipv6_prefix_bits >= 128) return Format(*a);
+  int bits = std::max(ipv6_prefix_bits, 0);
+  for (uint8_t& byte : a->bytes) {
+    byte &= bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - std::max(bits, 0)));
+    bits -= 8;
+  }
+  return absl::StrCat(Format(*a), "/", ipv6_prefix_bits);
 }
 
 std::string GrpcPeerAddress(const std::string& peer) {

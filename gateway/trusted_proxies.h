@@ -37,6 +37,12 @@ class TrustedProxies {
   std::vector<Block> blocks_;
 };
 
+// The group of clients an address counts in for per-client limits: an IPv4 address alone, an
+// IPv6 one by its first `ipv6_prefix_bits` bits, as a CIDR block ("2001:db8:1:2::/64"), since
+// one subscriber holds a whole /64 and could otherwise count as 2^64 clients. Text that is not
+// an address comes back as it is.
+std::string AddressGroup(const std::string& address, int ipv6_prefix_bits);
+
 // The address part of a gRPC peer string ("ipv4:10.1.2.3:5000" -> "10.1.2.3",
 // "ipv6:[::1]:5000" -> "::1"); other peers as they are.
 std::string GrpcPeerAddress(const std::string& peer);

@@ -4,6 +4,7 @@
 #ifndef WALSH_TESTS_FUZZ_CONSTRAINT_FUZZ_H_
 #define WALSH_TESTS_FUZZ_CONSTRAINT_FUZZ_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "worker/constraint/compiled_grammar.h"
 #include "worker/constraint/constraint_cache.h"
 #include "worker/constraint/grammar_matcher.h"
+#include "worker/constraint/mask_budget.h"
 
 namespace walsh::fuzz {
 
@@ -46,7 +48,8 @@ inline std::shared_ptr<const CompiledGrammar> Compile(const ConstraintSpec& spec
 }
 
 // Walks up to six tokens chosen by the input's last bytes, every mask against brute force and
-// against itself computed again.
+// against itself computed again. The cost oracle: what compiled stays within the default work
+// budget per mask and per token (mask_budget.h), or compilation should have refused it.
 inline void WalkAgainstBruteForce(std::shared_ptr<const CompiledGrammar> compiled,
                                   const uint8_t* data, size_t size) {
   GrammarMatcher m(compiled);
@@ -54,7 +57,10 @@ inline void WalkAgainstBruteForce(std::shared_ptr<const CompiledGrammar> compile
   const int64_t vocab = compiled->trie().vocab_size();
   for (size_t step = 0; step < 6 && !m.MustEnd(); ++step) {
     std::vector<uint64_t> mask, again;
-    m.FillMask(mask);
+    const MaskLimits work_only{.work = MaskLimits::kDefaultWork,
+                               .time = std::chrono::milliseconds(0)};
+    MaskBudget budget(work_only);
+    if (!m.FillMask(mask, budget).ok()) Violated("a compiled grammar's mask ran past the budget");
     m.FillMask(again);  // from the grammar's per-stack memo this time
     if (again != mask) Violated("a memoized mask differs from the walked one");
     std::vector<int32_t> allowed;
@@ -66,7 +72,11 @@ inline void WalkAgainstBruteForce(std::shared_ptr<const CompiledGrammar> compile
     }
     if (allowed.empty()) return;
     const uint8_t pick = step < size ? data[size - 1 - step] : 0;
-    if (!m.AcceptToken(allowed[pick % allowed.size()])) Violated("an allowed token was refused");
+    MaskBudget advance(work_only);
+    if (!m.AcceptToken(allowed[pick % allowed.size()], advance)) {
+      Violated(advance.spent() ? "advancing past a token ran past the budget"
+                               : "an allowed token was refused");
+    }
   }
 }
 

@@ -706,7 +706,8 @@ TEST(GatewaySecurity, ApiKeysOnEveryCallReloadedOnSighup) {
   EXPECT_EQ(tokenize({"Bearer first-key"}), grpc::StatusCode::UNAUTHENTICATED);
 }
 
-// Per-client limits: concurrent streams per API key, and a request-rate bucket per key.
+// Per-client limits: concurrent streams per API key, and a request-rate bucket per key, which
+// every spelling of the key's header shares and only Generate draws from.
 TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
   WorkerProcess w;
   ASSERT_TRUE(w.ok());
@@ -716,9 +717,10 @@ TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
                                    "--rate-limit", "0.01", "--rate-burst", "3"});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
-  auto generate = [&](const std::string& key, uint32_t tokens) {
+  auto generate = [&](const std::string& key, uint32_t tokens,
+                      const std::string& scheme = "Bearer ") {
     grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", "Bearer " + key);
+    ctx.AddMetadata("authorization", scheme + key);
     auto reader = stub->Generate(&ctx, Request("limits", tokens, 0.0f, 1));
     v1::GenerateResponse r;
     while (reader->Read(&r)) {
@@ -745,6 +747,19 @@ TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
   for (int i = 0; i < 3 && last.ok(); ++i) last = generate("alpha", 1);
   EXPECT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(last.error_message().find("--rate-limit"), std::string::npos) << last.error_message();
+  // Another spelling of the same key is the same client, with the same empty bucket.
+  for (const char* scheme : {"bearer ", "BEARER ", "Bearer  ", "bEaReR   "}) {
+    EXPECT_EQ(generate("alpha", 1, scheme).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << scheme;
+  }
+  // The calls around Generate do not draw from it.
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer alpha");
+    v1::GetModelInfoRequest q;
+    v1::ModelInfo info;
+    EXPECT_TRUE(stub->GetModelInfo(&ctx, q, &info).ok()) << i;
+  }
 }
 
 // A queued stream whose client goes away frees its queue place at once, not when some stream

@@ -93,6 +93,37 @@ TEST(StructuredOutput, RefusalsNameTheFieldAndWhatIsWrong) {
   EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
 }
 
+// Hostile constraints (docs/structured_output.md §Bounds): one whose automaton would explode is
+// refused at compile, naming the field; one that compiles but whose masks run past the worker's
+// work budget ends with RESOURCE_EXHAUSTED naming the flag, and the worker serves the next
+// request as before.
+TEST(StructuredOutput, HostileConstraintsAreRefusedOrBoundedNeverAStall) {
+  WorkerProcess w({"--constraint-mask-work", "65536"});
+  ASSERT_TRUE(w.ok());
+  auto stub = w.Generator();
+  v1::GenerateRequest r = Constrained(R"({"type":"string","pattern":"^(.?){2000}.{2000}$"})", 1, 8);
+  StreamResult s = RunGenerate(*stub, r);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.status.error_message().rfind("json_schema: ", 0), 0u) << s.status.error_message();
+  EXPECT_NE(s.status.error_message().find("can begin more than 512 ways"), std::string::npos);
+  r.set_regex("(.?){100}.{100}");
+  s = RunGenerate(*stub, r);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.status.error_message().rfind("regex: ", 0), 0u) << s.status.error_message();
+
+  r.set_regex("(.?){30}.{30}");
+  s = RunGenerate(*stub, r);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.status.error_message();
+  EXPECT_NE(s.status.error_message().find("--constraint-mask-work"), std::string::npos)
+      << s.status.error_message();
+  EXPECT_TRUE(w.WaitForMetric("walsh_worker_constraint_exhausted_total", 1));
+
+  r.set_regex("[a-z]{1,6}");
+  s = RunGenerate(*stub, r);
+  EXPECT_TRUE(s.status.ok()) << s.status.error_message();
+}
+
 // A constrained stream resumed at any index continues exactly; emitted ids the constraint
 // forbids are refused, naming the index.
 TEST(StructuredOutput, ResumeRebuildsTheConstraintFromTheEmittedTokens) {

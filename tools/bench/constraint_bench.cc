@@ -311,7 +311,9 @@ int ConstraintBenchMain(int argc, char** argv) {
         if (!out.ok()) return out.status();
         const auto sampling = SteadyClock::now();
         for (int64_t i = 0; i < batch; ++i) {
-          in[i].tokens = {gens[i]->Advance(out->RowLogits(i), out->vocab).id};
+          absl::StatusOr<GeneratedToken> drawn = gens[i]->Advance(out->RowLogits(i), out->vocab);
+          if (!drawn.ok()) return drawn.status();
+          in[i].tokens = {drawn->id};
         }
         if (k > 0) {
           times.sampling += Since(sampling) / steps;

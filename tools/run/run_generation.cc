@@ -166,7 +166,7 @@ absl::StatusOr<Decoded> Decode(Engine& engine, SequenceId seq, Generation& gen,
   if (no_tokens) d.finish = FinishReason::kLength;
   const int64_t vocab = static_cast<int64_t>(last.size());
   while (d.finish == FinishReason::kNone) {
-    const GeneratedToken t = gen.Advance(last.data(), vocab);
+    ASSIGN_OR_RETURN(const GeneratedToken t, gen.Advance(last.data(), vocab));
     ++d.tokens;
     printer.Print(t);
     d.finish = t.finish;

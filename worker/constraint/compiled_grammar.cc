@@ -142,13 +142,20 @@ bool CompiledGrammar::PastWarmBytes() const {
   return mask_bytes_ >= kMaxWarmBytes;
 }
 
-bool CompiledGrammar::WarmNext() const {
-  if (PastWarmBytes()) return false;
+bool CompiledGrammar::WarmNext(const MaskLimits& limits) const {
+  if (PastWarmBytes() || warm_abandoned_.load(std::memory_order_relaxed)) return false;
   const size_t i = next_warm_.fetch_add(1, std::memory_order_relaxed);
   if (i >= warm_contexts_.size()) return false;
   const auto [below, position] = warm_contexts_[i];
-  const ContextMask& alone = MaskFor(-1, position);
-  if (below >= 0 && !alone.uncertain.empty()) (void)MaskFor(below, position);
+  MaskBudget budget(MaskLimits{.work = limits.work, .time = std::chrono::milliseconds(0)});
+  const ContextMask* alone = MaskFor(-1, position, budget);
+  if (alone != nullptr && below >= 0 && !alone->uncertain.empty()) {
+    alone = MaskFor(below, position, budget);
+  }
+  if (alone == nullptr) {
+    warm_abandoned_.store(true, std::memory_order_relaxed);
+    return false;
+  }
   return true;
 }
 
@@ -213,7 +220,7 @@ void CompiledGrammar::ComputeFollowSets() {
 }
 
 void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch,
-                             bool* escaped) const {
+                             bool* escaped, MaskBudget* work) const {
   scratch.pending.Clear();
   scratch.entered.Clear();
   // A bound on the expansion's work, in stack elements: nullable repetitions nested in each
@@ -256,26 +263,29 @@ void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScr
       s.push_back(starts[0]);
     }
   } while (budget >= 0 && scratch.pending.Pop(s));
+  if (work != nullptr) work->Spend(kMaxExpansionElements - std::max<int64_t>(budget, 0));
 }
 
 std::vector<GrammarStack> CompiledGrammar::Start() const {
   std::vector<GrammarStack> out;
   StackSetBuilder builder(out);
   ExpandScratch scratch;
-  for (int32_t start : alternatives_[root_]) Expand({start}, builder, scratch, nullptr);
+  for (int32_t start : alternatives_[root_]) Expand({start}, builder, scratch, nullptr, nullptr);
   return out;
 }
 
 void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byte,
-                              std::vector<GrammarStack>& to, bool* escaped) const {
+                              std::vector<GrammarStack>& to, bool* escaped,
+                              MaskBudget* budget) const {
   to.clear();
   StackSetBuilder builder(to);
   ExpandScratch scratch;
   for (const GrammarStack& s : from) {
     if (s.empty() || !Matches(s.back(), byte)) continue;
+    if (budget != nullptr && !budget->Spend(1)) return;
     GrammarStack next = s;
     ++next.back();
-    Expand(std::move(next), builder, scratch, escaped);
+    Expand(std::move(next), builder, scratch, escaped, budget);
   }
 }
 
@@ -283,7 +293,8 @@ void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byt
 // few distinct sets (inside a string, every character leads back to the same one).
 class CompiledGrammar::SetSteps {
  public:
-  explicit SetSteps(const CompiledGrammar& g) : g_(g), dead_(Intern({})) {}
+  SetSteps(const CompiledGrammar& g, MaskBudget& budget)
+      : g_(g), budget_(budget), dead_(Intern({})) {}
   int32_t Intern(std::vector<GrammarStack>&& set) {
     auto [it, fresh] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
     if (fresh) {
@@ -323,11 +334,12 @@ class CompiledGrammar::SetSteps {
   std::pair<int32_t, bool> Compute(int32_t set, uint8_t b) {
     bool left = false;
     std::vector<GrammarStack> next;
-    g_.Advance(sets_[set], b, next, &left);
+    g_.Advance(sets_[set], b, next, &left, &budget_);
     return {Intern(std::move(next)), left};
   }
 
   const CompiledGrammar& g_;
+  MaskBudget& budget_;  // once spent, the sets are incomplete: the walk is thrown away
   std::vector<std::vector<GrammarStack>> sets_;
   std::vector<ByteSet> live_;  // per set: the bytes some stack's top takes
   absl::flat_hash_map<std::vector<GrammarStack>, int32_t> ids_;
@@ -336,9 +348,9 @@ class CompiledGrammar::SetSteps {
   const int32_t dead_;  // the empty set, interned first (after every other member exists)
 };
 
-void CompiledGrammar::AddUncertain(const GrammarStack& stack, const ContextMask& mask,
-                                   std::vector<uint64_t>& bits) const {
-  if (mask.uncertain.empty()) return;
+bool CompiledGrammar::AddUncertain(const GrammarStack& stack, const ContextMask& mask,
+                                   std::vector<uint64_t>& bits, MaskBudget& budget) const {
+  if (mask.uncertain.empty()) return true;
   std::shared_ptr<const TokenSet> accepted;
   {
     MutexLock lock(&mu_);
@@ -346,7 +358,9 @@ void CompiledGrammar::AddUncertain(const GrammarStack& stack, const ContextMask&
     if (it != stack_memo_.end()) accepted = it->second;
   }
   if (accepted == nullptr) {
-    accepted = std::make_shared<const TokenSet>(MakeTokenSet(WalkUncertain(stack, mask)));
+    std::vector<int32_t> walked = WalkUncertain(stack, mask, budget);
+    if (budget.spent()) return false;
+    accepted = std::make_shared<const TokenSet>(MakeTokenSet(std::move(walked)));
     const int64_t bytes = accepted->bytes() + static_cast<int64_t>(stack.size() * 4 + 64);
     MutexLock lock(&mu_);
     if (stack_memo_bytes_ + bytes > kMaxStackMemoBytes) {
@@ -356,6 +370,7 @@ void CompiledGrammar::AddUncertain(const GrammarStack& stack, const ContextMask&
     if (stack_memo_.try_emplace(stack, accepted).second) stack_memo_bytes_ += bytes;
   }
   accepted->AddTo(bits);
+  return true;
 }
 
 CompiledGrammar::TokenSet CompiledGrammar::MakeTokenSet(std::vector<int32_t> ids) const {
@@ -378,11 +393,12 @@ void CompiledGrammar::TokenSet::AddTo(std::vector<uint64_t>& out) const {
 }
 
 std::vector<int32_t> CompiledGrammar::WalkUncertain(const GrammarStack& stack,
-                                                    const ContextMask& mask) const {
+                                                    const ContextMask& mask,
+                                                    MaskBudget& budget) const {
   std::vector<int32_t> accepted;
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& sorted = trie_->sorted();
-  SetSteps steps(*this);
+  SetSteps steps(*this, budget);
   const int32_t start = steps.Intern({stack});
   auto allow = [&](int32_t from, int32_t to) {
     accepted.insert(accepted.end(), sorted.begin() + from, sorted.begin() + to);
@@ -393,6 +409,7 @@ std::vector<int32_t> CompiledGrammar::WalkUncertain(const GrammarStack& stack,
   std::string previous;
   std::vector<int32_t> path_sets{start};
   for (const auto& [root, depth] : mask.uncertain) {
+    if (!budget.Spend(1)) return accepted;
     const std::string& path = trie_->bytes(sorted[nodes[root].first]);
     size_t same = 0;
     const size_t known = std::min<size_t>(previous.size(), path_sets.size() - 1);
@@ -409,6 +426,7 @@ std::vector<int32_t> CompiledGrammar::WalkUncertain(const GrammarStack& stack,
     if (steps.Dead(set) || static_cast<int32_t>(path_sets.size()) - 1 < depth) continue;
     frames.assign(1, {root, set});
     while (!frames.empty()) {
+      if (!budget.Spend(1)) return accepted;
       const auto [node, at] = frames.back();
       frames.pop_back();
       allow(nodes[node].first, nodes[node].own_end);
@@ -422,7 +440,7 @@ std::vector<int32_t> CompiledGrammar::WalkUncertain(const GrammarStack& stack,
 }
 
 std::unique_ptr<CompiledGrammar::ContextMask> CompiledGrammar::ComputeMask(
-    int32_t below, int32_t position, const ContextMask* alone) const {
+    int32_t below, int32_t position, const ContextMask* alone, MaskBudget& budget) const {
   auto mask = std::make_unique<ContextMask>();
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& sorted = trie_->sorted();
@@ -446,13 +464,14 @@ std::unique_ptr<CompiledGrammar::ContextMask> CompiledGrammar::ComputeMask(
   // Leaving the context is returning from the rule of its lowest frame.
   const ByteSet& follow = follow_[rule_of_[below >= 0 ? below : position]];
   auto follows = [&](uint8_t b) { return (follow[b >> 6] >> (b & 63)) & 1; };
-  SetSteps memo(*this);
+  SetSteps memo(*this, budget);
   GrammarStack start{kBottom};
   if (below >= 0) start.push_back(below);
   start.push_back(position);
   std::vector<int32_t> sets{memo.Intern({std::move(start)})};
   std::vector<Frame> frames{{0, 1, false, false, alone == nullptr}};
   while (!frames.empty()) {
+    if (!budget.Spend(1)) return nullptr;
     Frame& f = frames.back();
     if (f.child >= nodes[f.node].end) {
       frames.pop_back();
@@ -491,38 +510,42 @@ std::unique_ptr<CompiledGrammar::ContextMask> CompiledGrammar::ComputeMask(
     sets.push_back(next_set);
     frames.push_back({child, child + 1, escaped, left_here, inside});
   }
+  if (budget.spent()) return nullptr;  // the last steps' sets may be incomplete
   mask->accepted = MakeTokenSet(std::move(accepted));
   mask->uncertain.shrink_to_fit();
   return mask;
 }
 
-const CompiledGrammar::ContextMask& CompiledGrammar::MaskAt(const GrammarStack& stack) const {
-  const ContextMask& alone = MaskFor(-1, stack.back());
-  if (stack.size() < 2 || alone.uncertain.empty()) return alone;
-  return MaskFor(stack[stack.size() - 2], stack.back());
+const CompiledGrammar::ContextMask* CompiledGrammar::MaskAt(const GrammarStack& stack,
+                                                            MaskBudget& budget) const {
+  const ContextMask* alone = MaskFor(-1, stack.back(), budget);
+  if (alone == nullptr || stack.size() < 2 || alone->uncertain.empty()) return alone;
+  return MaskFor(stack[stack.size() - 2], stack.back(), budget);
 }
 
-const CompiledGrammar::ContextMask& CompiledGrammar::MaskFor(int32_t below,
-                                                             int32_t position) const {
+const CompiledGrammar::ContextMask* CompiledGrammar::MaskFor(int32_t below, int32_t position,
+                                                             MaskBudget& budget) const {
   const int64_t key = (static_cast<int64_t>(below) + 1) << 32 | static_cast<uint32_t>(position);
   {
     MutexLock lock(&mu_);
     auto it = masks_.find(key);
-    if (it != masks_.end()) return *it->second;
+    if (it != masks_.end()) return it->second.get();
   }
-  std::unique_ptr<ContextMask> mask =
-      ComputeMask(below, position, below >= 0 ? &MaskFor(-1, position) : nullptr);
+  const ContextMask* alone = nullptr;
+  if (below >= 0 && (alone = MaskFor(-1, position, budget)) == nullptr) return nullptr;
+  std::unique_ptr<ContextMask> mask = ComputeMask(below, position, alone, budget);
+  if (mask == nullptr) return nullptr;
   MutexLock lock(&mu_);
   auto [it, fresh] = masks_.try_emplace(key, std::move(mask));
   if (fresh) {
     const ContextMask& m = *it->second;
     mask_bytes_ += m.accepted.bytes() + static_cast<int64_t>(m.uncertain.size() * 8);
   }
-  return *it->second;
+  return it->second.get();
 }
 
 int64_t CompiledGrammar::warm_remaining() const {
-  if (PastWarmBytes()) return 0;
+  if (PastWarmBytes() || warm_abandoned_.load(std::memory_order_relaxed)) return 0;
   const size_t next = next_warm_.load(std::memory_order_relaxed);
   return next >= warm_contexts_.size() ? 0 : static_cast<int64_t>(warm_contexts_.size() - next);
 }

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/mutex.h"
 #include "worker/constraint/grammar.h"
+#include "worker/constraint/mask_budget.h"
 #include "worker/constraint/token_trie.h"
 
 namespace walsh {
@@ -69,25 +70,29 @@ class CompiledGrammar {
   // The start state: every stack that can begin the root.
   std::vector<GrammarStack> Start() const;
   // The stacks after one byte; `escaped` (optional) is set when a stack ran past its bottom
-  // marker (kBottom), which only the mask cache puts there.
+  // marker (kBottom), which only the mask cache puts there. The expansions are charged to
+  // `budget` (optional); once it is spent, `to` is incomplete and must be thrown away.
   void Advance(const std::vector<GrammarStack>& from, uint8_t byte, std::vector<GrammarStack>& to,
-               bool* escaped = nullptr) const;
+               bool* escaped = nullptr, MaskBudget* budget = nullptr) const;
   // The mask of `stack`'s context (its top one or two frames): computed on first use, then
-  // shared by every matcher of this grammar.
-  const ContextMask& MaskAt(const GrammarStack& stack) const;
+  // shared by every matcher of this grammar. Null when `budget` ran out computing it (nothing
+  // is cached then).
+  const ContextMask* MaskAt(const GrammarStack& stack, MaskBudget& budget) const;
   // Sets in `bits` the tokens of `mask`'s uncertain subtrees that `stack` (whose context the
   // mask is) accepts. The answer depends on the stack alone, so it is kept per stack (up to
-  // kMaxStackMemoBytes): a new stack only when the text goes somewhere new.
-  void AddUncertain(const GrammarStack& stack, const ContextMask& mask,
-                    std::vector<uint64_t>& bits) const;
+  // kMaxStackMemoBytes): a new stack only when the text goes somewhere new. False when `budget`
+  // ran out (`bits` is then incomplete, and nothing is kept).
+  bool AddUncertain(const GrammarStack& stack, const ContextMask& mask, std::vector<uint64_t>& bits,
+                    MaskBudget& budget) const;
 
   // Computes the mask of one more of the contexts a stack can present (found from the grammar
   // alone: the root's positions, then those under each call in the grammar's order), so that a
   // request's first tokens find them cached (docs/structured_output.md §Warm-up). False once every
-  // one is cached. Thread-safe: several threads may warm one grammar.
-  bool WarmNext() const;
+  // one is cached, or once a context's mask ran past `limits` (its deadline aside: warming is in
+  // no hurry), which ends the warm-up for good. Thread-safe: several threads may warm one grammar.
+  bool WarmNext(const MaskLimits& limits = {}) const;
   size_t warm_contexts() const { return warm_contexts_.size(); }
-  // Contexts WarmNext has yet to compute (0 once done or once past the byte bound).
+  // Contexts WarmNext has yet to compute (0 once done, past the byte bound, or abandoned).
   int64_t warm_remaining() const;
 
   const TokenTrie& trie() const { return *trie_; }
@@ -111,17 +116,19 @@ class CompiledGrammar {
   // across the expansions of one step so their buffers are allocated once.
   struct ExpandScratch;
   // Expands `stack` until every top is a byte class, adding the results to `out`.
-  void Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch,
-              bool* escaped) const;
-  // The mask of `position` with `below` (-1: none) the frame under it, cached.
-  const ContextMask& MaskFor(int32_t below, int32_t position) const;
+  void Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch, bool* escaped,
+              MaskBudget* budget) const;
+  // The mask of `position` with `below` (-1: none) the frame under it, cached; null when
+  // `budget` ran out.
+  const ContextMask* MaskFor(int32_t below, int32_t position, MaskBudget& budget) const;
   // With a frame below, `alone` is the position's own mask, whose uncertain subtrees are all
-  // that is left to walk.
+  // that is left to walk. Null when `budget` ran out.
   std::unique_ptr<ContextMask> ComputeMask(int32_t below, int32_t position,
-                                           const ContextMask* alone) const;
+                                           const ContextMask* alone, MaskBudget& budget) const;
   TokenSet MakeTokenSet(std::vector<int32_t> ids) const;
   // AddUncertain's walk: each subtree's path once, then its tokens depth first.
-  std::vector<int32_t> WalkUncertain(const GrammarStack& stack, const ContextMask& mask) const;
+  std::vector<int32_t> WalkUncertain(const GrammarStack& stack, const ContextMask& mask,
+                                     MaskBudget& budget) const;
   class SetSteps;
 
   using ByteSet = std::array<uint64_t, 4>;
@@ -143,6 +150,7 @@ class CompiledGrammar {
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::pair<int32_t, int32_t>> warm_contexts_;
   mutable std::atomic<size_t> next_warm_{0};
+  mutable std::atomic<bool> warm_abandoned_{false};  // a context ran past its budget
   mutable Mutex mu_;
   // By context: (frame below + 1) << 32 | top position.
   mutable absl::flat_hash_map<int64_t, std::unique_ptr<ContextMask>> masks_ ABSL_GUARDED_BY(mu_);

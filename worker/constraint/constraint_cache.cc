@@ -57,28 +57,45 @@ ConstraintCache::ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ConstraintCache::Get(
     const ConstraintSpec& spec) {
   const std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.text);
+  std::shared_ptr<const CompiledGrammar> lease;
+  bool fresh = false;
   {
     MutexLock lock(&mu_);
     if (auto it = by_key_.find(key); it != by_key_.end()) {
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second);
+      lease = LeaseLocked(lru_.front(), fresh);
       EvictLocked();  // the grammars' masks grow as they are used, hits included
-      return lru_.front().grammar;
+    } else {
+      ++misses_;
     }
-    ++misses_;
   }
-  ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammarOnOwnStack(spec));
-  auto compiled = std::make_shared<const CompiledGrammar>(grammar, trie_);
-  {
+  if (lease == nullptr) {
+    ASSIGN_OR_RETURN(Grammar grammar, ConstraintGrammarOnOwnStack(spec));
+    auto compiled = std::make_shared<const CompiledGrammar>(grammar, trie_);
     MutexLock lock(&mu_);
-    if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->grammar;
-    lru_.push_front(
-        {key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
-    by_key_[key] = lru_.begin();
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) {
+      lru_.push_front(
+          {key, compiled, grammar.element_count() * 48 + static_cast<int64_t>(key.size())});
+      it = by_key_.emplace(key, lru_.begin()).first;
+    }
+    lease = LeaseLocked(*it->second, fresh);
     EvictLocked();
   }
-  if (warm_on_ != nullptr) warm_on_->Warm(compiled);
-  return compiled;
+  if (fresh && warm_on_ != nullptr && lease->warm_remaining() > 0) warm_on_->Warm(lease);
+  return lease;
+}
+
+std::shared_ptr<const CompiledGrammar> ConstraintCache::LeaseLocked(Entry& e, bool& fresh) {
+  if (std::shared_ptr<const CompiledGrammar> held = e.lease.lock()) return held;
+  // Shares the grammar, with a life of its own: the warm-up's weak handle expires when the
+  // last request's copy goes, while the cache's entry lives on.
+  auto owner = std::make_shared<std::shared_ptr<const CompiledGrammar>>(e.grammar);
+  std::shared_ptr<const CompiledGrammar> lease(owner, owner->get());
+  e.lease = lease;
+  fresh = true;
+  return lease;
 }
 
 void ConstraintCache::EvictLocked() {

@@ -37,11 +37,14 @@ absl::StatusOr<Grammar> ConstraintGrammarOnOwnStack(const ConstraintSpec& spec);
 
 class ConstraintCache {
  public:
-  // With `warm_on`, each newly compiled grammar's masks are warmed on its threads (which must
-  // outlive the cache) while the request that brought it waits for its prefill.
+  // With `warm_on`, a grammar's masks are warmed on its threads (which must outlive the cache)
+  // while some request uses it: from when the request that brought it waits for its prefill
+  // until the last request holding it ends (a later request resumes it).
   ConstraintCache(std::shared_ptr<const TokenTrie> trie, int64_t max_bytes,
                   MaskPrefetcher* warm_on = nullptr);
 
+  // The grammar, as a handle for one request: it keeps the grammar whole after an eviction,
+  // and the warm-up goes on while some request holds one.
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Get(const ConstraintSpec& spec);
 
   int64_t hits() const;
@@ -57,7 +60,11 @@ class ConstraintCache {
     std::string key;
     std::shared_ptr<const CompiledGrammar> grammar;
     int64_t grammar_bytes = 0;
+    std::weak_ptr<const CompiledGrammar> lease;  // the requests' handle, while one holds it
   };
+  // The requests' handle to `e`'s grammar; a new one (when none is held) is queued for warming.
+  std::shared_ptr<const CompiledGrammar> LeaseLocked(Entry& e, bool& fresh)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t BytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Least recently used out until the rest fits (the most recent always stays).
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "worker/constraint/utf8_ranges.h"
 
 namespace walsh {
@@ -66,6 +67,39 @@ GrammarSequence Grammar::Literal(const std::string& bytes) {
   GrammarSequence s;
   for (char c : bytes) s.push_back(Byte(static_cast<uint8_t>(c)));
   return s;
+}
+
+void Grammar::AddLiterals(int32_t rule, std::vector<std::string> literals) {
+  std::sort(literals.begin(), literals.end());
+  literals.erase(std::unique(literals.begin(), literals.end()), literals.end());
+  // Each group shares its first `depth` bytes, already matched on the way to `rule`.
+  struct Group {
+    int32_t rule;
+    size_t begin, end, depth;
+  };
+  std::vector<Group> work{{rule, 0, literals.size(), 0}};
+  while (!work.empty()) {
+    const Group g = work.back();
+    work.pop_back();
+    for (size_t i = g.begin; i < g.end;) {
+      if (literals[i].size() == g.depth) {  // ends here
+        AddAlternative(g.rule, {});
+        ++i;
+        continue;
+      }
+      const char byte = literals[i][g.depth];
+      size_t j = i + 1;
+      while (j < g.end && literals[j].size() > g.depth && literals[j][g.depth] == byte) ++j;
+      if (j == i + 1) {
+        AddAlternative(g.rule, Literal(literals[i].substr(g.depth)));
+      } else {
+        const int32_t next = NewRule("literals");
+        AddAlternative(g.rule, {Byte(static_cast<uint8_t>(byte)), Ref(next)});
+        work.push_back({next, i, j, g.depth + 1});
+      }
+      i = j;
+    }
+  }
 }
 
 std::vector<CodepointRange> Normalize(std::vector<CodepointRange> set) {
@@ -245,8 +279,72 @@ absl::Status Grammar::Check() const {
       }
     }
   }
+  RETURN_IF_ERROR(CheckFanout(nullable, leads));
   const std::vector<bool> productive = ProductiveRules();
   if (!productive[root_]) return absl::InvalidArgumentError("the constraint matches no text");
+  return absl::OkStatus();
+}
+
+absl::Status Grammar::CheckFanout(const std::vector<bool>& nullable,
+                                  const std::vector<std::vector<int32_t>>& leads) const {
+  // fanout[r]: the byte classes entering r reaches before reading a byte, counted per path, in
+  // an order where every rule comes after those its alternatives lead with (the leads are
+  // acyclic: Check refused left recursion). Saturates past the bound.
+  const size_t n = rules_.size();
+  constexpr int64_t kOver = kMaxGrammarFanout + 1;
+  std::vector<int64_t> fanout(n, -1);
+  std::vector<int32_t> order;
+  std::vector<std::pair<int32_t, size_t>> path;
+  for (size_t start = 0; start < n; ++start) {
+    if (fanout[start] != -1) continue;
+    fanout[start] = -2;  // on the path
+    path.push_back({static_cast<int32_t>(start), 0});
+    while (!path.empty()) {
+      auto& [rule, next] = path.back();
+      if (next == leads[rule].size()) {
+        order.push_back(rule);
+        fanout[rule] = 0;
+        path.pop_back();
+        continue;
+      }
+      const int32_t to = leads[rule][next++];
+      if (fanout[to] == -1) {
+        fanout[to] = -2;
+        path.push_back({to, 0});
+      }
+    }
+  }
+  // From element i of `alt` on: its fan-out, and the next one's while it can be empty.
+  auto from = [&](const GrammarSequence& alt, size_t i, int32_t self) {
+    int64_t total = 0;
+    for (; i < alt.size() && total < kOver; ++i) {
+      const GrammarElement& e = alt[i];
+      if (e.kind == GrammarElement::Kind::kBytes) return total + 1;
+      if (e.rule != self || !rules_[self].star) total += fanout[e.rule];
+      if (!nullable[e.rule]) break;
+    }
+    return std::min(total, kOver);
+  };
+  for (int32_t r : order) {
+    int64_t total = 0;
+    for (const GrammarSequence& alt : rules_[r].alternatives) {
+      total = std::min(total + from(alt, 0, r), kOver);
+    }
+    fanout[r] = total;
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (const GrammarSequence& alt : rules_[r].alternatives) {
+      for (size_t i = 0; i < alt.size(); ++i) {
+        if (from(alt, i, static_cast<int32_t>(r)) <= kMaxGrammarFanout) continue;
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "rule '%s' can begin more than %d ways before reading a byte, more parses than the "
+            "matcher follows at once: a repetition of something that can be empty, such as "
+            "(a?){n}, multiplies them (make the repeated part non-empty), as do that many "
+            "alternatives (anyOf, alternation) that start alike",
+            rules_[r].name, kMaxGrammarFanout));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

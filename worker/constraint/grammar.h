@@ -46,6 +46,12 @@ struct CodepointRange {
 // Bounds that keep every constraint's compiled form, and so its mask cache, finite.
 inline constexpr int64_t kMaxGrammarElements = 200'000;
 inline constexpr int64_t kMaxRepetition = 2'000;
+// The most ways a position may begin without reading a byte (the byte classes an expansion from
+// it can reach): the matcher's cost per byte grows with it, and repetitions of something that
+// can be empty, such as (a?){n}, make it grow with n (docs/structured_output.md §Bounds). Past
+// it the matcher would keep only the first kMaxGrammarStacks parses and silently drop the
+// rest, so Check() refuses it instead.
+inline constexpr int64_t kMaxGrammarFanout = 512;
 
 class Grammar {
  public:
@@ -62,6 +68,9 @@ class Grammar {
   static GrammarElement Byte(uint8_t b) { return Bytes({{b, b}}); }
   static GrammarElement Ref(int32_t rule);
   static GrammarSequence Literal(const std::string& bytes);
+  // Alternatives of `rule` matching exactly the `literals`, their common prefixes shared (a
+  // trie of helper rules), so that a long list begins at most 256 ways, not once per literal.
+  void AddLiterals(int32_t rule, std::vector<std::string> literals);
   // One character from a set of codepoints (UTF-8 encoded), as a single element (a rule when
   // it needs more than one byte).
   GrammarElement Chars(std::vector<CodepointRange> set);
@@ -70,7 +79,8 @@ class Grammar {
   absl::Status Repeat(const GrammarSequence& body, int64_t min, int64_t max, GrammarElement& out);
 
   // Refuses an undefined rule, a left-recursive rule (the matcher's stacks would grow without
-  // consuming a byte) and a grammar over the size bound, naming the rule.
+  // consuming a byte), a position that can begin more than kMaxGrammarFanout ways, and a
+  // grammar over the size bound, naming the rule.
   absl::Status Check() const;
   // Per rule: whether it derives some text. An alternative with an unproductive element can
   // never complete, and the matcher leaves it out.
@@ -83,6 +93,10 @@ class Grammar {
 
  private:
   bool Room(size_t elements);  // false (and overflowed_) past kMaxGrammarElements
+  // Check's part for kMaxGrammarFanout, given which rules can be empty and, per rule, the rules
+  // its alternatives can lead with.
+  absl::Status CheckFanout(const std::vector<bool>& nullable,
+                           const std::vector<std::vector<int32_t>>& leads) const;
 
   std::vector<GrammarRule> rules_;
   absl::flat_hash_map<std::string, int32_t> by_name_;

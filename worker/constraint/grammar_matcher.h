@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "worker/constraint/compiled_grammar.h"
+#include "worker/constraint/mask_budget.h"
 
 namespace walsh {
 
@@ -16,22 +18,26 @@ class GrammarMatcher {
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
 
   // Advances by one token's bytes. False (and no change) when the grammar does not allow it;
-  // a token outside the trie (a control token) is never allowed.
+  // a token outside the trie (a control token) is never allowed. With a budget, also false
+  // (and no change) once it is spent: the caller tells the two apart by budget.spent().
   bool AcceptToken(int32_t id);
+  bool AcceptToken(int32_t id, MaskBudget& budget);
   // Whether AcceptToken(id) would: the token's bytes keep some stack alive.
   bool Accepts(int32_t id) const;
   // Bit i of `bits` (vocab_size bits) is set when token i may come next. End-of-sequence
-  // tokens are the caller's: allowed exactly when CanEnd().
-  void FillMask(std::vector<uint64_t>& bits) const;
-  bool CanEnd() const;   // the output so far is a complete match
-  bool MustEnd() const;  // ... and nothing more can follow
+  // tokens are the caller's: allowed exactly when CanEnd(). Past `budget`, its status (and
+  // `bits` incomplete).
+  absl::Status FillMask(std::vector<uint64_t>& bits, MaskBudget& budget) const;
+  void FillMask(std::vector<uint64_t>& bits) const;  // unbounded
+  bool CanEnd() const;                               // the output so far is a complete match
+  bool MustEnd() const;                              // ... and nothing more can follow
   bool Dead() const { return stacks_.empty(); }
 
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
   // The stacks after `id`'s bytes into `out`; false when none survives.
-  bool StacksAfter(int32_t id, std::vector<GrammarStack>& out) const;
+  bool StacksAfter(int32_t id, std::vector<GrammarStack>& out, MaskBudget* budget) const;
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<GrammarStack> stacks_;

@@ -365,7 +365,9 @@ class SchemaCompiler {
         return Error(path + "/enum", "must be a non-empty array");
       }
       const int32_t r = g_.NewRule("enum");
-      for (const Json& v : values) g_.AddAlternative(r, Grammar::Literal(v.dump()));
+      std::vector<std::string> literals;
+      for (const Json& v : values) literals.push_back(v.dump());
+      g_.AddLiterals(r, std::move(literals));
       return Grammar::Ref(r);
     }
     for (const char* any : {"anyOf", "oneOf"}) {

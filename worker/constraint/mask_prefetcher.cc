@@ -13,32 +13,45 @@ bool MaskJob::Claim() {
 
 void MaskJob::Compute() {
   std::vector<uint64_t> bits;
-  matcher_->FillMask(bits);
-  MutexLock lock(&mu_);
-  bits_ = std::move(bits);
-  state_ = State::kDone;
-  done_.SignalAll();
+  MaskBudget budget(limits_, cancelled_, &abandoned_);
+  absl::Status status = matcher_->FillMask(bits, budget);
+  {
+    MutexLock lock(&mu_);
+    bits_ = std::move(bits);
+    status_ = std::move(status);
+    state_ = State::kDone;
+    done_.SignalAll();
+  }
+  if (on_done_) on_done_();
 }
 
 void MaskJob::Run() {
   if (Claim()) Compute();
 }
 
-std::vector<uint64_t> MaskJob::Take() {
+bool MaskJob::Ready() const {
+  MutexLock lock(&mu_);
+  return state_ == State::kDone;
+}
+
+absl::StatusOr<std::vector<uint64_t>> MaskJob::Take() {
   if (Claim()) Compute();
   MutexLock lock(&mu_);
   while (state_ == State::kRunning) done_.Wait(&mu_);
   state_ = State::kCancelled;  // taken: a pool thread that dequeues it now skips it
+  if (!status_.ok()) return status_;
   return std::move(bits_);
 }
 
 void MaskJob::Cancel() {
+  abandoned_.store(true, std::memory_order_relaxed);
   MutexLock lock(&mu_);
   while (state_ == State::kRunning) done_.Wait(&mu_);
   state_ = State::kCancelled;
 }
 
-MaskPrefetcher::MaskPrefetcher(int threads) {
+MaskPrefetcher::MaskPrefetcher(int threads, const MaskLimits& warm_limits)
+    : warm_limits_(warm_limits) {
   for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Loop(); });
 }
 
@@ -51,8 +64,11 @@ MaskPrefetcher::~MaskPrefetcher() {
   for (std::thread& t : threads_) t.join();
 }
 
-std::shared_ptr<MaskJob> MaskPrefetcher::Start(const GrammarMatcher* matcher) {
-  auto job = std::make_shared<MaskJob>(matcher);
+std::shared_ptr<MaskJob> MaskPrefetcher::Start(const GrammarMatcher* matcher,
+                                               const MaskLimits& limits,
+                                               const std::atomic<bool>* cancelled,
+                                               std::function<void()> on_done) {
+  auto job = std::make_shared<MaskJob>(matcher, limits, cancelled, std::move(on_done));
   MutexLock lock(&mu_);
   queue_.push_back(job);
   wake_.Signal();
@@ -83,7 +99,7 @@ void MaskPrefetcher::Loop() {
     }
     if (job != nullptr) {
       job->Run();
-    } else if (grammar != nullptr && grammar->WarmNext()) {
+    } else if (grammar != nullptr && grammar->WarmNext(warm_limits_)) {
       MutexLock lock(&mu_);
       warming_.push_back(grammar);  // behind the other grammars warming, round robin
     }

@@ -131,7 +131,8 @@ absl::StatusOr<Grammar> RegexGrammar(absl::string_view pattern) {
   ASSIGN_OR_RETURN(int32_t body, AddRegexRule(g, pattern, {{0, 0x10FFFF}}));
   g.AddAlternative(root, {Grammar::Ref(body)});
   g.SetRoot(root);
-  RETURN_IF_ERROR(g.Check());
+  absl::Status s = g.Check();
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("regex: ", s.message()));
   return g;
 }
 

@@ -20,18 +20,24 @@ void Generation::DropPrefetchedMask() {
   prefetched_.reset();
 }
 
-void Generation::PrefetchMask(MaskPrefetcher& prefetcher) {
+void Generation::PrefetchMask(MaskPrefetcher& prefetcher, std::function<void()> on_ready) {
   if (!matcher_ || prefetched_ || finished_ || exhausted_) return;
-  prefetched_ = prefetcher.Start(&*matcher_);
+  prefetched_ =
+      prefetcher.Start(&*matcher_, request_.mask_limits, request_.cancelled, std::move(on_ready));
 }
 
-const std::vector<uint64_t>* Generation::ConstraintMask(int64_t vocab) {
+bool Generation::MaskReady() const { return !prefetched_ || prefetched_->Ready(); }
+
+absl::StatusOr<const std::vector<uint64_t>*> Generation::ConstraintMask(int64_t vocab) {
   if (!matcher_) return nullptr;
   if (prefetched_) {
-    allowed_ = prefetched_->Take();
+    absl::StatusOr<std::vector<uint64_t>> taken = prefetched_->Take();
     prefetched_.reset();
+    if (!taken.ok()) return taken.status();
+    allowed_ = *std::move(taken);
   } else {
-    matcher_->FillMask(allowed_);
+    MaskBudget budget(request_.mask_limits, request_.cancelled);
+    if (absl::Status s = matcher_->FillMask(allowed_, budget); !s.ok()) return s;
   }
   allowed_.resize((vocab + 63) / 64, 0);
   if (matcher_->CanEnd()) AllowEnd(vocab);
@@ -52,20 +58,25 @@ void Generation::AllowEnd(int64_t vocab) {
   }
 }
 
-bool Generation::Constrain(int32_t id) {
+absl::StatusOr<bool> Generation::Constrain(int32_t id) {
   if (!matcher_) return true;
   const auto& end = request_.stop;
   if (std::find(end.eos_ids.begin(), end.eos_ids.end(), id) != end.eos_ids.end() ||
       std::find(end.stop_ids.begin(), end.stop_ids.end(), id) != end.stop_ids.end()) {
     return matcher_->CanEnd();
   }
-  return matcher_->AcceptToken(id);
+  MaskBudget budget(request_.mask_limits, request_.cancelled);
+  const bool accepted = matcher_->AcceptToken(id, budget);
+  if (budget.spent()) return budget.status();
+  return accepted;
 }
 
 absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
   DropPrefetchedMask();  // the matcher is about to move on
   for (int32_t id : ids) {
-    if (!Constrain(id)) {
+    absl::StatusOr<bool> allowed = Constrain(id);
+    if (!allowed.ok()) return allowed.status();
+    if (!*allowed) {
       return absl::InvalidArgumentError(absl::StrCat("emitted_ids[", output_.size(), "]: token ",
                                                      id, " is not allowed by the constraint"));
     }
@@ -76,14 +87,19 @@ absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
   return absl::OkStatus();
 }
 
-GeneratedToken Generation::Advance(const float* logits, int64_t vocab) {
+absl::StatusOr<GeneratedToken> Generation::Advance(const float* logits, int64_t vocab) {
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());
-  const std::vector<uint64_t>* mask = ConstraintMask(vocab);
+  absl::StatusOr<const std::vector<uint64_t>*> masked = ConstraintMask(vocab);
+  if (!masked.ok()) return masked.status();
+  const std::vector<uint64_t>* mask = *masked;
   SampledToken s;
   while (true) {
     s = Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index, mask);
-    if (mask == nullptr || Constrain(s.id) || exhausted_) break;
+    if (mask == nullptr || exhausted_) break;
+    absl::StatusOr<bool> allowed = Constrain(s.id);
+    if (!allowed.ok()) return allowed.status();
+    if (*allowed) break;
     // The mask allowed a token the automaton then refused (a stack past its bounds): take it
     // out and draw again, so the constraint's state always holds every output.
     allowed_[s.id >> 6] &= ~(1ull << (s.id & 63));

@@ -4,15 +4,19 @@
 #ifndef WALSH_WORKER_ENGINE_GENERATION_H_
 #define WALSH_WORKER_ENGINE_GENERATION_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/constraint/compiled_grammar.h"
 #include "worker/constraint/grammar_matcher.h"
+#include "worker/constraint/mask_budget.h"
 #include "worker/constraint/mask_prefetcher.h"
 #include "worker/engine/detokenizer.h"
 #include "worker/engine/sampler.h"
@@ -28,6 +32,11 @@ struct GenerationRequest {
   // Structured output (docs/structured_output.md): every output token keeps the text a prefix
   // of the grammar's language, and EOS or a stop token comes only where the text is complete.
   std::shared_ptr<const CompiledGrammar> constraint;
+  // What the constraint's work for one token may cost (its mask, or its advance past the token),
+  // and the request's cancel flag, which stops that work (optional; the caller's, and outlives
+  // the generation).
+  MaskLimits mask_limits;
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct GeneratedToken {
@@ -55,23 +64,31 @@ class Generation {
 
   // Feeds outputs another worker already produced and sent (a resumed stream): the detokenizer,
   // stop rules and constraint advance, their text is dropped, and sampling continues at the
-  // next index. Refuses, naming the index, an output the constraint does not allow.
+  // next index. Refuses, naming the index, an output the constraint does not allow, and ends
+  // with the budget's status when the constraint's work for one ran past it.
   absl::Status Replay(const std::vector<int32_t>& ids);
   // Starts the next token's constraint mask on `prefetcher`'s threads, to be computed while
-  // the forward pass that yields its logits runs; Advance takes it. Nothing without a
-  // constraint, or when one is already started.
-  void PrefetchMask(MaskPrefetcher& prefetcher);
+  // the forward pass that yields its logits runs; Advance takes it. `on_ready` (optional) is
+  // called from the computing thread once it is ready. Nothing without a constraint, or when
+  // one is already started.
+  void PrefetchMask(MaskPrefetcher& prefetcher, std::function<void()> on_ready = nullptr);
+  // Whether Advance would find its mask without waiting for another thread: no constraint, no
+  // mask started, or the started one done.
+  bool MaskReady() const;
   // Drops a prefetched mask that will not be taken (the pass failed): a queued one at once, a
   // running one when it ends.
   void DropPrefetchedMask();
-  // Draws the next token from the logits of the last position.
-  GeneratedToken Advance(const float* logits, int64_t vocab);
+  // Draws the next token from the logits of the last position. Fails (and the generation must
+  // end) when the constraint's work for the token ran past its budget (RESOURCE_EXHAUSTED
+  // naming the bound) or the request was cancelled during it.
+  absl::StatusOr<GeneratedToken> Advance(const float* logits, int64_t vocab);
 
  private:
   // The tokens the constraint allows next (null without one), EOS and stop ids included where
   // the text may end.
-  const std::vector<uint64_t>* ConstraintMask(int64_t vocab);
-  bool Constrain(int32_t id);    // advances the constraint past an output token, if it may
+  absl::StatusOr<const std::vector<uint64_t>*> ConstraintMask(int64_t vocab);
+  // Advances the constraint past an output token: whether it may.
+  absl::StatusOr<bool> Constrain(int32_t id);
   void AllowEnd(int64_t vocab);  // EOS and the stop ids into the mask
 
   GenerationRequest request_;

@@ -84,6 +84,10 @@ struct ActiveRequest {
   // setting; 0: none), and its drafts' back-off (draft_backoff.h).
   int64_t speculative_tokens = -1;
   DraftBackoff draft_backoff;
+  // A sample waiting for its constraint's mask, still computing on the mask threads: the logits
+  // of the position it samples. The request takes no step until the mask is ready; the others
+  // go on (docs/structured_output.md §Bounds).
+  std::vector<float> deferred_logits;
 };
 
 }  // namespace walsh

@@ -119,6 +119,7 @@ absl::Status ValidateConstraint(const v1::GenerateRequest& req, const Validation
   // The compilers' messages start with the field's name.
   if (!compiled.ok()) return absl::InvalidArgumentError(compiled.status().message());
   g.constraint = *std::move(compiled);
+  g.mask_limits = lim.mask_limits;
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@ struct ValidationLimits {
   const Tokenizer* tokenizer = nullptr;    // null: token-id input only
   ConstraintCache* constraints = nullptr;  // null: constraints are refused
   const VisionInput* vision = nullptr;     // null: images are refused
+  MaskLimits mask_limits;                  // a constraint's work per token
 };
 
 struct ValidRequest {

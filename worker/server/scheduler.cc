@@ -25,10 +25,18 @@ Scheduler::Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetr
     : engine_(engine), options_(options), metrics_(metrics) {
   engine_stats_ = engine_->Stats();
   UpdateGauges();
+  {
+    MutexLock l(&mask_waker_->mu);
+    mask_waker_->scheduler = this;
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
 Scheduler::~Scheduler() {
+  {
+    MutexLock l(&mask_waker_->mu);
+    mask_waker_->scheduler = nullptr;
+  }
   {
     MutexLock l(&mu_);
     stop_ = true;
@@ -128,6 +136,7 @@ void Scheduler::Release(ActiveRequest& r) {
     r.sequence.reset();
   }
   r.fed = 0;
+  r.deferred_logits.clear();  // recomputed, if it runs again, by its prefill
 }
 
 void Scheduler::EndWithStatus(ActiveRequest& r, const absl::Status& status, const char* reason) {
@@ -318,6 +327,7 @@ void Scheduler::Step() {
   // Right after a preemption, let the running batch make progress before admitting again.
   if (!preempted_this_step_) Admit();
   preempted_this_step_ = false;
+  SampleDeferred();
   UpdateGauges();
   if (running_.empty()) return;
 
@@ -331,9 +341,14 @@ void Scheduler::Step() {
   std::vector<BatchCandidate> candidates;
   std::vector<DraftRequest> asks;
   std::vector<size_t> asked;  // asks[j] drafts for running_[asked[j]]
-  int64_t held = 0;
+  int64_t held = 0, awaiting_masks = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     ActiveRequest& r = *running_[i];
+    if (!r.deferred_logits.empty()) {  // waits for its mask (SampleDeferred)
+      ++awaiting_masks;
+      candidates.push_back({.remaining = 0, .decode = false, .until_snapshot = -1});
+      continue;
+    }
     while (!r.snapshot_points.empty() &&
            r.snapshot_points.front().position <= static_cast<int64_t>(r.fed)) {
       r.snapshot_points.erase(r.snapshot_points.begin());
@@ -413,7 +428,7 @@ void Scheduler::Step() {
   }
   metrics_->held_requests.Set(static_cast<double>(held));
   if (batch.empty()) {
-    only_held_ = held > 0;
+    only_held_ = held + awaiting_masks > 0;  // a ready mask wakes the loop too
     return;
   }
   // The step's pages (and a speculative step's state planes) are reserved before it runs, so it
@@ -456,7 +471,10 @@ void Scheduler::Step() {
     ActiveRequest& r = *members[i];
     samples[i] = r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size();
     if (samples[i] && options_.mask_prefetcher != nullptr) {
-      r.generation->PrefetchMask(*options_.mask_prefetcher);
+      r.generation->PrefetchMask(*options_.mask_prefetcher, [waker = mask_waker_] {
+        MutexLock l(&waker->mu);
+        if (waker->scheduler != nullptr) waker->scheduler->Wake();
+      });
     }
   }
   const auto step_start = Clock::now();
@@ -469,14 +487,27 @@ void Scheduler::Step() {
   // it kept.
   std::vector<std::vector<GeneratedToken>> sampled(members.size());
   std::vector<absl::Status> rolled_back(members.size());
+  std::vector<absl::Status> sampling(members.size());
+  std::vector<bool> deferred(members.size());
   if (out.ok()) {
     size_t row = 0;
     for (size_t i = 0; i < members.size(); ++i) {
       ActiveRequest& r = *members[i];
       const size_t rows = batch[i].all_logits ? batch[i].tokens.size() : 1;
-      if (samples[i]) {
+      // A mask still computing holds up its own request, not the step: its logits wait for it.
+      // (A speculative member's later rows need masks after its first token's: it waits.)
+      deferred[i] = samples[i] && member_drafts[i].empty() && !r.generation->MaskReady();
+      if (deferred[i]) {
+        r.deferred_logits.assign(out->RowLogits(row), out->RowLogits(row) + out->vocab);
+      } else if (samples[i]) {
         for (size_t j = 0; j < rows; ++j) {
-          sampled[i].push_back(r.generation->Advance(out->RowLogits(row + j), out->vocab));
+          absl::StatusOr<GeneratedToken> drawn =
+              r.generation->Advance(out->RowLogits(row + j), out->vocab);
+          if (!drawn.ok()) {
+            sampling[i] = drawn.status();
+            break;
+          }
+          sampled[i].push_back(*std::move(drawn));
           const GeneratedToken& t = sampled[i].back();
           if (t.finish != FinishReason::kNone || j >= member_drafts[i].size() ||
               t.id != member_drafts[i][j]) {
@@ -511,10 +542,15 @@ void Scheduler::Step() {
   int64_t generated = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     ActiveRequest& r = *members[i];
+    if (!sampling[i].ok()) {
+      EndSamplingFailed(r, sampling[i]);
+      continue;
+    }
     if (!rolled_back[i].ok()) {
       EndWithStatus(r, absl::InternalError(rolled_back[i].message()), "error");
       continue;
     }
+    if (deferred[i]) metrics_->constraint_deferred.Inc();
     const std::vector<int32_t>& d = member_drafts[i];
     if (!d.empty()) {
       // Every sample but the last matched its draft; the last did too when a stop rule ended
@@ -553,25 +589,7 @@ void Scheduler::Step() {
       outbox_.push_back([sink = r.sink, started] { sink->Started(started); });
       r.started_sent = true;
     }
-    const auto now = Clock::now();
-    // Tokens of one accepted run arrive together: each is observed at the run's mean spacing.
-    const double spacing = std::chrono::duration<double>(now - r.last_token_at).count() /
-                           static_cast<double>(sampled[i].size());
-    for (GeneratedToken& t : sampled[i]) {
-      r.tokens.push_back(t.id);
-      ++generated;
-      if (r.first_token_at == Clock::time_point{}) {
-        r.first_token_at = now;
-        metrics_->time_to_first_token.Observe(Since(r.arrived_at));
-      } else {
-        metrics_->inter_token_latency.Observe(spacing);
-      }
-      const FinishReason finish = t.finish;
-      const std::string matched = t.matched_stop;
-      outbox_.push_back([sink = r.sink, token = std::move(t)] { sink->Token(token); });
-      if (finish != FinishReason::kNone) Finish(r, finish, matched);
-    }
-    r.last_token_at = now;
+    generated += Emit(r, sampled[i]);
   }
   metrics_->generation_tokens.Inc(static_cast<double>(generated));
   token_times_.emplace_back(Clock::now(), generated);
@@ -581,6 +599,73 @@ void Scheduler::Step() {
   }
   std::erase_if(running_, [](const auto& p) { return !p->sequence; });
   UpdateGauges();
+}
+
+void Scheduler::EndSamplingFailed(ActiveRequest& r, const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    metrics_->constraint_exhausted.Inc();
+  }
+  EndWithStatus(r, status, status.code() == absl::StatusCode::kCancelled ? "cancelled" : "error");
+}
+
+void Scheduler::SampleDeferred() {
+  std::vector<std::shared_ptr<ActiveRequest>> ready;
+  for (const auto& r : running_) {
+    if (!r->deferred_logits.empty() && r->generation->MaskReady()) ready.push_back(r);
+  }
+  if (ready.empty()) return;
+  // Only this thread touches a running request's generation and logits: sampled unlocked.
+  DeliverEvents();
+  mu_.Unlock();
+  std::vector<absl::StatusOr<GeneratedToken>> drawn;
+  for (const auto& r : ready) {
+    drawn.push_back(r->generation->Advance(r->deferred_logits.data(),
+                                           static_cast<int64_t>(r->deferred_logits.size())));
+    r->deferred_logits.clear();
+  }
+  mu_.Lock();
+  int64_t generated = 0;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    ActiveRequest& r = *ready[i];
+    if (!r.sequence) continue;  // ended meanwhile
+    if (!drawn[i].ok()) {
+      EndSamplingFailed(r, drawn[i].status());
+      continue;
+    }
+    std::vector<GeneratedToken> sampled{*std::move(drawn[i])};
+    generated += Emit(r, sampled);
+  }
+  metrics_->generation_tokens.Inc(static_cast<double>(generated));
+  token_times_.emplace_back(Clock::now(), generated);
+  std::erase_if(running_, [](const auto& p) { return !p->sequence; });
+}
+
+int64_t Scheduler::Emit(ActiveRequest& r, std::vector<GeneratedToken>& sampled) {
+  if (sampled.empty()) return 0;
+  const auto now = Clock::now();
+  // Tokens of one accepted run arrive together: each is observed at the run's mean spacing.
+  const double spacing = std::chrono::duration<double>(now - r.last_token_at).count() /
+                         static_cast<double>(sampled.size());
+  int64_t generated = 0;
+  for (GeneratedToken& t : sampled) {
+    r.tokens.push_back(t.id);
+    ++generated;
+    if (r.first_token_at == Clock::time_point{}) {
+      r.first_token_at = now;
+      metrics_->time_to_first_token.Observe(Since(r.arrived_at));
+    } else {
+      metrics_->inter_token_latency.Observe(spacing);
+    }
+    const FinishReason finish = t.finish;
+    const std::string matched = t.matched_stop;
+    outbox_.push_back([sink = r.sink, token = std::move(t)] { sink->Token(token); });
+    if (finish != FinishReason::kNone) {
+      Finish(r, finish, matched);
+      break;
+    }
+  }
+  r.last_token_at = now;
+  return generated;
 }
 
 int64_t Scheduler::DraftLimit(ActiveRequest& r, int64_t planes_free) const {

@@ -84,6 +84,15 @@ class Scheduler {
   void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Preempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Samples the requests whose deferred sample's mask is now ready (with mu_ released while
+  // sampling), and streams what they drew.
+  void SampleDeferred() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Streams a request's newly sampled tokens and ends it when one finishes it; how many.
+  int64_t Emit(ActiveRequest& r, std::vector<GeneratedToken>& sampled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a request whose sampling failed (its constraint's budget ran out).
+  void EndSamplingFailed(ActiveRequest& r, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pages the running requests will still take for the tokens they have (scheduling_policy.h).
   int64_t ReservedPages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(ActiveRequest& r, FinishReason reason, const std::string& matched)
@@ -125,6 +134,13 @@ class Scheduler {
   uint64_t wakes_ ABSL_GUARDED_BY(mu_) = 0;
   // Sink calls decided under mu_ and made after it is released, in the order decided.
   std::vector<std::function<void()>> outbox_ ABSL_GUARDED_BY(mu_);
+  // How a mask thread wakes the loop when a deferred sample's mask is ready; detached when the
+  // scheduler stops, so a mask that ends later wakes nothing.
+  struct MaskWaker {
+    Mutex mu;
+    Scheduler* scheduler ABSL_GUARDED_BY(mu) = nullptr;
+  };
+  std::shared_ptr<MaskWaker> mask_waker_ = std::make_shared<MaskWaker>();
   std::thread thread_;
 };
 

@@ -132,6 +132,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   request->seed = valid->seed;
   request->speculative_tokens = valid->speculative_tokens;
   request->return_prompt_ids = req.return_prompt_ids();
+  valid->generation.cancelled = &request->cancelled;  // stops a mask computing for it
   request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
   if (emitted_ids != nullptr) {
     if (absl::Status replayed = request->generation->Replay(*emitted_ids); !replayed.ok()) {

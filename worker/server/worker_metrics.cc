@@ -121,6 +121,15 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
                                      "cached (their masks computed), warming (found from the "
                                      "grammar, waiting for the mask threads).",
                                      {"state"})),
+      constraint_deferred(r.AddCounter("walsh_worker_constraint_deferred_samples_total",
+                                       "Constrained samples that waited for their token mask "
+                                       "while the other requests stepped on.")
+                              .counter()),
+      constraint_exhausted(r.AddCounter("walsh_worker_constraint_exhausted_total",
+                                        "Requests ended because one token's constraint work ran "
+                                        "past --constraint-mask-work or "
+                                        "--constraint-mask-timeout-ms.")
+                               .counter()),
       device_memory(r.AddGauge("walsh_worker_device_memory_bytes",
                                "Accelerator memory in bytes by kind: used and total on the device, "
                                "and what the engine holds for weights, kv_cache and state (the "

@@ -48,6 +48,8 @@ struct WorkerMetrics {
   Gauge& constraint_cache_bytes;
   Gauge& constraint_cache_entries;
   MetricFamily& constraint_contexts;  // by state: cached, warming
+  Counter& constraint_deferred;       // samples that waited a step for their mask
+  Counter& constraint_exhausted;      // requests ended by a mask's budget
   MetricFamily& device_memory;        // by kind: used, total, weights, kv_cache, state
   MetricFamily& rank_cache;           // by rank and kind: kv_cache, state
   MetricFamily& kv_bytes_per_token;

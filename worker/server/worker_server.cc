@@ -219,8 +219,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
       *p.engine);
   if (!drafter.ok()) return Failed("model_refused", drafter.status());
   p.drafter = std::move(*drafter);
+  const MaskLimits mask_limits{.work = o.constraint_mask_work,
+                               .time = std::chrono::milliseconds(o.constraint_mask_timeout_ms)};
   if (p.tokenizer && o.constraint_threads > 0) {
-    p.mask_prefetcher = std::make_unique<MaskPrefetcher>(static_cast<int>(o.constraint_threads));
+    p.mask_prefetcher =
+        std::make_unique<MaskPrefetcher>(static_cast<int>(o.constraint_threads), mask_limits);
   }
   p.scheduler = std::make_unique<Scheduler>(
       p.engine.get(),
@@ -260,8 +263,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
         TokenizerTrie(*p.tokenizer), o.constraint_cache_mb << 20, p.mask_prefetcher.get());
     CollectConstraintMetrics(p.registry, metrics, p.constraints);
   }
-  p.ctx.limits = {
-      vocab, context, o.max_tokens, p.tokenizer.get(), p.constraints.get(), p.vision_input.get()};
+  p.ctx.limits = {vocab,
+                  context,
+                  o.max_tokens,
+                  p.tokenizer.get(),
+                  p.constraints.get(),
+                  p.vision_input.get(),
+                  mask_limits};
   p.ctx.model_info = info;
   p.ctx.scheduler = p.scheduler.get();
   p.ctx.stream_buffers = o.buffers.Limits(p.buffer_budget.get());

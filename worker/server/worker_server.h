@@ -17,6 +17,7 @@
 #include "common/stream_buffer_flags.h"
 #include "common/tls_credentials.h"
 #include "gateway/http/http_flags.h"
+#include "worker/constraint/mask_budget.h"
 
 namespace walsh {
 
@@ -32,6 +33,8 @@ class WorkerServer {
     int64_t prepare_threads = 2;
     int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,
             max_context = 0, max_tokens = 4096;
+    int64_t constraint_mask_work = MaskLimits::kDefaultWork;
+    int64_t constraint_mask_timeout_ms = MaskLimits::kDefaultMilliseconds;
     int64_t drain_grace_seconds = 30;
     bool no_prefix_caching = false;
     int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;

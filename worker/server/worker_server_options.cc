@@ -42,6 +42,13 @@ void WorkerServer::Options::Register(FlagSet& flags) {
             "and warm a new constraint's masks while its request waits, 0..64 (0: masks after "
             "the pass, on the scheduler's thread, and no warm-up); on the CPU backend they share "
             "the cores with --threads");
+  flags.Int("constraint-mask-work", &constraint_mask_work,
+            "the most automaton work (stack elements expanded, trie nodes walked) one token's "
+            "constraint mask, or its advance past the token, may take; past it the request ends "
+            "with RESOURCE_EXHAUSTED naming the flag (docs/structured_output.md)");
+  flags.Int("constraint-mask-timeout-ms", &constraint_mask_timeout_ms,
+            "the longest one token's constraint mask may take, in milliseconds; past it the "
+            "request ends with RESOURCE_EXHAUSTED naming the flag");
   flags.Int("state-mb", &state_mb, "memory for GatedDeltaNet state slots");
   flags.Bool("no-prefix-caching", &no_prefix_caching,
              "turn prefix caching off (shared KV pages and GatedDeltaNet state snapshots)");
@@ -102,6 +109,8 @@ absl::Status WorkerServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("kv-cache-mb", kv_cache_mb, 1));
   RETURN_IF_ERROR(FlagAtLeast("constraint-cache-mb", constraint_cache_mb, 1));
   RETURN_IF_ERROR(FlagWithin("constraint-threads", constraint_threads, 0, 64));
+  RETURN_IF_ERROR(FlagAtLeast("constraint-mask-work", constraint_mask_work, 1 << 16));
+  RETURN_IF_ERROR(FlagAtLeast("constraint-mask-timeout-ms", constraint_mask_timeout_ms, 1));
   RETURN_IF_ERROR(FlagAtLeast("state-mb", state_mb, 1));
   RETURN_IF_ERROR(FlagAtLeast("prefix-cache-bytes", prefix_cache_bytes, 0));
   RETURN_IF_ERROR(FlagAtLeast("prefix-cache-min-tokens", prefix_cache_min_tokens, 1));

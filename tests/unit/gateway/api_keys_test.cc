@@ -35,6 +35,17 @@ TEST(ApiKeys, OneBearerHeaderWithAListedKey) {
   EXPECT_EQ(keys.Check({"Bearer sk-on"}).code(), absl::StatusCode::kUnauthenticated);
 }
 
+// Every spelling the check accepts presents the same key, which the per-client limits key on.
+TEST(ApiKeys, EverySpellingPresentsTheSameKey) {
+  for (const char* header : {"Bearer sk-one", "bearer sk-one", "BEARER sk-one", "Bearer   sk-one",
+                             "bEaReR \tsk-one"}) {
+    EXPECT_EQ(PresentedKey(header), "sk-one") << header;
+  }
+  EXPECT_EQ(PresentedKey("Basic sk-one"), "");
+  EXPECT_EQ(PresentedKey("sk-one"), "");
+  EXPECT_EQ(PresentedKey("Bearer "), "");
+}
+
 TEST(ApiKeys, WithoutKeysEveryCallPasses) {
   ApiKeys keys("", "");
   ASSERT_TRUE(keys.Load().ok());

@@ -3,7 +3,9 @@
 // RESOURCE_EXHAUSTED naming its flag.
 #include "gateway/key_limiter.h"
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -76,6 +78,45 @@ TEST(KeyLimiter, ZeroTurnsBothLimitsOff) {
   std::vector<std::shared_ptr<void>> slots(1000);
   for (auto& s : slots) ASSERT_TRUE(limiter.AdmitStream("a", &s).ok());
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(limiter.AdmitCall("a").ok());
+}
+
+
+// A flood of new clients leaves the table flat: an entry with no stream and a full bucket is
+// forgotten (it is the same as a new one), so 100,000 clients each spending one token, a
+// millisecond apart, keep at most a few thousand tracked at 1 request per second.
+TEST(KeyLimiter, ManyClientsKeepTheTableBounded) {
+  FakeClock clock;
+  KeyLimiter limiter(/*max_streams_per_key=*/4, /*rate=*/1, /*burst=*/2, clock.Fn());
+  int64_t most = 0;
+  for (int i = 0; i < 100'000; ++i) {
+    std::shared_ptr<void> slot;
+    ASSERT_TRUE(limiter.AdmitStream("peer:" + std::to_string(i), &slot).ok()) << i;
+    clock.now += milliseconds(1);
+    most = std::max(most, limiter.tracked());
+  }
+  EXPECT_LE(most, 4096);
+}
+
+// Past --rate-limit-max-clients busy clients a new one is refused, naming the flag; a client
+// with a stream open is never forgotten, and once the others' buckets refill there is room.
+TEST(KeyLimiter, ATableOfBusyClientsRefusesNewOnesByName) {
+  FakeClock clock;
+  KeyLimiter limiter(/*max_streams_per_key=*/0, /*rate=*/1, /*burst=*/1, clock.Fn(),
+                     /*max_clients=*/3);
+  std::shared_ptr<void> held;
+  ASSERT_TRUE(limiter.AdmitStream("a", &held).ok());
+  ASSERT_TRUE(limiter.AdmitCall("b").ok());
+  ASSERT_TRUE(limiter.AdmitCall("c").ok());
+  const absl::Status refused = limiter.AdmitCall("d");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("--rate-limit-max-clients"), absl::string_view::npos)
+      << refused;
+  EXPECT_FALSE(limiter.AdmitCall("b").ok());  // a known client keeps its (empty) bucket
+  clock.now += std::chrono::seconds(1);
+  EXPECT_TRUE(limiter.AdmitCall("d").ok());  // b and c refilled: forgotten, room made
+  EXPECT_EQ(limiter.tracked(), 2);           // a (its stream) and d
+  held.reset();
+  EXPECT_TRUE(limiter.AdmitCall("a").ok());
 }
 
 }  // namespace

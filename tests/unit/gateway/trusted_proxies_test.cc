@@ -56,6 +56,19 @@ TEST(TrustedProxies, TheClientIsTheNearestUntrustedHop) {
   EXPECT_EQ(t.ClientAddress("10.0.0.1", {"[2001:db8::7]"}), "2001:db8::7");
 }
 
+// Per-client limits count an IPv6 client by its network: every address of one /64 is one
+// client; IPv4 addresses (mapped ones too) count alone.
+TEST(TrustedProxies, AddressGroups) {
+  EXPECT_EQ(AddressGroup("2001:db8:1:2:aaaa::1", 64), "2001:db8:1:2::/64");
+  EXPECT_EQ(AddressGroup("2001:db8:1:2:ffff:ffff:ffff:ffff", 64), "2001:db8:1:2::/64");
+  EXPECT_NE(AddressGroup("2001:db8:1:3::1", 64), AddressGroup("2001:db8:1:2::1", 64));
+  EXPECT_EQ(AddressGroup("2001:db8:1:2::1", 48), "2001:db8:1::/48");
+  EXPECT_EQ(AddressGroup("2001:db8::1", 128), "2001:db8::1");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 64), "10.1.2.3");
+  EXPECT_EQ(AddressGroup("::ffff:10.1.2.3", 64), "10.1.2.3");
+  EXPECT_EQ(AddressGroup("unknown", 64), "unknown");
+}
+
 TEST(TrustedProxies, GrpcPeerStrings) {
   EXPECT_EQ(GrpcPeerAddress("ipv4:10.1.2.3:5000"), "10.1.2.3");
   EXPECT_EQ(GrpcPeerAddress("ipv6:[::1]:5000"), "::1");
