@@ -115,13 +115,22 @@ SchedulerLoad Scheduler::Load() const {
   return load;
 }
 
+double Scheduler::StepSeconds() const {
+  const int64_t started = step_started_ns_.load(std::memory_order_relaxed);
+  if (started == 0) return 0;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(started))
+      .count();
+}
+
 void Scheduler::Loop() {
   MutexLock l(&mu_);
   for (;;) {
     while (!(stop_ || !waiting_.empty() || !running_.empty() || cancel_all_)) cv_.Wait(&mu_);
     if (stop_) return;
     const uint64_t wakes = wakes_;
+    step_started_ns_.store(Clock::now().time_since_epoch().count() | 1, std::memory_order_relaxed);
     Step();
+    step_started_ns_.store(0, std::memory_order_relaxed);
     DeliverEvents();
     // Nothing ran but held requests: wait for a sink with room (its writer wakes us), a cancel or
     // a new request; deadlines are looked at again within 100 ms.

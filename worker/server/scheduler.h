@@ -16,6 +16,7 @@
 #ifndef WALSH_WORKER_SERVER_SCHEDULER_H_
 #define WALSH_WORKER_SERVER_SCHEDULER_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -77,6 +78,8 @@ class Scheduler {
   // Wakes the loop (a reactor marked a request cancelled).
   void Wake();
   SchedulerLoad Load() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How long the step now running has run (0 between steps): the health watchdog's reading.
+  double StepSeconds() const;
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -141,6 +144,7 @@ class Scheduler {
     Scheduler* scheduler ABSL_GUARDED_BY(mu) = nullptr;
   };
   std::shared_ptr<MaskWaker> mask_waker_ = std::make_shared<MaskWaker>();
+  std::atomic<int64_t> step_started_ns_{0};  // steady clock; 0 between steps
   std::thread thread_;
 };
 

@@ -286,7 +286,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
            {"load_seconds",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
   std::unique_ptr<WorkerServer> worker(new WorkerServer(std::move(parts)));
-  worker->watch_ = std::thread([w = worker.get()] { w->WatchGroup(); });
+  worker->watch_ = std::thread([w = worker.get()] { w->WatchHealth(); });
   return worker;
 }
 
@@ -301,13 +301,24 @@ WorkerServer::~WorkerServer() {
 
 int WorkerServer::grpc_port() const { return parts_->port; }
 
-void WorkerServer::WatchGroup() {
+void WorkerServer::WatchHealth() {
+  const double stall = static_cast<double>(parts_->options.step_stall_seconds);
+  bool stalled = false;
   while (!stop_watch_) {
     if (parts_->engine->broken()) {
       SetHealth(*parts_->server, false);
       parts_->http_serving = false;
       LogJson("error", "tp_group_broken", {{"error", "a collective timed out; not serving"}});
       return;
+    }
+    const double step = parts_->scheduler->StepSeconds();
+    if (stall > 0 && (step > stall) != stalled) {
+      // The gateway stops routing here while a step is stuck, and comes back when it ends.
+      stalled = !stalled;
+      SetHealth(*parts_->server, !stalled);
+      parts_->http_serving = !stalled;
+      LogJson(stalled ? "error" : "info", stalled ? "step_stalled" : "step_recovered",
+              {{"step_seconds", step}, {"step_stall_seconds", stall}});
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

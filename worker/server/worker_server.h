@@ -36,6 +36,7 @@ class WorkerServer {
     int64_t constraint_mask_work = MaskLimits::kDefaultWork;
     int64_t constraint_mask_timeout_ms = MaskLimits::kDefaultMilliseconds;
     int64_t drain_grace_seconds = 30;
+    int64_t step_stall_seconds = 120;
     bool no_prefix_caching = false;
     int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
     int64_t prefix_cache_snapshot_interval = 512;
@@ -74,7 +75,9 @@ class WorkerServer {
  private:
   struct Parts;
   explicit WorkerServer(std::unique_ptr<Parts> parts);
-  void WatchGroup();  // a broken tensor-parallel group turns the worker NOT_SERVING
+  // A broken tensor-parallel group turns the worker NOT_SERVING for good; a step running past
+  // --step-stall-seconds, until it ends.
+  void WatchHealth();
 
   std::unique_ptr<Parts> parts_;
   std::atomic<bool> stop_watch_{false};

@@ -42,6 +42,9 @@ void WorkerServer::Options::Register(FlagSet& flags) {
             "and warm a new constraint's masks while its request waits, 0..64 (0: masks after "
             "the pass, on the scheduler's thread, and no warm-up); on the CPU backend they share "
             "the cores with --threads");
+  flags.Int("step-stall-seconds", &step_stall_seconds,
+            "a scheduler step running longer than this turns health NOT_SERVING until it ends, "
+            "so the gateway routes around a stuck worker; 0: never");
   flags.Int("constraint-mask-work", &constraint_mask_work,
             "the most automaton work (stack elements expanded, trie nodes walked) one token's "
             "constraint mask, or its advance past the token, may take; past it the request ends "
@@ -111,6 +114,7 @@ absl::Status WorkerServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagWithin("constraint-threads", constraint_threads, 0, 64));
   RETURN_IF_ERROR(FlagAtLeast("constraint-mask-work", constraint_mask_work, 1 << 16));
   RETURN_IF_ERROR(FlagAtLeast("constraint-mask-timeout-ms", constraint_mask_timeout_ms, 1));
+  RETURN_IF_ERROR(FlagAtLeast("step-stall-seconds", step_stall_seconds, 0));
   RETURN_IF_ERROR(FlagAtLeast("state-mb", state_mb, 1));
   RETURN_IF_ERROR(FlagAtLeast("prefix-cache-bytes", prefix_cache_bytes, 0));
   RETURN_IF_ERROR(FlagAtLeast("prefix-cache-min-tokens", prefix_cache_min_tokens, 1));

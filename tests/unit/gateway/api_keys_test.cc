@@ -37,8 +37,8 @@ TEST(ApiKeys, OneBearerHeaderWithAListedKey) {
 
 // Every spelling the check accepts presents the same key, which the per-client limits key on.
 TEST(ApiKeys, EverySpellingPresentsTheSameKey) {
-  for (const char* header : {"Bearer sk-one", "bearer sk-one", "BEARER sk-one", "Bearer   sk-one",
-                             "bEaReR \tsk-one"}) {
+  for (const char* header :
+       {"Bearer sk-one", "bearer sk-one", "BEARER sk-one", "Bearer   sk-one", "bEaReR \tsk-one"}) {
     EXPECT_EQ(PresentedKey(header), "sk-one") << header;
   }
   EXPECT_EQ(PresentedKey("Basic sk-one"), "");

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -80,7 +80,6 @@ TEST(KeyLimiter, ZeroTurnsBothLimitsOff) {
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(limiter.AdmitCall("a").ok());
 }
 
-
 // A flood of new clients leaves the table flat: an entry with no stream and a full bucket is
 // forgotten (it is the same as a new one), so 100,000 clients each spending one token, a
 // millisecond apart, keep at most a few thousand tracked at 1 request per second.
@@ -109,8 +108,7 @@ TEST(KeyLimiter, ATableOfBusyClientsRefusesNewOnesByName) {
   ASSERT_TRUE(limiter.AdmitCall("c").ok());
   const absl::Status refused = limiter.AdmitCall("d");
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.message().find("--rate-limit-max-clients"), absl::string_view::npos)
-      << refused;
+  EXPECT_NE(refused.message().find("--rate-limit-max-clients"), absl::string_view::npos) << refused;
   EXPECT_FALSE(limiter.AdmitCall("b").ok());  // a known client keeps its (empty) bucket
   clock.now += std::chrono::seconds(1);
   EXPECT_TRUE(limiter.AdmitCall("d").ok());  // b and c refilled: forgotten, room made
