@@ -38,8 +38,10 @@ void HttpFlags::Register(FlagSet& flags, const std::string& listen_help) {
              "recognize special tokens such as <|im_start|> written in HTTP chat messages and "
              "tools (off: they stay text, so a client cannot fake a turn)");
   flags.String("allowed-media-domains", &allowed_media_domains,
-               "hosts (exact names, comma-separated) whose http(s) image URLs the HTTP API "
-               "fetches, redirects included; empty: image URLs must be data: URLs");
+               "hosts (exact names, comma-separated, each with :port for a port other than its "
+               "scheme's default) whose http(s) image URLs the HTTP API fetches, redirects "
+               "included; a name must resolve to a public address (a loopback or private one "
+               "only by a literal address here); empty: image URLs must be data: URLs");
   flags.Int("media-fetch-timeout-seconds", &media_fetch_timeout_seconds,
             "longest fetch of one image URL, connecting and redirects included");
   flags.Int("media-fetch-max-bytes", &media_fetch_max_bytes,
@@ -62,12 +64,14 @@ absl::StatusOr<MediaFetchOptions> HttpFlags::Media() const {
   o.ca_file = media_ca_file;
   for (absl::string_view host : absl::StrSplit(allowed_media_domains, ',', absl::SkipEmpty())) {
     host = absl::StripAsciiWhitespace(host);
+    // host[:port], the port (if any) the only one allowed; without one, the scheme's default.
     absl::StatusOr<MediaUrl> url = ParseMediaUrl(absl::StrCat("http://", host));
-    if (host.empty() || !url.ok() || url->HostHeader() != absl::AsciiStrToLower(host)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--allowed-media-domains: \"", host, "\" is not a host name (no scheme, port or path)"));
+    if (host.empty() || !url.ok() || absl::StrContains(host, '/') || absl::StrContains(host, '@')) {
+      return absl::InvalidArgumentError(absl::StrCat("--allowed-media-domains: \"", host,
+                                                     "\" is not a host or host:port (no scheme or "
+                                                     "path)"));
     }
-    o.allowed_domains.push_back(url->host);
+    o.allowed_domains.push_back(url->HostHeader());
   }
   if (o.allowed_domains.empty() && !media_ca_file.empty()) {
     return absl::InvalidArgumentError("--media-ca-file needs --allowed-media-domains");

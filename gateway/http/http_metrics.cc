@@ -14,10 +14,11 @@ HttpMetrics::HttpMetrics(MetricsRegistry& r, const std::string& prefix)
                                    "HTTP event streams closed because their client read nothing "
                                    "for --http-stall-timeout-seconds while their buffer was full.")
                           .counter()),
-      image_fetches(r.AddCounter(prefix + "_image_fetches_total",
-                                 "Image URLs in chat requests, by outcome: ok, refused (a host off "
-                                 "--allowed-media-domains), timeout, failed.",
-                                 {"outcome"})),
+      image_fetches(
+          r.AddCounter(prefix + "_image_fetches_total",
+                       "Image URLs in chat requests, by outcome: ok, refused (a host and port off "
+                       "--allowed-media-domains), failed (whatever the origin did; the log says).",
+                       {"outcome"})),
       image_fetch_duration(r.AddHistogram(prefix + "_image_fetch_duration_seconds",
                                           "Fetching one image URL, redirects included "
                                           "(refusals by host not counted).",

@@ -1,5 +1,6 @@
 #include "gateway/http/media_fetcher.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -28,6 +29,41 @@ namespace {
 constexpr int kMaxInterimAnswers = 8;
 
 absl::Status Failed(absl::string_view why) { return absl::UnavailableError(why); }
+
+const char* InternalIpv4(const uint8_t* b) {
+  if (b[0] == 0) return "unspecified";
+  if (b[0] == 127) return "loopback";
+  if (b[0] == 10 || (b[0] == 172 && (b[1] & 0xf0) == 16) || (b[0] == 192 && b[1] == 168)) {
+    return "private";
+  }
+  if (b[0] == 100 && (b[1] & 0xc0) == 64) return "shared (carrier-grade NAT)";
+  if (b[0] == 169 && b[1] == 254) return "link-local";
+  if (b[0] >= 224) return b[0] < 240 ? "multicast" : "reserved";
+  return nullptr;
+}
+
+// Why an address may be fetched only when the allow-list names it literally: what sits behind
+// it is the server's own network (loopback, private and link-local ranges, carrier-grade NAT),
+// or it is no one host (unspecified, multicast, reserved). Null: a public address.
+const char* InternalAddress(const sockaddr* a) {
+  if (a->sa_family == AF_INET6) {
+    const uint8_t* b = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr.s6_addr;
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(b, kMapped, 12) != 0) {
+      static constexpr uint8_t kZero[16] = {};
+      if (std::memcmp(b, kZero, 15) == 0) return b[15] == 1 ? "loopback" : "unspecified";
+      if ((b[0] & 0xfe) == 0xfc) return "private (unique local)";
+      if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return "link-local";
+      if (b[0] == 0xff) return "multicast";
+      return nullptr;
+    }
+    b += 12;  // an IPv4-mapped address: judged as the IPv4 address it maps
+    return InternalIpv4(b);
+  }
+  if (a->sa_family != AF_INET) return "not an IP";
+  return InternalIpv4(
+      reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(a)->sin_addr));
+}
 
 std::string TlsErrors() {
   std::string out;
@@ -173,6 +209,7 @@ class Connection {
     }
   }
 
+  // Connects to an address the name resolved to, once: the address checked is the one dialed.
   absl::Status Connect(const MediaUrl& url) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -185,6 +222,19 @@ class Connection {
     std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
     absl::Status last = Failed("no address");
     for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      // A literal address passed the allow-list by name; a name must lead somewhere public.
+      if (const char* internal = InternalAddress(a->ai_addr); internal && !url.ip_literal()) {
+        char text[INET6_ADDRSTRLEN] = "?";
+        const void* at = a->ai_family == AF_INET6
+                             ? static_cast<const void*>(
+                                   &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr)
+                             : &reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr;
+        inet_ntop(a->ai_family, at, text, sizeof text);
+        last = Failed(absl::StrCat(url.host, " resolves to ", text, ", a ", internal,
+                                   " address, which only a literal address on "
+                                   "--allowed-media-domains may name"));
+        continue;
+      }
       fd_ = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
       if (fd_ < 0) {
         last = Errno("socket");
@@ -368,16 +418,32 @@ absl::Status MediaFetcher::CheckAllowed(const MediaUrl& url) const {
         "http(s) image URLs are not fetched here: the server's --allowed-media-domains names "
         "no host (send the image as a data: URL)");
   }
-  if (std::find(options_.allowed_domains.begin(), options_.allowed_domains.end(), url.host) ==
-      options_.allowed_domains.end()) {
+  // An entry is a host (its scheme's default port) or host:port.
+  if (std::find(options_.allowed_domains.begin(), options_.allowed_domains.end(),
+                url.HostHeader()) == options_.allowed_domains.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the host \"", url.host, "\" is not in --allowed-media-domains"));
+        absl::StrCat("the host \"", url.HostHeader(), "\" is not in --allowed-media-domains"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> MediaFetcher::Fetch(const MediaUrl& url, int64_t max_bytes) const {
+absl::StatusOr<std::string> MediaFetcher::Fetch(const MediaUrl& url, int64_t max_bytes,
+                                                std::string* detail) const {
   RETURN_IF_ERROR(CheckAllowed(url));
+  // Past the allow-list, every failure looks alike to the client, so that fetches cannot map
+  // the ports and paths of allowed hosts, or what lies behind them; the reason is the caller's
+  // to log.
+  absl::StatusOr<std::string> body = FetchAllowed(url, max_bytes);
+  if (body.ok()) return body;
+  if (detail != nullptr) *detail = std::string(body.status().message());
+  return absl::UnavailableError(
+      absl::StrCat("could not fetch ", url.Spec(),
+                   " (the server's log says why; --media-fetch-max-bytes and "
+                   "--media-fetch-timeout-seconds bound a fetch)"));
+}
+
+absl::StatusOr<std::string> MediaFetcher::FetchAllowed(const MediaUrl& url,
+                                                       int64_t max_bytes) const {
   SigpipeHeld sigpipe_held;
   const absl::Time deadline = absl::Now() + options_.timeout;
   MediaUrl at = url;

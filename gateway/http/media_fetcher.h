@@ -1,5 +1,7 @@
 // Fetches the images an OpenAI request names by http(s) URL (docs/openai.md §Images), for hosts
-// on the server's --allowed-media-domains only: without that flag nothing is fetched. One GET
+// on the server's --allowed-media-domains only (host, or host:port): without that flag nothing
+// is fetched. A name must resolve to a public address (loopback, private and link-local ones
+// only by a literal address on the list), and the address checked is the one dialed. One GET
 // per image over a fresh connection, HTTPS verified against the trusted CAs and the host's
 // name, redirects followed only to allowed hosts, the whole fetch bounded in time and bytes.
 #ifndef WALSH_GATEWAY_HTTP_MEDIA_FETCHER_H_
@@ -19,7 +21,9 @@ typedef struct ssl_ctx_st SSL_CTX;
 namespace walsh {
 
 struct MediaFetchOptions {
-  std::vector<std::string> allowed_domains;    // exact host names, lower case; empty: none
+  // Exact host names, lower case, each alone (its scheme's default port) or as host:port
+  // (MediaUrl::HostHeader's form); empty: none.
+  std::vector<std::string> allowed_domains;
   absl::Duration timeout = absl::Seconds(10);  // one image's fetch, redirects included
   int64_t max_bytes = int64_t{4} << 20;        // the bodies of one request's images, together
   int max_images = 4;                          // image URLs in one request
@@ -35,18 +39,22 @@ class MediaFetcher {
   MediaFetcher(const MediaFetcher&) = delete;
   MediaFetcher& operator=(const MediaFetcher&) = delete;
 
-  // The body of a 2xx answer to GET `url`. A refusal's message says what failed and names the
-  // flag that would change it: INVALID_ARGUMENT for a host not allowed (the first or a
-  // redirect's), DEADLINE_EXCEEDED past the timeout, UNAVAILABLE for the rest (the connection,
-  // the certificate, the status, the framing, the size).
+  // The body of a 2xx answer to GET `url`. INVALID_ARGUMENT naming --allowed-media-domains for
+  // a host and port not on it (nothing is fetched); past that, any failure (the resolved
+  // address, the connection, the certificate, the status, the framing, the size, the time, a
+  // redirect) is the same UNAVAILABLE "could not fetch URL", with the reason, naming the flag
+  // that would change it, in `detail` (optional) for the log.
   // `max_bytes`: what the request may still fetch (at most options().max_bytes).
-  absl::StatusOr<std::string> Fetch(const MediaUrl& url, int64_t max_bytes) const;
+  absl::StatusOr<std::string> Fetch(const MediaUrl& url, int64_t max_bytes,
+                                    std::string* detail = nullptr) const;
 
   const MediaFetchOptions& options() const { return options_; }
 
  private:
   explicit MediaFetcher(MediaFetchOptions options);
   absl::Status CheckAllowed(const MediaUrl& url) const;
+  // Fetch past the first allow-list check, failures as they are.
+  absl::StatusOr<std::string> FetchAllowed(const MediaUrl& url, int64_t max_bytes) const;
 
   const MediaFetchOptions options_;
   SSL_CTX* tls_ = nullptr;  // owned

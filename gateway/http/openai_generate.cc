@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/field_error.h"
 #include "common/grpc_status.h"
+#include "common/json_log.h"
 #include "gateway/http/chat_output_parser.h"
 #include "gateway/http/generate_call.h"
 #include "gateway/http/json_text.h"
@@ -166,12 +167,16 @@ absl::Status OpenAiServer::FetchImages(OpenAiRequest& r) const {
   int64_t left = limits.max_bytes;
   for (OpenAiRequest::RemoteImage& image : r.remote_images) {
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::string> bytes = media_->Fetch(image.url, left);
-    const char* outcome = bytes.ok()                                 ? "ok"
-                          : absl::IsInvalidArgument(bytes.status())  ? "refused"
-                          : absl::IsDeadlineExceeded(bytes.status()) ? "timeout"
-                                                                     : "failed";
+    std::string why;
+    absl::StatusOr<std::string> bytes = media_->Fetch(image.url, left, &why);
+    // "failed" whatever the origin did (MediaFetcher::Fetch); the log says what.
+    const char* outcome = bytes.ok()                                ? "ok"
+                          : absl::IsInvalidArgument(bytes.status()) ? "refused"
+                                                                    : "failed";
     metrics_->image_fetches.counter({outcome}).Inc();
+    if (!why.empty()) {
+      LogJson("warning", "image_fetch_failed", {{"url", image.url.Spec()}, {"error", why}});
+    }
     if (!absl::IsInvalidArgument(bytes.status())) {
       metrics_->image_fetch_duration.Observe(absl::ToDoubleSeconds(absl::Now() - start));
     }
