@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(const Option
   parts->limiter = std::make_unique<KeyLimiter>(
       o.max_streams_per_key, o.rate_limit, o.rate_burst > 0 ? o.rate_burst : o.rate_limit,
       std::chrono::steady_clock::now, o.rate_limit_max_clients);
-  go.ipv6_prefix_bits = static_cast<int>(o.rate_limit_ipv6_prefix);
+  go.ipv6_prefix_bits = static_cast<int>(o.http.client_ipv6_prefix);
   if (o.max_streams_per_key > 0 || o.rate_limit > 0) go.limiter = parts->limiter.get();
   parts->service = std::make_unique<GatewayService>(parts->pool.get(), parts->policy.get(),
                                                     parts->metrics.get(), go);

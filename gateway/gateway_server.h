@@ -38,7 +38,7 @@ class GatewayServer {
     int64_t breaker_failures = 3, breaker_cool_down_ms = 2000, worker_check_timeout_ms = 500;
     int64_t worker_check_misses = 3;
     double rate_limit = 0, rate_burst = 0;  // rate_burst 0: the rate
-    int64_t rate_limit_max_clients = KeyLimiter::kDefaultMaxClients, rate_limit_ipv6_prefix = 64;
+    int64_t rate_limit_max_clients = KeyLimiter::kDefaultMaxClients;
     HttpFlags http;
     std::vector<std::string> trusted_proxy_cidrs;
 

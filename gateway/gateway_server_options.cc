@@ -60,9 +60,7 @@ void GatewayServer::Options::Register(FlagSet& flags) {
   flags.Int("rate-limit-max-clients", &rate_limit_max_clients,
             "clients whose limits are tracked at once (those idle with a full bucket are "
             "forgotten first); past it a new client is refused with RESOURCE_EXHAUSTED");
-  flags.Int("rate-limit-ipv6-prefix", &rate_limit_ipv6_prefix,
-            "IPv6 clients count as one per network of this prefix length, 1..128 (a subscriber "
-            "holds a whole /64)");
+
   flags.StringList("trusted-proxy", &trusted_proxy_cidrs,
                    "CIDR block or address of a proxy whose X-Forwarded-For names the client, for "
                    "per-client limits and logs");
@@ -108,7 +106,7 @@ absl::Status GatewayServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("rate-limit", rate_limit, 0.0));
   RETURN_IF_ERROR(FlagAtLeast("rate-burst", rate_burst, 0.0));
   RETURN_IF_ERROR(FlagAtLeast("rate-limit-max-clients", rate_limit_max_clients, 1));
-  RETURN_IF_ERROR(FlagWithin("rate-limit-ipv6-prefix", rate_limit_ipv6_prefix, 1, 128));
+  RETURN_IF_ERROR(FlagWithin("client-ipv6-prefix", http.client_ipv6_prefix, 1, 128));
   RETURN_IF_ERROR(FlagAtLeast("drain-grace-seconds", drain_grace_seconds, 0));
   if (worker_keepalive_ms != 0 && worker_keepalive_ms < 1000) {
     return absl::InvalidArgumentError(absl::StrCat(

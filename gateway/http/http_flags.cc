@@ -12,9 +12,15 @@ namespace walsh {
 void HttpFlags::Register(FlagSet& flags, const std::string& listen_help) {
   flags.String("http-listen", &listen, listen_help);
   flags.Int("http-max-connections", &server.max_connections,
-            "HTTP API connections open at once, idle ones included; more are closed on arrival");
+            "HTTP API connections open at once, idle ones included; 16 more may ask only for "
+            "/health (anything else: 503 with Retry-After), and beyond those they are closed on "
+            "arrival");
   flags.Int("http-max-connections-per-client", &server.max_connections_per_client,
-            "HTTP API connections open at once from one address");
+            "HTTP API connections open at once from one client (an address; IPv6 per "
+            "--client-ipv6-prefix network); more are closed on arrival");
+  flags.Int("client-ipv6-prefix", &client_ipv6_prefix,
+            "IPv6 clients count as one per network of this prefix length, 1..128, for the "
+            "per-client connection and (gateway) rate limits: one subscriber holds a whole /64");
   flags.Int("http-handler-threads", &server.max_handlers,
             "HTTP API requests answered at once (a thread each); more wait for one");
   flags.Int("http-max-body-bytes", &server.max_body_bytes,
@@ -92,11 +98,13 @@ absl::StatusOr<HttpServerOptions> HttpFlags::Options(const ServerTlsFiles& tls) 
         {"--http-stall-timeout-seconds", stall_seconds}}) {
     if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
   }
+  RETURN_IF_ERROR(FlagWithin("client-ipv6-prefix", client_ipv6_prefix, 1, 128));
   if (server.stream.max_buffered_bytes > (1 << 30)) {
     return absl::InvalidArgumentError("--http-max-buffered-bytes must be at most 1 GiB");
   }
   HttpServerOptions o = server;
   o.listen = listen;
+  o.ipv6_prefix_bits = static_cast<int>(client_ipv6_prefix);
   o.idle_timeout = std::chrono::seconds(idle_seconds);
   o.header_timeout = std::chrono::seconds(header_seconds);
   o.body_timeout = std::chrono::seconds(body_seconds);

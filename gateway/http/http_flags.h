@@ -19,7 +19,8 @@ struct HttpFlags {
   std::string listen;        // empty: no HTTP face
   HttpServerOptions server;  // the counts and byte sizes bind to it directly
   int64_t idle_seconds = 60, header_seconds = 10, body_seconds = 30, stall_seconds = 30;
-  std::string served_model_name;  // empty: the model's general.name
+  int64_t client_ipv6_prefix = 64;  // also the gateway's per-client rate limits' grouping
+  std::string served_model_name;    // empty: the model's general.name
   bool chat_content_special_tokens = false;
   // Images by http(s) URL (docs/openai.md §Images): fetched only from these hosts.
   std::string allowed_media_domains;  // comma-separated; empty: none

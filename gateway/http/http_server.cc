@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gateway/http/json_text.h"
+#include "gateway/trusted_proxies.h"
 
 namespace walsh {
 namespace {
@@ -29,6 +30,9 @@ constexpr int kSweepMs = 100;
 // How long a closing server lets the answers of its last handlers go out.
 constexpr auto kFlushOnClose = std::chrono::seconds(2);
 constexpr size_t kEventBlockBytes = 16 << 10;
+// Connections libmicrohttpd may still count after they closed, before its cleanup: its own cap
+// sits this far above ours, so it never stops accepting first.
+constexpr int64_t kLimitSlack = 64;
 
 // A bound, listening, non-blocking TCP socket for host:port ("[::1]:0", "0.0.0.0:8000").
 absl::StatusOr<int> Listen(const std::string& address) {
@@ -93,6 +97,8 @@ struct HttpServer::Connection {
   MHD_Connection* mhd = nullptr;
   int fd = -1;
   std::string remote;
+  std::string client;    // the remote's AddressGroup, as per-client limits count it
+  bool reserve = false;  // opened past max_connections: reserve_path only
   Phase phase = Phase::kIdle;
   Clock::time_point since = Clock::now();
   bool shut = false;                       // the sweep closed it; libmicrohttpd has yet to notice
@@ -130,12 +136,18 @@ struct HttpServerCallbacks {
               MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS)) {
         c->remote = AddressText(i->client_addr);
       }
+      c->client = AddressGroup(c->remote, s->options_.ipv6_prefix_bits);
+      c->reserve = static_cast<int64_t>(s->connections_.size()) >= s->options_.max_connections;
+      ++s->per_client_[c->client];
       s->connections_.push_back(c);
       *socket_context = c;
       return;
     }
     auto* c = static_cast<HttpServer::Connection*>(*socket_context);
     if (c == nullptr) return;
+    if (auto it = s->per_client_.find(c->client); it != s->per_client_.end() && --it->second <= 0) {
+      s->per_client_.erase(it);
+    }
     s->connections_.erase(std::find(s->connections_.begin(), s->connections_.end(), c));
     delete c;
     *socket_context = nullptr;
@@ -212,6 +224,13 @@ struct HttpServerCallbacks {
     return QueueAnswer(conn, *r);
   }
 
+  // libmicrohttpd's accept policy: MHD_NO closes the connection at once.
+  static MHD_Result OnAccept(void* cls, const sockaddr* addr, socklen_t /*len*/) {
+    auto* s = static_cast<HttpServer*>(cls);
+    return s->Admits(AddressGroup(AddressText(addr), s->options_.ipv6_prefix_bits)) ? MHD_YES
+                                                                                    : MHD_NO;
+  }
+
   // The request's headers are in: refuse it now, or read its body.
   static MHD_Result OnHead(HttpServer* s, HttpServer::Connection* c, MHD_Connection* conn,
                            const char* url, const char* method, void** request) {
@@ -232,6 +251,14 @@ struct HttpServerCallbacks {
     ++s->open_requests_;
     c->phase = HttpServer::Connection::Phase::kBody;
     c->since = Clock::now();
+    if (c->reserve && r->x->path() != s->options_.reserve_path) {
+      return QueueError(conn, *r,
+                        {503,
+                         absl::StrCat("the server is at its ", s->options_.max_connections,
+                                      " connections (--http-max-connections); retry shortly"),
+                         "server_error", "", "too_many_connections"},
+                        /*retry_after=*/true);
+    }
     int64_t declared = 0;
     if (const char* length =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -255,12 +282,17 @@ struct HttpServerCallbacks {
     MHD_add_response_header(resp, "x-request-id", x.request_id().c_str());
   }
 
-  static MHD_Result QueueError(MHD_Connection* conn, HttpServer::Request& r, const ApiError& e) {
+  static MHD_Result QueueError(MHD_Connection* conn, HttpServer::Request& r, const ApiError& e,
+                               bool retry_after = false) {
     r.x->early_status_ = e.http_status;
     const std::string body = JsonText(e.ToJson());
     MHD_Response* resp = MHD_create_response_from_buffer(
         body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
     AddCommonHeaders(resp, *r.x, "application/json");
+    if (retry_after) {
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     const MHD_Result ok = MHD_queue_response(conn, static_cast<unsigned>(e.http_status), resp);
     MHD_destroy_response(resp);
     return ok;
@@ -311,6 +343,15 @@ struct HttpServerCallbacks {
   }
 };
 
+bool HttpServer::Admits(const std::string& client) const {
+  if (static_cast<int64_t>(connections_.size()) >=
+      options_.max_connections + options_.reserve_connections) {
+    return false;
+  }
+  auto it = per_client_.find(client);
+  return it == per_client_.end() || it->second < options_.max_connections_per_client;
+}
+
 HttpServer::HttpServer(HttpServerOptions options, HeadCheck head_check, Handler handler,
                        Finished finished)
     : options_(std::move(options)),
@@ -338,9 +379,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   };
   std::vector<MHD_OptionItem> items = {
       {MHD_OPTION_LISTEN_SOCKET, s->listen_fd_, nullptr},
-      {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(o.max_connections), nullptr},
-      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, static_cast<intptr_t>(o.max_connections_per_client),
-       nullptr},
+      // The limits are the accept policy's (Admits): libmicrohttpd's own cap, which it meets by
+      // no longer accepting (the kernel's backlog holds the rest), is left above them.
+      {MHD_OPTION_CONNECTION_LIMIT,
+       static_cast<intptr_t>(o.max_connections + o.reserve_connections + kLimitSlack), nullptr},
       // libmicrohttpd's own inactivity timeout backs the sweep's (suspended connections, those
       // waiting for their handler, never time out).
       {MHD_OPTION_CONNECTION_TIMEOUT, seconds(std::max(o.idle_timeout, o.body_timeout)), nullptr},
@@ -359,8 +401,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
     items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.tls_cert_pem.c_str())});
   }
   items.push_back({MHD_OPTION_END, 0, nullptr});
-  s->daemon_ = MHD_start_daemon(flags, 0, nullptr, nullptr, &HttpServerCallbacks::OnAccess, s.get(),
-                                MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+  s->daemon_ = MHD_start_daemon(flags, 0, &HttpServerCallbacks::OnAccept, s.get(),
+                                &HttpServerCallbacks::OnAccess, s.get(), MHD_OPTION_ARRAY,
+                                items.data(), MHD_OPTION_END);
   if (s->daemon_ == nullptr) {
     close(s->listen_fd_);
     close(s->wake_fd_);

@@ -5,8 +5,11 @@
 // its HttpExchange. The I/O thread enforces the deadlines libmicrohttpd lacks (docs/openai.md
 // §Connections): an idle connection must start a request within idle_timeout, a started request
 // must send its headers within header_timeout and its body within body_timeout (408), and a body
-// may not exceed max_body_bytes (413). Connections beyond max_connections, or beyond
-// max_connections_per_client from one address, are closed as they arrive.
+// may not exceed max_body_bytes (413). Connections beyond max_connections_per_client from one
+// client (an address; IPv6 by its /ipv6_prefix_bits network) are closed as they arrive; past
+// max_connections, a reserve of reserve_connections more may ask for reserve_path alone (the
+// health check; anything else gets 503 with Retry-After), and beyond it they are closed as they
+// arrive: never left waiting in the kernel's backlog.
 #ifndef WALSH_GATEWAY_HTTP_HTTP_SERVER_H_
 #define WALSH_GATEWAY_HTTP_HTTP_SERVER_H_
 
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/optional.h"
 #include "common/mutex.h"
@@ -36,6 +40,9 @@ struct HttpServerOptions {
   std::string tls_cert_pem, tls_key_pem;  // both set: HTTPS only
   int64_t max_connections = 1024;         // open at once, idle ones included
   int64_t max_connections_per_client = 256;
+  int ipv6_prefix_bits = 64;         // one client per IPv6 network of this size
+  int64_t reserve_connections = 16;  // past max_connections, for reserve_path only
+  std::string reserve_path = "/health";
   int64_t max_handlers = 256;           // requests answered at once; more wait for a handler
   int64_t max_body_bytes = 3 << 20;     // beyond: 413
   int64_t max_header_bytes = 64 << 10;  // the request line and headers (and the I/O buffers)
@@ -73,6 +80,9 @@ class HttpServer {
 
   HttpServer(HttpServerOptions options, HeadCheck head_check, Handler handler, Finished finished);
   void RunIo();
+  // Whether a connection from `client` (AddressGroup) may open now: the I/O thread's accept
+  // policy, so refused ones are closed at once.
+  bool Admits(const std::string& client) const;
   void Sweep(std::chrono::steady_clock::time_point now);
   void RunHandlers() ABSL_LOCKS_EXCLUDED(mu_);
   void Dispatch(std::shared_ptr<HttpExchange> x) ABSL_LOCKS_EXCLUDED(mu_);
@@ -94,6 +104,7 @@ class HttpServer {
   std::atomic<bool> quiesce_{false}, stop_io_{false};
   // Owned by the I/O thread: every open connection, for the sweep.
   std::vector<Connection*> connections_;
+  absl::flat_hash_map<std::string, int64_t> per_client_;  // open connections by client
   std::chrono::steady_clock::time_point last_sweep_;
   std::atomic<int64_t> open_requests_{0};
 

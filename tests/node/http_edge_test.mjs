@@ -179,6 +179,47 @@ describe("connection limits", () => {
   });
 });
 
+describe("the global connection limit", () => {
+  // One request on a fresh connection from `localAddress`; what came back before the close.
+  const ask = (port, localAddress, target) => new Promise((resolve) => {
+    let answer = "";
+    const s = net.connect({ port, host: "127.0.0.1", localAddress },
+                          () => s.write(`GET ${target} HTTP/1.1\r\nHost: x\r\n\r\n`));
+    s.on("data", (d) => { answer += d; if (/\r\n\r\n/.test(answer)) s.destroy(); });
+    s.on("error", () => {});
+    s.on("close", () => resolve(answer));
+  });
+  test("fills from few addresses: /health still answers, others get 503, then close at once",
+       async () => {
+    const w = await startScriptedWorker();
+    const gw = await startGateway(`127.0.0.1:${w.port}`, ["--http-max-connections", "20",
+      "--http-max-connections-per-client", "5"]);
+    const hold = (from, n) => Array.from({ length: n },
+                                         () => slowClient(gw.http_port, "", "", 1000, from));
+    const held = [];
+    for (const a of [1, 2, 3, 4]) held.push(...hold(`127.0.0.${a}`, 5));
+    await new Promise((r) => setTimeout(r, 300));
+    // A fifth address finds the reserve: its health check is served, anything else is told to
+    // come back (503, Retry-After), at once.
+    assert.match(await ask(gw.http_port, "127.0.0.5", "/health"), /^HTTP\/1\.1 200/);
+    const busy = await ask(gw.http_port, "127.0.0.5", "/v1/models");
+    assert.match(busy, /^HTTP\/1\.1 503/);
+    assert.match(busy, /\r\nRetry-After: 1\r\n/i);
+    // The reserve's 16 held too: the next connection is closed as it arrives, not left waiting.
+    for (const a of [6, 7, 8, 9]) held.push(...hold(`127.0.0.${a}`, 4));
+    await new Promise((r) => setTimeout(r, 300));
+    const closed = await slowClient(gw.http_port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", "",
+                                    1000, "127.0.0.10");
+    assert.equal(closed.answer, "");
+    assert.ok(closed.ms < 1000, `the connection past the reserve lived ${closed.ms} ms`);
+    for (const s of slowClient.open) s.destroy();
+    await Promise.all(held);
+    // Room again once they went.
+    await eventually("room after the held connections closed", async () =>
+      /^HTTP\/1\.1 200/.test(await ask(gw.http_port, "127.0.0.11", "/v1/models")));
+  });
+});
+
 describe("a stream whose client stops reading", () => {
   // A worker, a gateway with `gatewayFlags`, and a streamed chat whose client never reads: each
   // token's event carries 20 alternatives, megabytes in all, more than the sockets hold.
