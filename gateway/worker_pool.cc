@@ -34,11 +34,16 @@ WorkerEndpoint::WorkerEndpoint(std::string addr, const WorkerChannelOptions& opt
   if (options.credentials != nullptr && !options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
   }
-  channel = grpc::CreateCustomChannel(
-      address, options.credentials ? options.credentials : grpc::InsecureChannelCredentials(),
-      args);
+  const auto credentials =
+      options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
+  channel = grpc::CreateCustomChannel(address, credentials, args);
   generator = v1::Generator::NewStub(channel);
   worker = v1::Worker::NewStub(channel);
+  // A subchannel pool of its own: gRPC would otherwise share the streams' connection.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  check_channel = grpc::CreateCustomChannel(address, credentials, args);
+  check_generator = v1::Generator::NewStub(check_channel);
+  check_worker = v1::Worker::NewStub(check_channel);
 }
 
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
@@ -132,7 +137,8 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   hctx.set_deadline(std::chrono::system_clock::now() + options_.check_timeout);
   grpc::health::v1::HealthCheckRequest hreq;
   grpc::health::v1::HealthCheckResponse hresp;
-  const grpc::Status hs = grpc::health::v1::Health::NewStub(w.channel)->Check(&hctx, hreq, &hresp);
+  const grpc::Status hs =
+      grpc::health::v1::Health::NewStub(w.check_channel)->Check(&hctx, hreq, &hresp);
   const bool missed = hs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
   w.missed_checks = missed ? w.missed_checks + 1 : 0;
   // A serving worker whose check timed out fewer than check_misses times in a row stays
@@ -157,7 +163,7 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   grpc::ClientContext ictx;
   ictx.set_deadline(std::chrono::system_clock::now() + options_.check_timeout);
   v1::ModelInfo info;
-  if (!w.generator->GetModelInfo(&ictx, {}, &info).ok()) return;
+  if (!w.check_generator->GetModelInfo(&ictx, {}, &info).ok()) return;
   {
     MutexLock l(&mu_);
     if (fingerprint_.empty()) fingerprint_ = info.contract_fingerprint();
@@ -188,7 +194,7 @@ void WorkerPool::Poll(WorkerEndpoint& w) {
   grpc::ClientContext lctx;
   lctx.set_deadline(std::chrono::system_clock::now() + options_.check_timeout);
   v1::Load load;
-  if (w.worker->GetLoad(&lctx, {}, &load).ok()) {
+  if (w.check_worker->GetLoad(&lctx, {}, &load).ok()) {
     w.waiting = load.waiting();
     w.running = load.running();
   }

@@ -47,6 +47,11 @@ struct WorkerEndpoint {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Generator::Stub> generator;
   std::unique_ptr<v1::Worker::Stub> worker;
+  // The poll's calls (health, model info, load) on a connection of their own: never queued
+  // behind megabytes of requests on the streams' connection (HTTP/2 shares one TCP stream).
+  std::shared_ptr<grpc::Channel> check_channel;
+  std::unique_ptr<v1::Generator::Stub> check_generator;
+  std::unique_ptr<v1::Worker::Stub> check_worker;
   CircuitBreaker breaker;
   std::atomic<int64_t> outstanding{0};          // streams the gateway has open to it
   std::atomic<bool> serving{false};             // last health check said SERVING
