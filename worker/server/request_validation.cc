@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/engine/chat_format.h"
 
 namespace walsh {
@@ -72,6 +73,25 @@ absl::StatusOr<std::vector<PreparedImage>> PrepareRequestImages(const v1::Genera
                absl::StrCat(found.size(), " images in one request; the most is ",
                             lim.vision->max_images, " (--max-images-per-request)"));
   }
+  // What the images cost, from their headers, before any is decoded: a request whose images
+  // cannot fit is refused for the price of reading a few bytes of each.
+  int64_t pixels = 0, tokens = 0;
+  for (const auto& [field, bytes] : found) {
+    ASSIGN_OR_RETURN(const ImageCost cost, ImageCostOf(*lim.vision, field, *bytes));
+    pixels += cost.pixels;
+    tokens += cost.rows + 2;  // and <|vision_start|>, <|vision_end|>
+    if (pixels > lim.vision->max_request_pixels) {
+      return Bad(field,
+                 absl::StrCat("the request's images hold ", pixels,
+                              " pixels up to this one, over the limit of ",
+                              lim.vision->max_request_pixels, " (--max-request-image-pixels)"));
+    }
+    if (lim.max_context > 0 && tokens > lim.max_context) {
+      return Bad(field, absl::StrCat("the request's images take ", tokens,
+                                     " tokens up to this one, over the context limit of ",
+                                     lim.max_context, " tokens"));
+    }
+  }
   for (auto& [field, bytes] : found) {
     auto image = PrepareImage(*lim.vision, std::move(field), *bytes);
     if (!image.ok()) return image.status();
@@ -124,6 +144,21 @@ absl::Status ValidateConstraint(const v1::GenerateRequest& req, const Validation
 }
 
 }  // namespace
+
+bool CarriesImages(const v1::GenerateRequest& req) {
+  if (req.input_case() == v1::GenerateRequest::kChat) {
+    for (const auto& m : req.chat().messages()) {
+      for (const auto& part : m.parts()) {
+        if (part.part_case() == v1::ContentPart::kImage) return true;
+      }
+    }
+  } else if (req.input_case() == v1::GenerateRequest::kPieces) {
+    for (const auto& piece : req.pieces().pieces()) {
+      if (!piece.image().empty()) return true;
+    }
+  }
+  return false;
+}
 
 absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
                                                      const ValidationLimits& lim,

@@ -33,6 +33,10 @@ struct ValidRequest {
   std::vector<ImageSpan> image_spans;
 };
 
+// Whether the request carries an image (a chat part or a prompt piece): such a request is
+// prepared apart from the others (ServiceContext::prepare_images).
+bool CarriesImages(const v1::GenerateRequest& req);
+
 // `prompt_override`: the prompt ids of a Resume (the request's own input is then ignored).
 absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                      const ValidationLimits& limits,

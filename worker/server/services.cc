@@ -197,16 +197,18 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
       },
       // A stream that was full has room again: the scheduler decodes it at its next step.
       [scheduler] { scheduler->Wake(); });
-  if (ctx->prepare == nullptr) {
+  PreparePool* pool =
+      ctx->prepare_images != nullptr && CarriesImages(req) ? ctx->prepare_images : ctx->prepare;
+  if (pool == nullptr) {
     Prepare(ctx, writer, slot, p);
-  } else if (!ctx->prepare->TrySubmit([ctx, writer, slot, p = std::move(p)](bool shutting_down) {
+  } else if (!pool->TrySubmit([ctx, writer, slot, p = std::move(p)](bool shutting_down) {
                if (shutting_down) {
                  return writer->Complete(
                      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
                }
                Prepare(ctx, writer, slot, p);
              })) {
-    writer->Complete(ctx->prepare->Refusal());
+    writer->Complete(pool->Refusal());
   }
   return writer.get();
 }

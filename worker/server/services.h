@@ -29,6 +29,9 @@ struct ServiceContext {
   Counter* stalled_streams = nullptr;  // cancelled for not reading (may be null)
   // Where Generate and Resume tokenize and compile their constraint (null: on the gRPC thread).
   PreparePool* prepare = nullptr;
+  // Requests that carry images are prepared here instead (null: on `prepare`), so decoding
+  // never holds up tokenizing.
+  PreparePool* prepare_images = nullptr;
 };
 
 // Generate, Tokenize and Resume take raw bytes and parse them with ParseRequest

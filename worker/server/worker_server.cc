@@ -87,6 +87,7 @@ struct WorkerServer::Parts {
   std::unique_ptr<MaskPrefetcher> mask_prefetcher;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<PreparePool> prepare;
+  std::unique_ptr<PreparePool> prepare_images;  // with --mmproj
   std::shared_ptr<ConstraintCache> constraints;
 };
 
@@ -204,6 +205,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
       return Failed("model_refused", absl::InvalidArgumentError(
                                          absl::StrCat(o.model, ": ", input.status().message())));
     }
+    input->max_request_pixels = o.max_request_image_pixels;
     p.vision_input = std::make_unique<VisionInput>(*std::move(input));
     info.add_modalities("image");
     auto projector = GgufFile::Open(o.mmproj);
@@ -240,6 +242,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
       p.metrics.get());
   p.prepare = std::make_unique<PreparePool>(static_cast<int>(o.prepare_threads),
                                             static_cast<size_t>(o.max_running + o.max_queue));
+  if (p.vision_input) {
+    p.prepare_images = std::make_unique<PreparePool>(
+        static_cast<int>(o.image_threads), static_cast<size_t>(o.max_running + o.max_queue));
+  }
   Engine& e = *p.engine;
   info.set_kv_page_size(static_cast<uint32_t>(e.page_size()));
   info.set_kv_cache_dtype(KvCacheDtypeName(e.kv_cache_dtype()));
@@ -275,6 +281,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   p.ctx.stream_buffers = o.buffers.Limits(p.buffer_budget.get());
   p.ctx.stalled_streams = &metrics.stalled_streams;
   p.ctx.prepare = p.prepare.get();
+  p.ctx.prepare_images = p.prepare_images.get();
   p.ctx.ready = true;
   SetHealth(*p.server, true);
   p.model_fingerprint = fingerprint;
@@ -336,6 +343,7 @@ void WorkerServer::Drain(int signal) {
   p.http_serving = false;
   p.scheduler->StopAdmitting();
   p.prepare->Shutdown();  // what it still holds answers UNAVAILABLE at once
+  if (p.prepare_images) p.prepare_images->Shutdown();
   const auto grace_end =
       std::chrono::steady_clock::now() + std::chrono::seconds(p.options.drain_grace_seconds);
   while (std::chrono::steady_clock::now() < grace_end) {

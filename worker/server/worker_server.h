@@ -28,7 +28,8 @@ class WorkerServer {
     std::string model, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090", probe_listen;
     std::string mmproj;  // a vision projector beside the model (docs/vision.md)
     int64_t max_images_per_request = 4, max_image_bytes = int64_t{20} << 20;
-    int64_t max_image_pixels = 33'554'432;
+    int64_t max_image_pixels = 33'554'432, max_request_image_pixels = 67'108'864;
+    int64_t image_threads = 1;
     int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
     int64_t prepare_threads = 2;
     int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,

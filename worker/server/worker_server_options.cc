@@ -20,6 +20,13 @@ void WorkerServer::Options::Register(FlagSet& flags) {
             "with --mmproj: the largest image file a request may carry, in bytes");
   flags.Int("max-image-pixels", &max_image_pixels,
             "with --mmproj: the most pixels (width x height) an image may decode to");
+  flags.Int("max-request-image-pixels", &max_request_image_pixels,
+            "with --mmproj: the most pixels all of a request's images may hold together, as "
+            "their headers declare them (checked before any is decoded)");
+  flags.Int("image-threads", &image_threads,
+            "with --mmproj: threads that prepare requests carrying images (decode, preprocess, "
+            "encode), apart from --prepare-threads, so tokenizing never waits behind an image; "
+            "at most --max-running + --max-queue such requests wait for them");
   flags.String("listen", &listen, "gRPC address host:port (port 0: pick a free one)");
   flags.String("metrics-listen", &metrics_listen, "HTTP address of /metrics");
   flags.String("probe-listen", &probe_listen,
@@ -124,6 +131,8 @@ absl::Status WorkerServer::Options::Validate() const {
   RETURN_IF_ERROR(FlagWithin("max-images-per-request", max_images_per_request, 1, 256));
   RETURN_IF_ERROR(FlagAtLeast("max-image-bytes", max_image_bytes, 1));
   RETURN_IF_ERROR(FlagAtLeast("max-image-pixels", max_image_pixels, 1));
+  RETURN_IF_ERROR(FlagAtLeast("max-request-image-pixels", max_request_image_pixels, 1));
+  RETURN_IF_ERROR(FlagWithin("image-threads", image_threads, 1, 64));
   if (!mmproj.empty() && device != "cpu") {
     return absl::InvalidArgumentError(
         "--mmproj needs --device cpu: the CUDA backend's image inputs have not yet run on a GPU");

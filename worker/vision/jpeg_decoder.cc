@@ -42,9 +42,13 @@ struct JpegDecode {
   std::longjmp(d->jump, 1);
 }
 
-// Warnings are corrupt-but-decodable data, which libjpeg repairs; running out of data is not.
+// Warnings are corrupt-but-decodable data, which libjpeg repairs; running out of data is not,
+// whether the file ends (EOF) or a marker, EOI most often, cuts a scan's data short: libjpeg
+// would fill the rest with grey, as Pillow does. walsh refuses it (docs/vision.md §2.1).
 void OnMessage(j_common_ptr cinfo, int level) {
-  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) Fail(cinfo, "the data ends early");
+  if (level != -1) return;
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) Fail(cinfo, "the data ends early");
+  if (cinfo->err->msg_code == JWRN_HIT_MARKER) Fail(cinfo, "a scan's data ends early");
 }
 
 void OnProgress(j_common_ptr cinfo) {

@@ -8,6 +8,10 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/thread_pool.h"
+#include "worker/vision/image_codecs.h"
+#include "worker/vision/image_decoder.h"
+#include "worker/vision/image_size.h"
+#include "worker/vision/smart_resize.h"
 
 namespace walsh {
 namespace {
@@ -47,6 +51,35 @@ absl::StatusOr<VisionInput> VisionInputFor(const VisionModel& model, const Token
     }
   }
   return v;
+}
+
+absl::StatusOr<ImageCost> ImageCostOf(const VisionInput& vision, absl::string_view field,
+                                      std::string_view bytes) {
+  const auto refused = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  };
+  if (bytes.empty()) return refused("an empty image");
+  const ImageDecodeLimits& limits = vision.preprocess.decode;
+  if (static_cast<int64_t>(bytes.size()) > limits.max_bytes) {
+    return refused(absl::StrCat("the image is ", bytes.size(), " bytes, over the limit of ",
+                                limits.max_bytes));
+  }
+  const auto span =
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  absl::StatusOr<ImageSize> size = ReadImageSize(span);
+  if (!size.ok()) return refused(size.status().message());
+  const std::string_view format = ImageFormatName(SniffImageFormat(span));
+  if (absl::Status s =
+          CheckImageSize(std::string(format).c_str(), size->width, size->height, limits.max_pixels);
+      !s.ok()) {
+    return refused(s.message());
+  }
+  const int64_t side = vision.preprocess.patch_size * vision.preprocess.merge_size;
+  absl::StatusOr<ResizedSize> resized =
+      SmartResize(size->height, size->width, side, vision.preprocess.tokens);
+  if (!resized.ok()) return refused(resized.status().message());
+  return ImageCost{.pixels = size->width * size->height,
+                   .rows = (resized->height / side) * (resized->width / side)};
 }
 
 absl::StatusOr<PreparedImage> PrepareImage(const VisionInput& vision, std::string field,

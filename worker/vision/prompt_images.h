@@ -25,7 +25,10 @@ struct VisionInput {
   const VisionModel* model = nullptr;
   ImagePreprocessOptions preprocess;
   int64_t max_images = 4;  // per request (--max-images-per-request)
-  int threads = 1;         // the encoder's, per request
+  // All of a request's images together, in pixels as their files declare them
+  // (--max-request-image-pixels).
+  int64_t max_request_pixels = 67'108'864;
+  int threads = 1;  // the encoder's, per request
   // The placeholder's tokens, read from the tokenizer by name.
   int32_t vision_start = -1, image_pad = -1, vision_end = -1;
 };
@@ -35,6 +38,16 @@ struct VisionInput {
 absl::StatusOr<VisionInput> VisionInputFor(const VisionModel& model, const Tokenizer& tokenizer,
                                            const ImageDecodeLimits& limits, int64_t max_images,
                                            int threads);
+
+// What an image will cost, from its file's header alone (image_size.h): the pixels it decodes to
+// and the rows (merged tokens) its placeholder takes, without its two markers.
+struct ImageCost {
+  int64_t pixels = 0, rows = 0;
+};
+// INVALID_ARGUMENT naming `field` for what PrepareImage would refuse on the header alone: bytes
+// that are not an image walsh reads, or one over the byte or pixel limits.
+absl::StatusOr<ImageCost> ImageCostOf(const VisionInput& vision, absl::string_view field,
+                                      std::string_view bytes);
 
 // An image decoded and preprocessed, before its rows are computed.
 struct PreparedImage {

@@ -307,6 +307,48 @@ TEST_F(ImageRequests, AreRefusedNamingTheField) {
   EXPECT_EQ(refusal(w, mixed), "chat.messages[0].content: cannot go with parts");
 }
 
+// What a request's images cost is read from their headers before any is decoded: images whose
+// files declare too many pixels together, or more tokens than the context holds, are refused
+// naming the image that crossed the line, though none would decode (no pixel data follows).
+TEST_F(ImageRequests, CostsAreKnownFromTheHeadersBeforeDecoding) {
+  // A PNG's signature and its IHDR chunk (8 + 25 bytes), declaring width x height.
+  const auto header_only = [](uint32_t width, uint32_t height) {
+    std::string png = Png(8, 8, 1).substr(0, 33);
+    for (int i = 0; i < 4; ++i) {
+      png[16 + i] = static_cast<char>(width >> (24 - 8 * i));
+      png[20 + i] = static_cast<char>(height >> (24 - 8 * i));
+    }
+    return png;
+  };
+  const auto refusal = [](WorkerServer& w, const v1::GenerateRequest& req) {
+    const Served s = Generate(w, req);
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << s.status.error_message();
+    return s.status.error_message();
+  };
+  {
+    WorkerServer::Options o = Options(true);
+    o.max_request_image_pixels = 100'000;
+    auto worker = WorkerServer::Start(o);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    v1::GenerateRequest two = ImageRequest(header_only(320, 240));
+    two.mutable_pieces()->add_pieces()->set_image(header_only(320, 240));
+    EXPECT_EQ(refusal(**worker, two),
+              "pieces.pieces[3].image: the request's images hold 153600 pixels up to this one, "
+              "over the limit of 100000 (--max-request-image-pixels)");
+    // Within every bound, the decoder has the last word: there is nothing to decode.
+    EXPECT_THAT(refusal(**worker, ImageRequest(header_only(64, 64))),
+                HasSubstr("pieces.pieces[1].image: the PNG is corrupt"));
+  }
+  WorkerServer::Options o = Options(true);
+  o.max_context = 512;
+  auto worker = WorkerServer::Start(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_THAT(refusal(**worker, ImageRequest(header_only(1000, 1000))),
+              HasSubstr("pieces.pieces[1].image: the request's images take 963 tokens up to this "
+                        "one, over the context limit of 512 tokens"));
+}
+
 // walsh-run --mmproj --image, the process a user runs: the worker's tokens for the same prompt.
 TEST_F(ImageRequests, WalshRunGivesTheWorkersTokens) {
   using testing::RunProcess;

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/util/test_util.h"
 #include "worker/vision/bicubic_resize.h"
+#include "worker/vision/image_size.h"
 
 namespace walsh {
 namespace {
@@ -81,6 +82,26 @@ TEST_F(PillowImages, SixteenBitGreyKeepsItsHighBytes) {
   EXPECT_TRUE(decoded->rgb == File("grey16.high.rgb"));
 }
 
+// The header alone gives the size the decoder finds, in every format; a header cut short is
+// refused as corrupt.
+TEST_F(PillowImages, HeadersGiveTheDecodedSize) {
+  for (const char* file : {"png_rgb.png", "jpeg_420.jpeg", "jpeg_progressive.jpeg",
+                           "webp_lossy.webp", "webp_lossless_alpha.webp"}) {
+    SCOPED_TRACE(file);
+    const std::vector<uint8_t> bytes = File(file);
+    const absl::StatusOr<ImageSize> size = ReadImageSize(bytes);
+    const absl::StatusOr<RgbImage> image = DecodeImage(bytes, {});
+    ASSERT_TRUE(size.ok()) << size.status();
+    ASSERT_TRUE(image.ok()) << image.status();
+    EXPECT_EQ(size->width, image->width);
+    EXPECT_EQ(size->height, image->height);
+    const std::vector<uint8_t> head(bytes.begin(), bytes.begin() + 14);
+    EXPECT_THAT(ReadImageSize(head).status().message(), HasSubstr("corrupt"));
+  }
+  EXPECT_THAT(ReadImageSize(Bytes("GIF89a........")).status().message(),
+              HasSubstr("not PNG, JPEG or WebP"));
+}
+
 // A JPEG whose frame header says 60,000 x 60,000 is refused from the header.
 TEST_F(PillowImages, AHugeJpegHeaderIsRefusedBeforeAnyAllocation) {
   std::vector<uint8_t> jpeg = File("jpeg_420.jpeg");
@@ -114,6 +135,17 @@ TEST_F(PillowImages, TruncatedAndCorruptFilesAreRefused) {
     const auto truncated = DecodeImage(bytes, {});
     EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(truncated.status().message(), HasSubstr("corrupt"));
+  }
+  // Cut short and closed with an EOI, which libjpeg (and Pillow) would fill grey: refused.
+  for (const char* file : {"jpeg_420.jpeg", "jpeg_progressive.jpeg"}) {
+    SCOPED_TRACE(file);
+    std::vector<uint8_t> bytes = File(file);
+    bytes.resize(bytes.size() * 2 / 3);
+    bytes.push_back(0xff);
+    bytes.push_back(0xd9);
+    const auto cut = DecodeImage(bytes, {});
+    EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(cut.status().message(), HasSubstr("ends early"));
   }
   std::vector<uint8_t> png = File("png_rgb.png");
   for (size_t i = 40; i < png.size() - 12; ++i) png[i] ^= 0x5a;  // past the header: bad CRCs
