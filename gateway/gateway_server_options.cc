@@ -60,7 +60,6 @@ void GatewayServer::Options::Register(FlagSet& flags) {
   flags.Int("rate-limit-max-clients", &rate_limit_max_clients,
             "clients whose limits are tracked at once (those idle with a full bucket are "
             "forgotten first); past it a new client is refused with RESOURCE_EXHAUSTED");
-
   flags.StringList("trusted-proxy", &trusted_proxy_cidrs,
                    "CIDR block or address of a proxy whose X-Forwarded-For names the client, for "
                    "per-client limits and logs");

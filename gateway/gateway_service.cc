@@ -30,15 +30,14 @@ int64_t GatewayService::inflight() {
 }
 
 grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
-                                   std::shared_ptr<void>* stream_slot) {
+                                   std::shared_ptr<void>* stream_slot, bool rate) {
   grpc::Status s = Authorize(context);
-  // Only Generate counts against the per-client limits: the calls around it (model info,
-  // tokenizing) are cheap, and an HTTP client's first request makes two.
-  if (s.ok() && options_.limiter != nullptr && stream_slot != nullptr) {
+  if (s.ok() && options_.limiter != nullptr && rate) {
     const std::string key =
         ClientKeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled(),
                     options_.trusted_proxies, options_.ipv6_prefix_bits);
-    s = ToGrpcStatus(options_.limiter->AdmitStream(key, stream_slot));
+    s = ToGrpcStatus(stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
+                                            : options_.limiter->AdmitCall(key));
     if (!s.ok()) metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
   }
   return s;
@@ -236,8 +235,8 @@ grpc::ServerUnaryReactor* GatewayService::Detokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* GatewayService::GetModelInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetModelInfoRequest* request,
                                                        v1::ModelInfo* response) {
-  return Forward(context, Admit(context, nullptr), options_.unary_timeout, PickAny(), request,
-                 response,
+  return Forward(context, Admit(context, nullptr, /*rate=*/false), options_.unary_timeout,
+                 PickAny(), request, response,
                  [](WorkerEndpoint* w, grpc::ClientContext* c, const v1::GetModelInfoRequest* q,
                     v1::ModelInfo* p, std::function<void(grpc::Status)> cb) {
                    w->generator->async()->GetModelInfo(c, q, p, std::move(cb));

@@ -59,8 +59,11 @@ class GatewayService final
   void OnClientGone(ProxiedStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void OnEnded(ProxiedStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Authorization, then, for a stream (Generate), the client's rate token and stream slot.
-  grpc::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot);
+  // Authorization, then the client's limits: a rate token for Generate (with a stream slot,
+  // which `stream_slot` receives) and for Tokenize and Detokenize; none for GetModelInfo
+  // (`rate` false), which the HTTP API calls beside every request.
+  grpc::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot,
+                     bool rate = true);
   grpc::Status Authorize(grpc::CallbackServerContext* context) const;
   std::shared_ptr<WorkerEndpoint> PickAny();
 

@@ -38,7 +38,14 @@ void KeyLimiter::PruneLocked() {
 
 KeyLimiter::PerKey* KeyLimiter::FindOrAddLocked(const std::string& key, absl::Status& refused) {
   if (auto it = keys_.find(key); it != keys_.end()) return &it->second;
-  if (keys_.size() >= prune_at_) PruneLocked();
+  if (keys_.size() >= prune_at_ && clock_() >= no_prune_before_) {
+    PruneLocked();
+    if (static_cast<int64_t>(keys_.size()) >= max_clients_) {
+      no_prune_before_ =
+          clock_() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(rate_ > 0 ? std::min(1.0, 1 / rate_) : 1.0));
+    }
+  }
   if (static_cast<int64_t>(keys_.size()) >= max_clients_) {
     refused = absl::ResourceExhaustedError(
         absl::StrCat("the gateway tracks at most ", max_clients_,

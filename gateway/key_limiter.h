@@ -1,9 +1,10 @@
 // Per-client limits at the gateway, so one client cannot fill it: concurrent streams per key
 // (--max-streams-per-key) and a request-rate token bucket per key (--rate-limit, --rate-burst),
-// taken by Generate alone. The key is the client's API key when keys are required, else its
-// address group (gateway/client_key.h). Over a limit a call gets RESOURCE_EXHAUSTED naming the
-// flag. Memory stays bounded whatever clients come: a client with no stream and a full bucket is
-// the same as one never seen, so such entries are dropped as the table grows, and past
+// taken by Generate, Tokenize and Detokenize (not GetModelInfo). The key is the client's API key
+// when keys are required, else its address group (gateway/client_key.h). Over a limit a call
+// gets RESOURCE_EXHAUSTED naming the flag. Memory stays bounded whatever clients come: a client
+// with no stream and a full bucket is the same as one never seen, so such entries are dropped as
+// the table grows, and past
 // --rate-limit-max-clients tracked at once a new client is refused, naming the flag.
 #ifndef WALSH_GATEWAY_KEY_LIMITER_H_
 #define WALSH_GATEWAY_KEY_LIMITER_H_
@@ -62,6 +63,9 @@ class KeyLimiter {
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, PerKey> keys_ ABSL_GUARDED_BY(mu_);
   size_t prune_at_ ABSL_GUARDED_BY(mu_);  // the size at which the next prune runs
+  // A full table that a prune could not shrink is not scanned again before this (one token's
+  // refill): new clients meanwhile are refused at the cost of a lookup.
+  std::chrono::steady_clock::time_point no_prune_before_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace walsh

@@ -119,7 +119,7 @@ std::string AddressGroup(const std::string& address, int ipv6_prefix_bits) {
   if (a->v4 || ipv6_prefix_bits >= 128) return Format(*a);
   int bits = std::max(ipv6_prefix_bits, 0);
   for (uint8_t& byte : a->bytes) {
-    byte &= bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - std::max(bits, 0)));
+    byte &= bits >= 8 ? 0xff : bits <= 0 ? 0 : static_cast<uint8_t>(0xff << (8 - bits));
     bits -= 8;
   }
   return absl::StrCat(Format(*a), "/", ipv6_prefix_bits);

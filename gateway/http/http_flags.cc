@@ -72,12 +72,16 @@ absl::StatusOr<MediaFetchOptions> HttpFlags::Media() const {
     host = absl::StripAsciiWhitespace(host);
     // host[:port], the port (if any) the only one allowed; without one, the scheme's default.
     absl::StatusOr<MediaUrl> url = ParseMediaUrl(absl::StrCat("http://", host));
-    if (host.empty() || !url.ok() || absl::StrContains(host, '/') || absl::StrContains(host, '@')) {
+    if (host.empty() || !url.ok() || host.find_first_of("/?#@") != absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat("--allowed-media-domains: \"", host,
-                                                     "\" is not a host or host:port (no scheme or "
-                                                     "path)"));
+                                                     "\" is not a host or host:port (no scheme, "
+                                                     "path or query)"));
     }
-    o.allowed_domains.push_back(url->HostHeader());
+    const size_t colon = host.rfind(':');
+    const bool port_given = colon != absl::string_view::npos && host.back() != ']' &&
+                            (host.front() != '[' || colon > host.find(']'));
+    o.allowed_domains.push_back(port_given ? absl::StrCat(url->HostName(), ":", url->port)
+                                           : url->HostName());
   }
   if (o.allowed_domains.empty() && !media_ca_file.empty()) {
     return absl::InvalidArgumentError("--media-ca-file needs --allowed-media-domains");

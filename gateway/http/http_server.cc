@@ -327,6 +327,10 @@ struct HttpServerCallbacks {
       MHD_add_response_header(resp, "X-Accel-Buffering", "no");  // nginx: do not buffer events
     }
     AddCommonHeaders(resp, x, content_type);
+    // A reserve connection answers its one request and closes, so it cannot be kept idle.
+    if (HttpServer::Connection* c = ConnectionOf(conn); c != nullptr && c->reserve) {
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     const MHD_Result ok = MHD_queue_response(conn, static_cast<unsigned>(status), resp);
     MHD_destroy_response(resp);
     return ok;

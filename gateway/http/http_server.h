@@ -7,9 +7,10 @@
 // must send its headers within header_timeout and its body within body_timeout (408), and a body
 // may not exceed max_body_bytes (413). Connections beyond max_connections_per_client from one
 // client (an address; IPv6 by its /ipv6_prefix_bits network) are closed as they arrive; past
-// max_connections, a reserve of reserve_connections more may ask for reserve_path alone (the
-// health check; anything else gets 503 with Retry-After), and beyond it they are closed as they
-// arrive: never left waiting in the kernel's backlog.
+// max_connections, a reserve of reserve_connections more may ask for reserve_path alone, once
+// each (the health check; anything else gets 503 with Retry-After, and either answer closes the
+// connection), and beyond it they are closed as they arrive: never left waiting in the kernel's
+// backlog.
 #ifndef WALSH_GATEWAY_HTTP_HTTP_SERVER_H_
 #define WALSH_GATEWAY_HTTP_HTTP_SERVER_H_
 

@@ -38,6 +38,9 @@ const char* InternalIpv4(const uint8_t* b) {
   }
   if (b[0] == 100 && (b[1] & 0xc0) == 64) return "shared (carrier-grade NAT)";
   if (b[0] == 169 && b[1] == 254) return "link-local";
+  if ((b[0] == 198 && (b[1] & 0xfe) == 18) || (b[0] == 192 && b[1] == 0 && b[2] == 0)) {
+    return "reserved";
+  }
   if (b[0] >= 224) return b[0] < 240 ? "multicast" : "reserved";
   return nullptr;
 }
@@ -48,17 +51,21 @@ const char* InternalIpv4(const uint8_t* b) {
 const char* InternalAddress(const sockaddr* a) {
   if (a->sa_family == AF_INET6) {
     const uint8_t* b = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr.s6_addr;
+    static constexpr uint8_t kZero[16] = {};
     static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (std::memcmp(b, kMapped, 12) != 0) {
-      static constexpr uint8_t kZero[16] = {};
-      if (std::memcmp(b, kZero, 15) == 0) return b[15] == 1 ? "loopback" : "unspecified";
-      if ((b[0] & 0xfe) == 0xfc) return "private (unique local)";
-      if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return "link-local";
-      if (b[0] == 0xff) return "multicast";
-      return nullptr;
+    static constexpr uint8_t kNat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (std::memcmp(b, kZero, 15) == 0) return b[15] == 1 ? "loopback" : "unspecified";
+    // Addresses that carry an IPv4 address are judged as it: mapped, compatible (::a.b.c.d),
+    // NAT64 (64:ff9b::/96), 6to4 (2002::/16, the address in bytes 2..5).
+    if (std::memcmp(b, kMapped, 12) == 0 || std::memcmp(b, kZero, 12) == 0 ||
+        std::memcmp(b, kNat64, 12) == 0) {
+      return InternalIpv4(b + 12);
     }
-    b += 12;  // an IPv4-mapped address: judged as the IPv4 address it maps
-    return InternalIpv4(b);
+    if (b[0] == 0x20 && b[1] == 0x02) return InternalIpv4(b + 2);
+    if ((b[0] & 0xfe) == 0xfc) return "private (unique local)";
+    if (b[0] == 0xfe && (b[1] & 0x80) == 0x80) return "link-local or site-local";
+    if (b[0] == 0xff) return "multicast";
+    return nullptr;
   }
   if (a->sa_family != AF_INET) return "not an IP";
   return InternalIpv4(
@@ -418,9 +425,13 @@ absl::Status MediaFetcher::CheckAllowed(const MediaUrl& url) const {
         "http(s) image URLs are not fetched here: the server's --allowed-media-domains names "
         "no host (send the image as a data: URL)");
   }
-  // An entry is a host (its scheme's default port) or host:port.
-  if (std::find(options_.allowed_domains.begin(), options_.allowed_domains.end(),
-                url.HostHeader()) == options_.allowed_domains.end()) {
+  // An entry is a host (its URL's scheme's default port) or host:port (that port, any scheme).
+  const auto listed = [&](const std::string& entry) {
+    return std::find(options_.allowed_domains.begin(), options_.allowed_domains.end(), entry) !=
+           options_.allowed_domains.end();
+  };
+  if (!listed(absl::StrCat(url.HostName(), ":", url.port)) &&
+      !(url.default_port() && listed(url.HostName()))) {
     return absl::InvalidArgumentError(
         absl::StrCat("the host \"", url.HostHeader(), "\" is not in --allowed-media-domains"));
   }

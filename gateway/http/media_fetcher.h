@@ -21,8 +21,8 @@ typedef struct ssl_ctx_st SSL_CTX;
 namespace walsh {
 
 struct MediaFetchOptions {
-  // Exact host names, lower case, each alone (its scheme's default port) or as host:port
-  // (MediaUrl::HostHeader's form); empty: none.
+  // Exact host names, lower case (IPv6 bracketed), each alone (a URL's scheme's default port)
+  // or as host:port (that port only, whatever the scheme); empty: none.
   std::vector<std::string> allowed_domains;
   absl::Duration timeout = absl::Seconds(10);  // one image's fetch, redirects included
   int64_t max_bytes = int64_t{4} << 20;        // the bodies of one request's images, together

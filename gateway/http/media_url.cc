@@ -27,9 +27,13 @@ bool MediaUrl::ip_literal() const {
   return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
+std::string MediaUrl::HostName() const {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
+}
+
 std::string MediaUrl::HostHeader() const {
-  std::string h = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
-  if (port != (https ? 443 : 80)) absl::StrAppend(&h, ":", port);
+  std::string h = HostName();
+  if (!default_port()) absl::StrAppend(&h, ":", port);
   return h;
 }
 

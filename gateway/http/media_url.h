@@ -18,8 +18,10 @@ struct MediaUrl {
   std::string target;  // path and query; "/" at least
 
   bool ip_literal() const;
-  std::string HostHeader() const;  // host, bracketed if IPv6, with the port if not the default
-  std::string Spec() const;        // the URL again, normalized
+  std::string HostName() const;    // host, bracketed if IPv6
+  std::string HostHeader() const;  // HostName, with the port if not the default
+  bool default_port() const { return port == (https ? 443 : 80); }
+  std::string Spec() const;  // the URL again, normalized
 };
 
 // Whether `url` names an http(s) resource (any case), as opposed to data: and the rest.

@@ -531,8 +531,8 @@ const CompiledGrammar::ContextMask* CompiledGrammar::MaskFor(int32_t below, int3
     auto it = masks_.find(key);
     if (it != masks_.end()) return it->second.get();
   }
-  const ContextMask* alone = nullptr;
-  if (below >= 0 && (alone = MaskFor(-1, position, budget)) == nullptr) return nullptr;
+  const ContextMask* alone = below >= 0 ? MaskFor(-1, position, budget) : nullptr;
+  if (below >= 0 && alone == nullptr) return nullptr;
   std::unique_ptr<ContextMask> mask = ComputeMask(below, position, alone, budget);
   if (mask == nullptr) return nullptr;
   MutexLock lock(&mu_);

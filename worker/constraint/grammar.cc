@@ -87,15 +87,25 @@ void Grammar::AddLiterals(int32_t rule, std::vector<std::string> literals) {
         ++i;
         continue;
       }
-      const char byte = literals[i][g.depth];
+      const char byte = literals[i][g.depth];  // the group: the literals that go on with it
       size_t j = i + 1;
       while (j < g.end && literals[j].size() > g.depth && literals[j][g.depth] == byte) ++j;
       if (j == i + 1) {
         AddAlternative(g.rule, Literal(literals[i].substr(g.depth)));
       } else {
+        // The group's common prefix (its first and last share it: they are sorted) in one
+        // sequence, then a rule for what follows.
+        size_t shared = g.depth + 1;
+        const std::string& first = literals[i];
+        const std::string& last = literals[j - 1];
+        while (shared < first.size() && shared < last.size() && first[shared] == last[shared]) {
+          ++shared;
+        }
         const int32_t next = NewRule("literals");
-        AddAlternative(g.rule, {Byte(static_cast<uint8_t>(byte)), Ref(next)});
-        work.push_back({next, i, j, g.depth + 1});
+        GrammarSequence prefix = Literal(first.substr(g.depth, shared - g.depth));
+        prefix.push_back(Ref(next));
+        AddAlternative(g.rule, std::move(prefix));
+        work.push_back({next, i, j, shared});
       }
       i = j;
     }
@@ -332,10 +342,20 @@ absl::Status Grammar::CheckFanout(const std::vector<bool>& nullable,
     }
     fanout[r] = total;
   }
+  // Every position's, right to left: from(alt, i) is element i's own plus, when it can be
+  // empty, from(alt, i + 1); one pass, however long a run of empty-able elements is.
   for (size_t r = 0; r < n; ++r) {
     for (const GrammarSequence& alt : rules_[r].alternatives) {
-      for (size_t i = 0; i < alt.size(); ++i) {
-        if (from(alt, i, static_cast<int32_t>(r)) <= kMaxGrammarFanout) continue;
+      int64_t after = 0;
+      for (size_t i = alt.size(); i-- > 0;) {
+        const GrammarElement& e = alt[i];
+        if (e.kind == GrammarElement::Kind::kBytes) {
+          after = 1;
+          continue;
+        }
+        const bool self_star = e.rule == static_cast<int32_t>(r) && rules_[r].star;
+        after = std::min((self_star ? 0 : fanout[e.rule]) + (nullable[e.rule] ? after : 0), kOver);
+        if (after <= kMaxGrammarFanout) continue;
         return absl::InvalidArgumentError(absl::StrFormat(
             "rule '%s' can begin more than %d ways before reading a byte, more parses than the "
             "matcher follows at once: a repetition of something that can be empty, such as "

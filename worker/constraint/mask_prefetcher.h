@@ -1,8 +1,8 @@
 // Token masks computed ahead, on threads of their own, while the forward pass whose logits they
 // will filter runs (docs/structured_output.md §Overlap). A job holds one sequence's next mask
-// under its budget (mask_budget.h): a pool thread computes it, or the sampler does when it needs
-// the mask before any thread has begun. A caller that must not wait asks Ready() first and is
-// told by the job's callback when it is. Idle threads warm newly compiled grammars while some
+// under its budget (mask_budget.h): a pool thread computes it, or Take() does when no thread has
+// begun. A caller that must not wait (the scheduler) asks Ready() first, and the job's callback
+// tells it when that changes. Idle threads warm newly compiled grammars while some
 // request still uses them.
 #ifndef WALSH_WORKER_CONSTRAINT_MASK_PREFETCHER_H_
 #define WALSH_WORKER_CONSTRAINT_MASK_PREFETCHER_H_

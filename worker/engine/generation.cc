@@ -28,16 +28,16 @@ void Generation::PrefetchMask(MaskPrefetcher& prefetcher, std::function<void()> 
 
 bool Generation::MaskReady() const { return !prefetched_ || prefetched_->Ready(); }
 
-absl::StatusOr<const std::vector<uint64_t>*> Generation::ConstraintMask(int64_t vocab) {
+absl::StatusOr<const std::vector<uint64_t>*> Generation::ConstraintMask(int64_t vocab,
+                                                                        MaskBudget& budget) {
   if (!matcher_) return nullptr;
   if (prefetched_) {
     absl::StatusOr<std::vector<uint64_t>> taken = prefetched_->Take();
     prefetched_.reset();
     if (!taken.ok()) return taken.status();
     allowed_ = *std::move(taken);
-  } else {
-    MaskBudget budget(request_.mask_limits, request_.cancelled);
-    if (absl::Status s = matcher_->FillMask(allowed_, budget); !s.ok()) return s;
+  } else if (absl::Status s = matcher_->FillMask(allowed_, budget); !s.ok()) {
+    return s;
   }
   allowed_.resize((vocab + 63) / 64, 0);
   if (matcher_->CanEnd()) AllowEnd(vocab);
@@ -58,14 +58,13 @@ void Generation::AllowEnd(int64_t vocab) {
   }
 }
 
-absl::StatusOr<bool> Generation::Constrain(int32_t id) {
+absl::StatusOr<bool> Generation::Constrain(int32_t id, MaskBudget& budget) {
   if (!matcher_) return true;
   const auto& end = request_.stop;
   if (std::find(end.eos_ids.begin(), end.eos_ids.end(), id) != end.eos_ids.end() ||
       std::find(end.stop_ids.begin(), end.stop_ids.end(), id) != end.stop_ids.end()) {
     return matcher_->CanEnd();
   }
-  MaskBudget budget(request_.mask_limits, request_.cancelled);
   const bool accepted = matcher_->AcceptToken(id, budget);
   if (budget.spent()) return budget.status();
   return accepted;
@@ -74,7 +73,8 @@ absl::StatusOr<bool> Generation::Constrain(int32_t id) {
 absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
   DropPrefetchedMask();  // the matcher is about to move on
   for (int32_t id : ids) {
-    absl::StatusOr<bool> allowed = Constrain(id);
+    MaskBudget budget(request_.mask_limits, request_.cancelled);
+    absl::StatusOr<bool> allowed = Constrain(id, budget);
     if (!allowed.ok()) return allowed.status();
     if (!*allowed) {
       return absl::InvalidArgumentError(absl::StrCat("emitted_ids[", output_.size(), "]: token ",
@@ -90,14 +90,17 @@ absl::Status Generation::Replay(const std::vector<int32_t>& ids) {
 absl::StatusOr<GeneratedToken> Generation::Advance(const float* logits, int64_t vocab) {
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());
-  absl::StatusOr<const std::vector<uint64_t>*> masked = ConstraintMask(vocab);
+  // One budget for the token's constraint work on this thread: its mask when none was
+  // prefetched, and every advance the sampler tries (a refused draw tries again).
+  MaskBudget budget(request_.mask_limits, request_.cancelled);
+  absl::StatusOr<const std::vector<uint64_t>*> masked = ConstraintMask(vocab, budget);
   if (!masked.ok()) return masked.status();
   const std::vector<uint64_t>* mask = *masked;
   SampledToken s;
   while (true) {
     s = Sample(logits, vocab, request_.sampling, request_.prompt, output_, t.index, mask);
     if (mask == nullptr || exhausted_) break;
-    absl::StatusOr<bool> allowed = Constrain(s.id);
+    absl::StatusOr<bool> allowed = Constrain(s.id, budget);
     if (!allowed.ok()) return allowed.status();
     if (*allowed) break;
     // The mask allowed a token the automaton then refused (a stack past its bounds): take it

@@ -86,9 +86,10 @@ class Generation {
  private:
   // The tokens the constraint allows next (null without one), EOS and stop ids included where
   // the text may end.
-  absl::StatusOr<const std::vector<uint64_t>*> ConstraintMask(int64_t vocab);
-  // Advances the constraint past an output token: whether it may.
-  absl::StatusOr<bool> Constrain(int32_t id);
+  // An inline mask (none prefetched) is charged to `budget`.
+  absl::StatusOr<const std::vector<uint64_t>*> ConstraintMask(int64_t vocab, MaskBudget& budget);
+  // Advances the constraint past an output token, charged to `budget`: whether it may.
+  absl::StatusOr<bool> Constrain(int32_t id, MaskBudget& budget);
   void AllowEnd(int64_t vocab);  // EOS and the stop ids into the mask
 
   GenerationRequest request_;

@@ -65,9 +65,10 @@ struct ActiveRequest {
   std::vector<int32_t> prompt;
   // Its images' rows, spans and cache keys (docs/vision.md §4); null for text.
   std::shared_ptr<const PromptImages> images;
+  // Declared before the generation, which reads it until its last mask stops, so it outlives it.
+  std::atomic<bool> cancelled{false};
   std::unique_ptr<Generation> generation;
   std::shared_ptr<ResponseSink> sink;
-  std::atomic<bool> cancelled{false};
 
   // Scheduler state.
   std::vector<int32_t> tokens;  // prompt + outputs: what the engine must have seen

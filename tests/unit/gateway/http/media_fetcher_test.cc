@@ -363,15 +363,37 @@ TEST(MediaFetcher, HttpsTrustsTheCaGivenAndChecksTheName) {
               HasSubstr("--media-ca-file"));
 }
 
+// An entry without a port allows its URL scheme's default port; one with a port, that port only,
+// whatever the scheme. Allowed or not is told apart by the answer: a refusal by name
+// (INVALID_ARGUMENT), or an attempt that finds nothing listening (UNAVAILABLE).
+TEST(MediaFetcher, AllowListEntriesOwnTheirPorts) {
+  HttpFlags flags;
+  flags.allowed_media_domains = "127.0.0.1,127.0.0.2:443";
+  absl::StatusOr<MediaFetchOptions> o = flags.Media();
+  ASSERT_TRUE(o.ok()) << o.status();
+  o->timeout = absl::Seconds(2);
+  auto f = MediaFetcher::Create(*o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const auto code = [&](const std::string& url) {
+    return (*f)->Fetch(Url(url), 100).status().code();
+  };
+  EXPECT_EQ(code("http://127.0.0.1/x"), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(code("https://127.0.0.1/x"), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(code("http://127.0.0.1:8080/x"), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code("https://127.0.0.2/x"), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(code("http://127.0.0.2:443/x"), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(code("http://127.0.0.2/x"), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MediaFlags, EachNamesItsFlag) {
   const auto error = [](HttpFlags f) { return std::string(f.Media().status().message()); };
   HttpFlags f;
-  f.allowed_media_domains = " Images.Example.com,127.0.0.1 ,,h:8080,[::1]:9000,h:80";
+  f.allowed_media_domains = " Images.Example.com,127.0.0.1 ,,h:8080,[::1]:9000,g:443";
   absl::StatusOr<MediaFetchOptions> o = f.Media();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->allowed_domains, (std::vector<std::string>{"images.example.com", "127.0.0.1",
-                                                          "h:8080", "[::1]:9000", "h"}));
-  for (const char* bad : {"https://h", "h/x", "a b", "u@h", "h:0", "h:x"}) {
+                                                          "h:8080", "[::1]:9000", "g:443"}));
+  for (const char* bad : {"https://h", "h/x", "a b", "u@h", "h:0", "h:x", "h?x", "h#f"}) {
     HttpFlags b;
     b.allowed_media_domains = bad;
     EXPECT_THAT(error(b), HasSubstr("--allowed-media-domains")) << bad;

@@ -14,10 +14,15 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
+#include "worker/constraint/compiled_grammar.h"
+#include "worker/constraint/grammar_matcher.h"
+#include "worker/constraint/mask_prefetcher.h"
+#include "worker/constraint/regex_compiler.h"
 #include "worker/engine/draft_model_drafter.h"
 #include "worker/engine/ngram_drafter.h"
 
@@ -510,6 +515,62 @@ TEST(Scheduler, ARequestCapsItsOwnDrafts) {
     EXPECT_EQ(served.metrics.spec_draft_tokens.value(), cap * served.metrics.spec_drafts.value());
     EXPECT_EQ(served.metrics.spec_drafts.value() > 0, cap > 0);
   }
+}
+
+// A constrained request whose mask is not ready when its logits are (here the one mask thread is
+// held busy) waits with them while another request runs to its end; once the thread is free the
+// constrained one goes on, with exactly the tokens it gets with masks computed after each pass.
+TEST(Scheduler, AMaskNotReadyHoldsUpOnlyItsOwnRequest) {
+  SchedulerFixture fx;
+  std::vector<std::string> tokens;
+  for (int64_t id = 0; id < fx.vocab(); ++id) {
+    tokens.push_back(id < 256
+                         ? std::string(1, static_cast<char>(id))
+                         : absl::StrCat(std::string(1, static_cast<char>('a' + id % 26)), id % 10));
+  }
+  auto grammar = RegexGrammar("[a-z][a-z0-9]{1,40}");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  auto compiled =
+      std::make_shared<const CompiledGrammar>(*grammar, std::make_shared<const TokenTrie>(tokens));
+  const auto constrained = [&](std::shared_ptr<RecordingSink> sink) {
+    auto r = fx.Request(7, 6, sink);
+    GenerationRequest g = r->generation->request();
+    g.constraint = compiled;
+    g.cancelled = &r->cancelled;
+    r->generation = std::make_unique<Generation>(nullptr, g);
+    return r;
+  };
+  std::vector<int32_t> after_the_pass;
+  {
+    Serving served(fx.MakeEngine());
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(served.scheduler.Submit(constrained(sink)).ok());
+    after_the_pass = std::get<0>(sink->Wait());
+    ASSERT_EQ(after_the_pass.size(), 6u);
+  }
+
+  MaskPrefetcher prefetcher(1);
+  std::atomic<bool> release{false};
+  auto blocker_grammar = RegexGrammar("a");
+  ASSERT_TRUE(blocker_grammar.ok());
+  GrammarMatcher blocker(std::make_shared<const CompiledGrammar>(
+      *blocker_grammar, std::make_shared<const TokenTrie>(tokens)));
+  auto held = prefetcher.Start(&blocker, MaskLimits{}, nullptr, [&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  Serving served(fx.MakeEngine(), {.mask_prefetcher = &prefetcher});
+  auto waiting = std::make_shared<RecordingSink>();
+  auto plain = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(served.scheduler.Submit(constrained(waiting)).ok());
+  ASSERT_TRUE(served.scheduler.Submit(fx.Request(8, 12, plain)).ok());
+  auto [plain_ids, reason, status] = plain->Wait();
+  EXPECT_EQ(plain_ids.size(), 12u);
+  EXPECT_EQ(waiting->completions(), 0);
+  EXPECT_TRUE(waiting->logprobs().empty()) << "sampled before its mask was ready";
+  EXPECT_GE(served.metrics.constraint_deferred.value(), 1);
+  release = true;
+  EXPECT_EQ(std::get<0>(waiting->Wait()), after_the_pass);
+  EXPECT_TRUE(held->Take().ok());
 }
 
 }  // namespace
