@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/json_log.h"
 #include "gateway/routing/prefix_key.h"
 
@@ -322,7 +323,9 @@ void ProxiedStream::OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const g
     w->breaker.ReleaseTrial();
     return Step();  // which ends it
   }
-  if (IsClientError(s.error_code()) || s.ok()) {
+  // A final status (common/final_status.h) is the request's doing too: another worker would
+  // fail it the same way.
+  if (IsClientError(s.error_code()) || s.ok() || s.error_details() == kFinalStatusDetails) {
     w->breaker.RecordSuccess();  // the worker answered; the request was at fault
     return End(
         s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the worker ended the stream early") : s);

@@ -118,6 +118,15 @@ TEST(StructuredOutput, HostileConstraintsAreRefusedOrBoundedNeverAStall) {
   EXPECT_NE(s.status.error_message().find("--constraint-mask-work"), std::string::npos)
       << s.status.error_message();
   EXPECT_TRUE(w.WaitForMetric("walsh_worker_constraint_exhausted_total", 1));
+  // Through a gateway, the same answer, and no retry: another worker would do the same work.
+  WorkerProcess w2({"--constraint-mask-work", "65536"});
+  ASSERT_TRUE(w2.ok());
+  testing::GatewayProcess gw({w.target(), w2.target()});
+  ASSERT_TRUE(gw.WaitForWorkers(2));
+  const StreamResult routed = RunGenerate(*gw.Stub(), r);
+  EXPECT_EQ(routed.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << routed.status.error_message();
+  EXPECT_EQ(gw.Metric("walsh_gateway_retries_total").value_or(-1), 0);
 
   r.set_regex("[a-z]{1,6}");
   s = RunGenerate(*stub, r);

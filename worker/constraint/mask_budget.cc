@@ -1,6 +1,7 @@
 #include "worker/constraint/mask_budget.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/final_status.h"
 
 namespace walsh {
 
@@ -27,11 +28,11 @@ absl::Status MaskBudget::status() const {
   switch (spent_) {
     case Spent::kNo:
       return absl::OkStatus();
-    case Spent::kWork:
-      return absl::ResourceExhaustedError(absl::StrCat(
+    case Spent::kWork:  // the same work on any worker: final, never retried elsewhere
+      return Final(absl::ResourceExhaustedError(absl::StrCat(
           "constraint: one token's mask needs more than ", limit_,
           " units of automaton work (--constraint-mask-work); simplify the schema, regex or "
-          "grammar (nested optional repetitions are the usual cause)"));
+          "grammar (nested optional repetitions are the usual cause)")));
     case Spent::kTime:
       return absl::ResourceExhaustedError(absl::StrCat(
           "constraint: one token's mask took more than ", time_.count(),
