@@ -246,7 +246,8 @@ double MetricValue(WorkerProcess& w, const std::string& series) {
 }
 
 // A schema the worker has not seen is compiled once and its masks warmed by the mask threads
-// (docs/structured_output.md §Warm-up), as its metrics show; a second request hits the cache.
+// while a request uses it (docs/structured_output.md §Warm-up), as its metrics show; once none
+// does, nothing is left warming; a second request hits the cache and finds its contexts there.
 TEST(StructuredOutput, NewConstraintsAreWarmedOnTheMaskThreads) {
   WorkerProcess w({"--constraint-threads", "2"});
   ASSERT_TRUE(w.ok());
@@ -255,7 +256,7 @@ TEST(StructuredOutput, NewConstraintsAreWarmedOnTheMaskThreads) {
       R"("n":{"type":"integer","minimum":0,"maximum":99}},"required":["name","n"]})";
   const StreamResult first = RunGenerate(*w.Generator(), Constrained(schema, 1, 40));
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
-  // Warm-up runs on after the request; poll until nothing is left to warm.
+  // Warm-up stops with the last request that uses the grammar: soon nothing is warming.
   double warming = -1;
   for (int i = 0; i < 600; ++i) {
     warming = MetricValue(w, "walsh_worker_constraint_contexts{state=\"warming\"}");
@@ -271,8 +272,7 @@ TEST(StructuredOutput, NewConstraintsAreWarmedOnTheMaskThreads) {
   const StreamResult second = RunGenerate(*w.Generator(), Constrained(schema, 2, 40));
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(MetricValue(w, "walsh_worker_constraint_cache_lookups_total{outcome=\"hit\"}"), 1);
-  // Every context the second request met was warmed already.
-  EXPECT_EQ(MetricValue(w, "walsh_worker_constraint_contexts{state=\"cached\"}"), cached);
+  EXPECT_GE(MetricValue(w, "walsh_worker_constraint_contexts{state=\"cached\"}"), cached);
 }
 
 TEST(StructuredOutput, MaskThreadsFlagIsCheckedByName) {

@@ -126,7 +126,9 @@ int64_t ConstraintCache::cached_contexts() const {
 int64_t ConstraintCache::contexts_to_warm() const {
   MutexLock lock(&mu_);
   int64_t total = 0;
-  for (const Entry& e : lru_) total += e.grammar->warm_remaining();
+  for (const Entry& e : lru_) {
+    if (!e.lease.expired()) total += e.grammar->warm_remaining();  // being warmed
+  }
   return total;
 }
 

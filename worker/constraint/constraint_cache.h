@@ -51,7 +51,8 @@ class ConstraintCache {
   int64_t misses() const;
   int64_t bytes() const;  // grammars plus the masks they cached so far
   int64_t entries() const;
-  // Over the cached grammars: contexts whose masks are cached, and those warm-up has yet to do.
+  // Over the cached grammars: contexts whose masks are cached, and those warm-up has yet to do
+  // for the grammars some request uses (the others stay lazy until one does).
   int64_t cached_contexts() const;
   int64_t contexts_to_warm() const;
 

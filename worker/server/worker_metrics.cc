@@ -116,11 +116,12 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       constraint_cache_entries(
           r.AddGauge("walsh_worker_constraint_cache_entries", "Compiled constraints cached.")
               .gauge()),
-      constraint_contexts(r.AddGauge("walsh_worker_constraint_contexts",
-                                     "Grammar contexts of the cached constraints, by state: "
-                                     "cached (their masks computed), warming (found from the "
-                                     "grammar, waiting for the mask threads).",
-                                     {"state"})),
+      constraint_contexts(
+          r.AddGauge("walsh_worker_constraint_contexts",
+                     "Grammar contexts of the cached constraints, by state: "
+                     "cached (their masks computed), warming (found from the "
+                     "grammar, waiting for the mask threads, of constraints a request uses).",
+                     {"state"})),
       constraint_deferred(r.AddCounter("walsh_worker_constraint_deferred_samples_total",
                                        "Constrained samples that waited for their token mask "
                                        "while the other requests stepped on.")
