@@ -15,8 +15,9 @@
 namespace walsh {
 
 struct MaskLimits {
-  // The defaults: about 20x the costliest cold mask measured on real schemas at the 27B shape's
-  // 248k-token vocabulary (bench/RESULTS.md, "hostile constraints").
+  // The defaults: nearly a second of one core's matching for the work (about 150 million units
+  // a second on the development VM, bench/RESULTS.md), far past a real schema's cold mask (about
+  // 2 ms at the 27B shape's vocabulary); the time bound backs it on a slow or loaded machine.
   static constexpr int64_t kDefaultWork = int64_t{1} << 27;
   static constexpr int64_t kDefaultMilliseconds = 1000;
 
