@@ -594,17 +594,19 @@ TEST(WorkerService, AStalledRankTurnsTheWorkerNotServing) {
 }
 
 // A step that runs past --step-stall-seconds turns health NOT_SERVING while it runs (here a rank
-// stalls for the 6 s of its collective timeout), well before the collective gives up.
+// stalls for the 3 s of its collective timeout), before the collective gives up.
 TEST(WorkerService, AStepPastTheStallBoundTurnsHealthNotServing) {
   WorkerProcess w(WALSH_WORKER_FAULTS_BIN,
-                  {"--tp", "2", "--debug-stall-rank", "1", "--collective-timeout-ms", "6000",
+                  {"--tp", "2", "--debug-stall-rank", "1", "--collective-timeout-ms", "3000",
                    "--step-stall-seconds", "1"});
   ASSERT_TRUE(w.ok()) << w.process().stderr_text();
   const auto start = std::chrono::steady_clock::now();
   std::thread stuck(
       [&] { (void)RunGenerate(*w.Generator(), Request("stall", 30, 0.0f, std::nullopt)); });
   bool not_serving = false;
-  while (!not_serving && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+  // Until the collective gives up (after which the broken group keeps it NOT_SERVING anyway).
+  while (!not_serving &&
+         std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2800)) {
     grpc::ClientContext ctx;
     grpc::health::v1::HealthCheckResponse h;
     not_serving = w.Health()->Check(&ctx, {}, &h).ok() &&
@@ -612,7 +614,6 @@ TEST(WorkerService, AStepPastTheStallBoundTurnsHealthNotServing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(not_serving);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   stuck.join();
   EXPECT_NE(w.process().stderr_text().find("\"event\":\"step_stalled\""), std::string::npos);
 }
