@@ -48,10 +48,16 @@ std::string Format(const Address& a) {
   return inet_ntop(AF_INET6, a.bytes.data(), buf, sizeof buf);
 }
 
+// The mask of byte i of a /bits prefix.
+uint8_t PrefixByteMask(int i, int bits) {
+  const int left = bits - 8 * i;
+  return left >= 8 ? 0xff : left <= 0 ? 0 : static_cast<uint8_t>(0xff << (8 - left));
+}
+
 bool InBlock(const std::array<uint8_t, 16>& bytes, const std::array<uint8_t, 16>& prefix,
              int bits) {
-  for (int i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
-    const uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
+  for (int i = 0; i < 16; ++i) {
+    const uint8_t mask = PrefixByteMask(i, bits);
     if ((bytes[i] & mask) != (prefix[i] & mask)) return false;
   }
   return true;
@@ -117,11 +123,7 @@ std::string AddressGroup(const std::string& address, int ipv6_prefix_bits) {
   std::optional<Address> a = ParseAddress(address);
   if (!a) return address;
   if (a->v4 || ipv6_prefix_bits >= 128) return Format(*a);
-  int bits = std::max(ipv6_prefix_bits, 0);
-  for (uint8_t& byte : a->bytes) {
-    byte &= bits >= 8 ? 0xff : bits <= 0 ? 0 : static_cast<uint8_t>(0xff << (8 - bits));
-    bits -= 8;
-  }
+  for (int i = 0; i < 16; ++i) a->bytes[i] &= PrefixByteMask(i, ipv6_prefix_bits);
   return absl::StrCat(Format(*a), "/", ipv6_prefix_bits);
 }
 

@@ -91,8 +91,10 @@ absl::StatusOr<GeneratedToken> Generation::Advance(const float* logits, int64_t 
   GeneratedToken t;
   t.index = static_cast<int64_t>(output_.size());
   // One budget for the token's constraint work on this thread: its mask when none was
-  // prefetched, and every advance the sampler tries (a refused draw tries again).
-  MaskBudget budget(request_.mask_limits, request_.cancelled);
+  // prefetched, and every advance the sampler tries (a refused draw tries again). Without a
+  // constraint, none (its deadline would read the clock for nothing).
+  MaskBudget budget =
+      matcher_ ? MaskBudget(request_.mask_limits, request_.cancelled) : MaskBudget();
   absl::StatusOr<const std::vector<uint64_t>*> masked = ConstraintMask(vocab, budget);
   if (!masked.ok()) return masked.status();
   const std::vector<uint64_t>* mask = *masked;
