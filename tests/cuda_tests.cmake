@@ -16,3 +16,8 @@ add_executable(gpu_check gpu/gpu_check.cu)
 target_compile_options(gpu_check PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
 target_link_libraries(gpu_check PRIVATE walsh_kernels_cuda walsh_kernels_cpu)
 set_property(GLOBAL APPEND PROPERTY WALSH_RELEASE_TARGETS gpu_check)  # CI's Release phase builds it
+# The kernels' static check (tests/gpu/static_check.sh): no spills, 128-bit loads in the lanes
+# mat-vec; nvcc alone, no device.
+add_test(NAME cuda_static_check
+  COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/static_check.sh ${CMAKE_CUDA_COMPILER})
+set_tests_properties(cuda_static_check PROPERTIES LABELS unit-engine TIMEOUT 300)

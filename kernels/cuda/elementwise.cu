@@ -4,17 +4,22 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/warp_lanes.h"
 #include "kernels/ternary_block_decode.h"
+#include "kernels/ternary_lanes_layout.h"
 
 namespace walsh::cuda {
 namespace {
 
-__global__ void EmbedKernel(TernaryFormat format, const uint8_t* table, int64_t row_bytes,
-                            int64_t cols, const int32_t* tokens, float* out) {
-  const int64_t t = blockIdx.y;
-  const uint8_t* row = table + static_cast<int64_t>(tokens[t]) * row_bytes;
+__global__ void EmbedKernel(TernaryWeights table, int64_t row_bytes, const int32_t* tokens,
+                            float* out) {
+  const int64_t t = blockIdx.y, cols = table.cols;
+  const uint8_t* row = table.data + static_cast<int64_t>(tokens[t]) * row_bytes;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[t * cols + i] = DequantizeTernary(format, row, i / 128, static_cast<int>(i % 128));
+    const int64_t b = i / 128;
+    const int j = static_cast<int>(i % 128);
+    out[t * cols + i] = table.layout == TernaryLayout::kLanes
+                            ? DequantizeTernaryLanes(table.format, row, cols / 128, b, j)
+                            : DequantizeTernary(table.format, row, b, j);
   }
 }
 
@@ -102,14 +107,16 @@ __global__ void UngroupKernel(const float* x, int64_t n_k, int64_t rep, int64_t 
 
 }  // namespace
 
-int EmbedRows(TernaryFormat format, const uint8_t* table, int64_t cols, const int32_t* tokens,
-              int64_t n_tokens, float* out, cudaStream_t stream) {
-  if (cols % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
+int EmbedRows(const TernaryWeights& table, const int32_t* tokens, int64_t n_tokens, float* out,
+              cudaStream_t stream) {
+  const int64_t cols = table.cols;
+  if (cols % 128 != 0 || (table.layout == TernaryLayout::kLanes && !LanesLayoutFits(cols))) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (n_tokens == 0) return 0;
-  const int64_t row_bytes = cols / 128 * FormatTraits(format).block_bytes;
   const dim3 grid(GridFor(cols, 256) < 16 ? GridFor(cols, 256) : 16,
                   static_cast<unsigned>(n_tokens));
-  EmbedKernel<<<grid, 256, 0, stream>>>(format, table, row_bytes, cols, tokens, out);
+  EmbedKernel<<<grid, 256, 0, stream>>>(table, table.row_bytes(), tokens, out);
   return LastLaunchError();
 }
 

@@ -41,8 +41,26 @@ int QuantizeRowsQ8(const float* x, int64_t rows, int64_t width, Q8Layout layout,
 // ---------------------------------------------------------------------------------------------
 // Products
 
-// The product p (kernels/ternary_product.h) for local rows [0, rows): device pointers in p.
+// The product p (kernels/ternary_product.h) for local rows [0, rows): device pointers in p. Rows
+// in the lanes layout (p.w.layout) run the lanes mat-vec with the default variant, rows as in
+// the file the file-layout kernel.
 int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream);
+// How the lanes mat-vec (ternary_matvec.cu) runs: quads of 4 blocks each lane has in flight
+// (1, 2 or 4) and warps per CTA (at most 8). tests/gpu/gpu_check.cu sweeps them.
+struct MatVecVariant {
+  int quads_in_flight = 2;
+  int warps_per_cta = 8;
+};
+// The product p on lanes-layout rows (p.w.layout == kLanes, LanesLayoutFits(p.w.cols)).
+int TernaryMatMulQ8Lanes(const TernaryProduct& p, int64_t rows, MatVecVariant v,
+                         cudaStream_t stream);
+// A kernel's registers, local-memory bytes per thread (spills), CTAs resident per SM, threads.
+struct KernelFootprint {
+  int registers = 0, local_bytes = 0, ctas_per_sm = 0, threads = 0;
+};
+// The footprint of the lanes mat-vec that TernaryMatMulQ8Lanes runs for `tokens` tokens.
+int LanesKernelFootprint(TernaryFormat format, int64_t tokens, MatVecVariant v,
+                         KernelFootprint* out);
 // y[t · y_stride + col_offset + i] = DenseRowDot(w, row i, x[t]) for local rows i < rows, row
 // i being row_index[i] or row_first + i.
 int DenseProject(DenseFormat format, const void* w, int64_t cols, const int32_t* row_index,
@@ -61,9 +79,9 @@ int Ungroup(const float* x, int64_t rows, int64_t n_k, int64_t rep, int64_t hd, 
 // ---------------------------------------------------------------------------------------------
 // Elementwise and per-row
 
-// out[t] = the dequantized embedding row tokens[t] (cols values).
-int EmbedRows(TernaryFormat format, const uint8_t* table, int64_t cols, const int32_t* tokens,
-              int64_t n_tokens, float* out, cudaStream_t stream);
+// out[t] = the dequantized embedding row tokens[t] of `table` (device data, either layout).
+int EmbedRows(const TernaryWeights& table, const int32_t* tokens, int64_t n_tokens, float* out,
+              cudaStream_t stream);
 int RmsNormRows(const float* x, int64_t rows, int64_t cols, const float* weight, float eps,
                 float* out, cudaStream_t stream);
 int AddInPlace(float* acc, const float* x, int64_t n, cudaStream_t stream);

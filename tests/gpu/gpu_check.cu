@@ -3,8 +3,10 @@
 // inputs, bit for bit: the signed FWHT (with and without the GDN permutation), the int8
 // quantization, the ternary mat-vec and mat-mat, the vision encoder's linear layer, LayerNorm and
 // GELUs; then the device-to-device copy bandwidth, the mat-vec's speed at the 27B shapes against
-// it, the rotation's cost, and the vision linear layer's speed. Prints one table; exits non-zero
-// on any mismatch.
+// it, the rotation's cost, and the vision linear layer's speed; then the sweep of the lanes
+// mat-vec's variants (kernels/cuda/ternary_matvec.cu) at the 27B products, each compared with the
+// file-layout kernel bit for bit and timed, written as JSON with registers, spills and occupancy
+// (--json PATH). Prints one table; exits non-zero on any mismatch.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +29,7 @@
 #include "kernels/float_convert.h"
 #include "kernels/hadamard_ref.h"
 #include "kernels/ternary_codec_ref.h"
+#include "kernels/ternary_lanes_layout.h"
 #include "kernels/vision_numerics.h"
 
 namespace walsh {
@@ -79,6 +83,25 @@ std::vector<uint8_t> RandomWeights(TernaryFormat type, int64_t rows, int64_t col
       PackBlockPtq1_0(codes, FloatToFp16(0.01f + (gen() % 100) * 1e-4f),
                       reinterpret_cast<block_ptq1_0*>(out.data()) + b);
     }
+  }
+  return out;
+}
+
+// Random bytes for every code (both formats decode any byte; PQ2_0's code 3 means +2) and a small
+// positive scale in every block: the sweep's 27B-sized inputs in well under a second.
+std::vector<uint8_t> FastRandomWeights(TernaryFormat type, int64_t rows, int64_t cols,
+                                       std::mt19937& gen) {
+  const size_t bb = FormatTraits(type).block_bytes;
+  std::vector<uint8_t> out(rows * cols / 128 * bb);
+  std::mt19937_64 bytes(gen());
+  for (size_t i = 0; i + 8 <= out.size(); i += 8) {
+    const uint64_t v = bytes();
+    std::memcpy(&out[i], &v, 8);
+  }
+  const size_t scale_at = type == TernaryFormat::kPq2_0 ? 0 : 26;
+  for (size_t b = 0; b < out.size() / bb; ++b) {
+    const uint16_t d = FloatToFp16(0.01f + (bytes() % 100) * 1e-4f);
+    std::memcpy(&out[b * bb + scale_at], &d, 2);
   }
   return out;
 }
@@ -197,9 +220,15 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
          {std::pair<int64_t, int64_t>{17408, 5120}, {5120, 17408}, {5120, 6144}, {248320, 5120}}) {
       const int64_t rows = shape.first, cols = shape.second;
       const std::vector<uint8_t> w = RandomWeights(type, rows, cols, gen);
+      std::vector<uint8_t> lanes(w.size());
+      RepackToLanes(type, w.data(), rows, cols, lanes.data());
       // Timed over kWeightCopies copies in turn, so the 50 MB L2 cannot hold the weights.
       uint8_t* dw[kWeightCopies] = {};
-      for (int c = 0; c < kWeightCopies && !dry_run; ++c) dw[c] = ToDevice(w);
+      uint8_t* dl[kWeightCopies] = {};
+      for (int c = 0; c < kWeightCopies && !dry_run; ++c) {
+        dw[c] = ToDevice(w);
+        dl[c] = ToDevice(lanes);
+      }
       for (int64_t tokens : {1, 3, 16}) {           // each lane assignment of the kernel
         if (tokens > 1 && rows > 100000) continue;  // the output head: decode only
         std::vector<float> x(tokens * cols);
@@ -237,10 +266,137 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
         std::snprintf(detail, sizeof detail, "%.3f ms, weights %.0f GB/s = %.0f%% of copy", ms, gbs,
                       100 * gbs / copy_gbs);
         Report(label, std::memcmp(got.data(), ref.data(), ref.size() * 4) == 0, detail);
+        // The same product on the lanes layout (the default variant).
+        for (int c = 0; c < kWeightCopies; ++c)
+          products[c].w = {type, dl[c], rows, cols, TernaryLayout::kLanes};
+        CUDA_OK(cudaMemset(dy, 0xff, tokens * rows * sizeof(float)));
+        CUDA_OK(static_cast<cudaError_t>(cuda::TernaryMatMulQ8(products[0], rows, nullptr)));
+        const std::vector<float> lanes_got = FromDevice(dy, tokens * rows);
+        const float lanes_ms = TimeMs(
+            [&] { cuda::TernaryMatMulQ8(products[turn++ % kWeightCopies], rows, nullptr); }, 48);
+        const double lanes_gbs = w.size() / (lanes_ms * 1e-3) / 1e9;
+        std::snprintf(label, sizeof label, "lanes %s %lldx%lld, %lld token(s), bit-identical",
+                      FormatTraits(type).name, static_cast<long long>(rows),
+                      static_cast<long long>(cols), static_cast<long long>(tokens));
+        std::snprintf(detail, sizeof detail, "%.3f ms, weights %.0f GB/s = %.0f%% of copy",
+                      lanes_ms, lanes_gbs, 100 * lanes_gbs / copy_gbs);
+        Report(label, std::memcmp(lanes_got.data(), ref.data(), ref.size() * 4) == 0, detail);
         cudaFree(dq);
         cudaFree(dy);
       }
       for (uint8_t* d : dw) cudaFree(d);
+      for (uint8_t* d : dl) cudaFree(d);
+    }
+  }
+}
+
+// The lanes mat-vec's variants (quads in flight × warps per CTA) at the 27B products and 1 to
+// 512 tokens (batches past 4 with the default variant only): each against the file-layout
+// kernel's bits (CheckMatMul holds that kernel equal to the CPU), timed over kWeightCopies
+// copies, with its registers, spills and occupancy. Rows go to `json` (a JSON array).
+void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path) {
+  struct Shape {
+    int64_t rows, cols;
+    const char* what;
+  };
+  const Shape shapes[] = {{17408, 5120, "ffn gate/up"}, {5120, 17408, "ffn down"},
+                          {10240, 5120, "gdn qkv"},     {6144, 5120, "gdn z"},
+                          {5120, 6144, "gdn/attn out"}, {248320, 5120, "output head"}};
+  std::string json = "[";
+  const cuda::MatVecVariant defaults;
+  for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
+    for (const Shape& sh : shapes) {
+      const std::vector<uint8_t> w = FastRandomWeights(type, sh.rows, sh.cols, gen);
+      std::vector<uint8_t> lanes(w.size());
+      RepackToLanes(type, w.data(), sh.rows, sh.cols, lanes.data());
+      if (dry_run) {
+        std::printf("cpu side of the lanes sweep, %s %lldx%lld: repacked\n",
+                    FormatTraits(type).name, static_cast<long long>(sh.rows),
+                    static_cast<long long>(sh.cols));
+        continue;
+      }
+      uint8_t* dfile = ToDevice(w);
+      uint8_t* dl[kWeightCopies] = {};
+      for (uint8_t*& d : dl) d = ToDevice(lanes);
+      for (int64_t tokens : {1, 2, 4, 16, 64, 512}) {
+        if (sh.rows > 100000 && tokens > 4) continue;  // the output head: decode only
+        std::vector<float> x(tokens * sh.cols);
+        std::normal_distribution<float> dist;
+        for (float& v : x) v = dist(gen);
+        std::vector<Q8Block128> q(tokens * sh.cols / 128);
+        for (int64_t t = 0; t < tokens; ++t) {
+          QuantizeRowQ8(&x[t * sh.cols], sh.cols, Q8LayoutFor(type), &q[t * sh.cols / 128]);
+        }
+        Q8Block128* dq = ToDevice(q);
+        float* dy = nullptr;
+        CUDA_OK(cudaMalloc(&dy, tokens * sh.rows * sizeof(float)));
+        const TernaryProduct base =
+            TernaryProduct::Whole({type, dfile, sh.rows, sh.cols}, dq, tokens, dy, sh.rows);
+        CUDA_OK(static_cast<cudaError_t>(cuda::TernaryMatMulQ8(base, sh.rows, nullptr)));
+        const std::vector<float> want = FromDevice(dy, tokens * sh.rows);
+        TernaryProduct products[kWeightCopies];
+        for (int c = 0; c < kWeightCopies; ++c) {
+          products[c] = TernaryProduct::Whole(
+              {type, dl[c], sh.rows, sh.cols, TernaryLayout::kLanes}, dq, tokens, dy, sh.rows);
+        }
+        for (int quads : {1, 2, 4}) {
+          for (int warps : {4, 8}) {
+            const cuda::MatVecVariant v{quads, warps};
+            const bool is_default =
+                quads == defaults.quads_in_flight && warps == defaults.warps_per_cta;
+            if (tokens > 4 && !is_default) continue;
+            CUDA_OK(cudaMemset(dy, 0xff, tokens * sh.rows * sizeof(float)));
+            CUDA_OK(static_cast<cudaError_t>(
+                cuda::TernaryMatMulQ8Lanes(products[0], sh.rows, v, nullptr)));
+            const std::vector<float> got = FromDevice(dy, tokens * sh.rows);
+            const bool same = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
+            int turn = 0;
+            const float ms = TimeMs(
+                [&] {
+                  cuda::TernaryMatMulQ8Lanes(products[turn++ % kWeightCopies], sh.rows, v, nullptr);
+                },
+                tokens >= 64 ? 8 : 48);
+            const double gbs = w.size() / (ms * 1e-3) / 1e9;
+            cuda::KernelFootprint fp;
+            CUDA_OK(static_cast<cudaError_t>(cuda::LanesKernelFootprint(type, tokens, v, &fp)));
+            char label[120], detail[160];
+            std::snprintf(label, sizeof label, "sweep %s %lldx%lld %lld tok q%d w%d%s",
+                          FormatTraits(type).name, static_cast<long long>(sh.rows),
+                          static_cast<long long>(sh.cols), static_cast<long long>(tokens), quads,
+                          warps, is_default ? " (default)" : "");
+            std::snprintf(detail, sizeof detail,
+                          "%.4f ms, %.0f GB/s = %.0f%% of read, %d regs, %d B local, %d CTA/SM", ms,
+                          gbs, 100 * gbs / read_gbs, fp.registers, fp.local_bytes, fp.ctas_per_sm);
+            Report(label, same, detail);
+            char row[400];
+            std::snprintf(row, sizeof row,
+                          "%s{\"format\":\"%s\",\"product\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
+                          "\"tokens\":%lld,\"quads_in_flight\":%d,\"warps_per_cta\":%d,"
+                          "\"default\":%s,\"bit_identical\":%s,\"ms\":%.5f,\"weight_gbs\":%.1f,"
+                          "\"read_share\":%.4f,\"registers\":%d,\"local_bytes\":%d,"
+                          "\"ctas_per_sm\":%d}",
+                          json.size() > 1 ? "," : "", FormatTraits(type).name, sh.what,
+                          static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
+                          static_cast<long long>(tokens), quads, warps,
+                          is_default ? "true" : "false", same ? "true" : "false", ms, gbs,
+                          gbs / read_gbs, fp.registers, fp.local_bytes, fp.ctas_per_sm);
+            json += row;
+          }
+        }
+        cudaFree(dq);
+        cudaFree(dy);
+      }
+      cudaFree(dfile);
+      for (uint8_t* d : dl) cudaFree(d);
+    }
+  }
+  json += "]\n";
+  if (json_path != nullptr && !dry_run) {
+    if (FILE* f = std::fopen(json_path, "w")) {
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    } else {
+      Report("write the sweep's JSON", false, json_path);
     }
   }
 }
@@ -326,11 +482,16 @@ void CheckVisionKernels(std::mt19937& gen) {
 }  // namespace walsh
 
 int main(int argc, char** argv) {
-  walsh::dry_run = argc > 1 && std::strcmp(argv[1], "--dry-run") == 0;
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--dry-run") == 0) walsh::dry_run = true;
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+  }
   std::mt19937 gen(1);
   if (walsh::dry_run) {
     walsh::CheckTransformAndQuantization(gen);
     walsh::CheckMatMul(gen, 1);
+    walsh::SweepLanesMatVec(gen, 1, json_path);
     walsh::CheckVisionKernels(gen);
     std::printf("dry run: every cpu side built; no CUDA call made\n");
     return 0;
@@ -359,6 +520,7 @@ int main(int argc, char** argv) {
   const double copy = walsh::CopyBandwidth();
   std::printf("%-44s %.0f GB/s (read + write)\n", "device-to-device copy bandwidth", copy);
   walsh::CheckMatMul(gen, copy / 2);  // the product only reads: compare with the read half
+  walsh::SweepLanesMatVec(gen, copy / 2, json_path);
   walsh::CheckVisionKernels(gen);
   std::printf("%d failure(s)\n", walsh::failures);
   return walsh::failures == 0 ? 0 : 1;

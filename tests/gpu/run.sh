@@ -131,7 +131,12 @@ build_engine() {
 }
 
 kernels() {
-  if [ "$mode" = dry-run ]; then "$build/tests/gpu_check" --dry-run; else "$build/tests/gpu_check"; fi
+  local json=(--json "$out/matvec-sweep.json")
+  if [ "$mode" = dry-run ]; then
+    "$build/tests/gpu_check" --dry-run "${json[@]}"
+  else
+    "$build/tests/gpu_check" "${json[@]}"
+  fi
 }
 
 conformance() {
@@ -218,7 +223,7 @@ say "walsh GPU check ($mode), $(date -u +%FT%TZ), tree $(git rev-parse --short H
 step "1. device" 10 device_info
 step "2. build (engine-only target, from source)" 150 build_engine
 if [ -x "$build/tests/gpu_check" ]; then
-  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies" 60 kernels
+  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, mat-vec sweep" 90 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
   step "5. compute-sanitizer memcheck, tiny model and small projector" 90 memcheck
   step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end

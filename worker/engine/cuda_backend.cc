@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/ternary_lanes_layout.h"
 #include "worker/engine/rope_table.h"
 
 namespace walsh {
@@ -104,6 +105,7 @@ absl::Status CudaBackend::Init(double gpu_memory_utilization) {
   RETURN_IF_ERROR(CudaStatus(cudaMemcpy(weights_.as<void>(), lo, static_cast<size_t>(weight_bytes_),
                                         cudaMemcpyHostToDevice),
                              "upload weights"));
+  RETURN_IF_ERROR(RepackTernaryTensors());
   cache_room_ = budget - weights_.bytes() - kActivationReserveBytes;
   const std::vector<double> inv_freq =
       RopeInverseFrequencies(model_.config().rope_dimension_count, model_.config().rope_freq_base);
@@ -120,6 +122,47 @@ absl::Status CudaBackend::Init(double gpu_memory_utilization) {
                              "upload M-RoPE stream table"));
   // Every upload has landed before the first kernel on stream_ (a non-blocking stream).
   return CudaStatus(cudaDeviceSynchronize(), "upload");
+}
+
+absl::Status CudaBackend::RepackTernaryTensors() {
+  std::vector<uint8_t> staging;
+  for (const GgufTensorInfo& t : model_.gguf().tensors()) {
+    const TernaryFormatTraits* traits = FindTernaryFormat(t.type);
+    if (traits == nullptr || t.ne.empty() || !LanesLayoutFits(static_cast<int64_t>(t.ne[0])) ||
+        (t.data - host_base_) % 16 != 0) {
+      continue;
+    }
+    const TernaryWeights w{traits->format, t.data, static_cast<int64_t>(t.rows()),
+                           static_cast<int64_t>(t.ne[0])};
+    if (w.bytes() != static_cast<int64_t>(t.n_bytes)) {
+      return absl::InternalError(
+          absl::StrCat("tensor '", t.name, "' holds ", t.n_bytes, " bytes, its rows ", w.bytes()));
+    }
+    staging.resize(static_cast<size_t>(w.bytes()));
+    RepackToLanes(w.format, w.data, w.rows, w.cols, staging.data());
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpy(weights_.as<uint8_t>() + (t.data - host_base_),
+                                          staging.data(), staging.size(), cudaMemcpyHostToDevice),
+                               "upload repacked weights"));
+    lanes_tensors_[t.data] = {t.data + w.bytes(), w.cols};
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TernaryWeights> CudaBackend::DeviceWeights(const TernaryWeights& w) {
+  TernaryWeights d = w;
+  ASSIGN_OR_RETURN(d.data, ResidentAs(w.data, w.bytes()));
+  auto it = lanes_tensors_.upper_bound(w.data);
+  if (it == lanes_tensors_.begin()) return d;
+  --it;
+  if (w.data >= it->second.end) return d;
+  if (w.cols != it->second.cols || (w.data - it->first) % w.row_bytes() != 0) {
+    return absl::InternalError(
+        absl::StrCat("cuda: a view of ", w.rows, "x", w.cols,
+                     " ternary weights does not start at a row of its repacked tensor (",
+                     it->second.cols, " wide)"));
+  }
+  d.layout = TernaryLayout::kLanes;
+  return d;
 }
 
 absl::Status CudaBackend::Launch(int code, const char* op) const {
@@ -318,17 +361,14 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
 
 absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                                 Tensor out) {
-  ASSIGN_OR_RETURN(const uint8_t* w, ResidentAs(table.data, table.bytes()));
+  ASSIGN_OR_RETURN(const TernaryWeights w, DeviceWeights(table));
   const int32_t* tokens = d_tokens_.as<int32_t>();
   if (!rotated) {
-    RETURN_IF_ERROR(
-        Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows, out.f32(), stream_),
-               "embedding"));
+    RETURN_IF_ERROR(Launch(cuda::EmbedRows(w, tokens, out.rows, out.f32(), stream_), "embedding"));
   } else {
     RETURN_IF_ERROR(embed_scratch_.Reserve(out.rows * out.cols * 4, "embedding rows"));
-    RETURN_IF_ERROR(Launch(cuda::EmbedRows(table.format, w, table.cols, tokens, out.rows,
-                                           embed_scratch_.as<float>(), stream_),
-                           "embedding"));
+    RETURN_IF_ERROR(Launch(
+        cuda::EmbedRows(w, tokens, out.rows, embed_scratch_.as<float>(), stream_), "embedding"));
     const int8_t* s = nullptr;
     if (signs != nullptr) {
       ASSIGN_OR_RETURN(s, ResidentAs(signs, out.cols));
@@ -398,7 +438,7 @@ absl::Status CudaBackend::RotateQuantize(Tensor x, Transform t, const int8_t* si
 
 absl::Status CudaBackend::RunProduct(TernaryProduct product, const RowSelection* rows,
                                      int64_t n_rows, const char* op) {
-  ASSIGN_OR_RETURN(product.w.data, ResidentAs(product.w.data, product.w.bytes()));
+  ASSIGN_OR_RETURN(product.w, DeviceWeights(product.w));
   if (rows != nullptr && rows->index != nullptr) {
     ASSIGN_OR_RETURN(product.row_index,
                      ResidentAs(rows->index->data(), static_cast<int64_t>(rows->index->size())));

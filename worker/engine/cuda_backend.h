@@ -1,7 +1,8 @@
 // The CUDA backend (sm_90): the model's packed weights uploaded once and resident at their file
-// size (one copy of the file's tensor data; no dense copy anywhere), KV pages and GatedDeltaNet
-// state slots in device memory, and every op of the graph a kernel of kernels/cuda on one
-// stream. Only the logits come back to the host. Image steps bring their rows and M-RoPE
+// size (one copy of the file's tensor data; no dense copy anywhere), each ternary tensor whose
+// rows fit repacked in place into the lanes layout (kernels/ternary_lanes_layout.h), KV pages and
+// GatedDeltaNet state slots in device memory, and every op of the graph a kernel of kernels/cuda on
+// one stream. Only the logits come back to the host. Image steps bring their rows and M-RoPE
 // positions in the plan (docs/vision.md §4); the vision encoder that made the rows runs on the
 // host. Its numerics are the CPU backend's (kernels/token_ops.h), so its logits are meant to
 // equal the CPU's bit for bit.
@@ -11,6 +12,7 @@
 #ifndef WALSH_WORKER_ENGINE_CUDA_BACKEND_H_
 #define WALSH_WORKER_ENGINE_CUDA_BACKEND_H_
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -72,6 +74,11 @@ class CudaBackend final : public Backend {
   CudaBackend(const Model& model, int device);
   absl::Status Init(double gpu_memory_utilization);
   absl::Status Launch(int code, const char* op) const;
+  // Rewrites each ternary tensor whose rows fit the lanes layout in place on the device.
+  absl::Status RepackTernaryTensors();
+  // w with its resident data and the layout its rows have there. A view into a repacked tensor
+  // must start at one of its rows and be as wide (every product and table view does).
+  absl::StatusOr<TernaryWeights> DeviceWeights(const TernaryWeights& w);
   // The device address of model data at `host` (`bytes` long): inside the resident copy of the
   // file's tensor data, or uploaded once on first use (the contract's sign vectors).
   absl::StatusOr<const void*> Resident(const void* host, int64_t bytes);
@@ -106,6 +113,12 @@ class CudaBackend final : public Backend {
   int64_t weight_bytes_ = 0;
   DeviceBuffer weights_;
   absl::flat_hash_map<const void*, DeviceBuffer> uploads_;
+  // The repacked tensors by their first byte on the host: where they end, and their width.
+  struct LanesTensor {
+    const uint8_t* end;
+    int64_t cols;
+  };
+  std::map<const uint8_t*, LanesTensor> lanes_tensors_;
   DeviceBuffer rope_inv_freq_, rope_stream_of_pair_;
   int64_t cache_room_ = 0;
   CacheGeometry geometry_;

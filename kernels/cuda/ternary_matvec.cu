@@ -1,0 +1,206 @@
+// Ternary matrix × int8 activations on lanes-layout rows (kernels/ternary_lanes_layout.h), the
+// products of decode and small batches, in the combine order of kernels/ternary_block_combine.h
+// (docs/cuda.md "The mat-vec"). As the file-layout kernel (ternary_matmul.cu), eight lanes carry
+// one (row, token) pair and lane g owns group g of every block, four pairs to a warp; unlike it,
+// a lane reads its group of four blocks at once as one 16-byte run (PTQ1_0: the block's digit
+// bytes, 16 or 8 at a time), and issues the loads of `quads` such runs before it sums any, so
+// each row keeps 4 · quads blocks in flight. Each lane's float chain still walks the window's
+// blocks in order, so the bits are those of every other path.
+#include "kernels/block_types.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/ternary_block_combine.h"
+#include "kernels/ternary_lane_sums.h"
+#include "kernels/ternary_lanes_layout.h"
+
+namespace walsh::cuda {
+namespace {
+
+constexpr int kPairsPerWarp = 32 / kQ8Groups;  // (row, token) pairs
+constexpr int kMaxThreads = 256;
+
+__device__ __forceinline__ uint4 Load16(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint2 Load8(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint2*>(p));
+}
+__device__ __forceinline__ uint32_t Word(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+// The 16-bit value j (0..3) of four packed in a uint2 (a quad's scales, or its qh pairs).
+__device__ __forceinline__ uint32_t Half(const uint2& v, int j) {
+  return ((j < 2 ? v.x : v.y) >> (16 * (j & 1))) & 0xffffu;
+}
+
+// What one lane loads of one quad (blocks 4q .. 4q+3) of its row.
+template <TernaryFormat F>
+struct QuadWords;
+template <>
+struct QuadWords<TernaryFormat::kPq2_0> {
+  uint4 codes;  // group g's code word of each block
+  uint2 scales;
+};
+template <>
+struct QuadWords<TernaryFormat::kPtq1_0> {
+  uint4 lo[4];  // qs[0..15] of each block (lanes 0..4)
+  uint2 hi[4];  // qs[16..23] of each block (lanes 5..7)
+  uint2 qh;     // the qh pairs (lane 7)
+  uint2 scales;
+};
+
+template <TernaryFormat F>
+__device__ __forceinline__ void LoadQuad(const uint8_t* row, int64_t bpr, int64_t q, int g,
+                                         QuadWords<F>& w) {
+  if constexpr (F == TernaryFormat::kPq2_0) {
+    w.codes = Load16(row + q * 128 + 16 * g);
+    w.scales = Load8(row + LanesPq2Scales(bpr) + 8 * q);
+  } else {
+    if (g < 5) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w.lo[j] = Load16(row + 16 * (4 * q + j));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w.hi[j] = Load8(row + LanesPtq1Hi(bpr) + 8 * (4 * q + j));
+      w.qh = Load8(row + LanesPtq1Qh(bpr) + 8 * q);
+    }
+    w.scales = Load8(row + LanesPtq1Scales(bpr) + 8 * q);
+  }
+}
+
+// Group g's exact Σ code · q of block j of the quad against activation block xb.
+template <TernaryFormat F>
+__device__ __forceinline__ int32_t GroupSum(const QuadWords<F>& w, int j, const Q8Block128& xb,
+                                            int g, int xlane, const Ptq1LanePlan& plan) {
+  const int32_t* xq = reinterpret_cast<const int32_t*>(xb.qs);
+  if constexpr (F == TernaryFormat::kPq2_0) {
+    return Pq2LaneSum(Word(w.codes, j), xq, g);
+  } else {
+    const uint32_t lo[4] = {w.lo[j].x, w.lo[j].y, w.lo[j].z, w.lo[j].w};
+    const uint32_t hi[2] = {w.hi[j].x, w.hi[j].y};
+    uint32_t codes[4];
+    Ptq1GroupCodes(plan, lo, hi, Half(w.qh, j), codes);
+    return Ptq1LaneSum(codes, xq, xlane);
+  }
+}
+
+// kTokens tokens (1, 2 or 4) of each of kPairsPerWarp / kTokens rows per warp; kQuads quads of
+// each lane's loads in flight.
+template <TernaryFormat F, int kTokens, int kQuads>
+__global__ void __launch_bounds__(kMaxThreads)
+    LanesMatMulKernel(TernaryProduct p, int64_t rows, int64_t bpr, int64_t row_bytes) {
+  constexpr int kRowsPerWarp = kPairsPerWarp / kTokens;
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane % kQ8Groups, pair = lane / kQ8Groups;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * warps + warp) * kRowsPerWarp + pair / kTokens;
+  const int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + pair % kTokens;
+  const bool active = i < rows && t < p.n_tokens;  // idle pairs stay for the shuffles
+  if (!active) i = 0;
+  constexpr Q8Layout layout =
+      F == TernaryFormat::kPq2_0 ? Q8Layout::kPq2Planes : Q8Layout::kPtq1Lanes;
+  const int xlane = Q8GroupLane(layout, g);
+  const Ptq1LanePlan plan = Ptq1PlanFor(g);
+  const int64_t r = p.row_index != nullptr ? p.row_index[i] : p.row_first + i;
+  const uint8_t* wrow = p.w.data + r * row_bytes;
+  const Q8Block128* xt = p.x + t * p.x_stride;
+  for (int s = 0; s < p.n_segments; ++s) {
+    float acc = 0.0f;
+    const int64_t begin = p.segment_begin[s], end = p.segment_end[s];
+    if (active) {
+      for (int64_t q0 = begin / 4; 4 * q0 < end; q0 += kQuads) {
+        QuadWords<F> w[kQuads] = {};
+#pragma unroll
+        for (int k = 0; k < kQuads; ++k) {
+          if (4 * (q0 + k) < end) LoadQuad<F>(wrow, bpr, q0 + k, g, w[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < kQuads; ++k) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int64_t b = 4 * (q0 + k) + j;
+            if (b < begin || b >= end) continue;
+            const Q8Block128& xb = xt[b - p.x_first_block];
+            const int32_t isum = GroupSum<F>(w[k], j, xb, g, xlane, plan);
+            acc = AccumulateGroup(acc, isum + xb.minus_sum[xlane],
+                                  Fp16ToFloat(Half(w[k].scales, j)), xb.d[xlane]);
+          }
+        }
+      }
+    }
+    // ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) within each group of eight lanes.
+    for (int step = 1; step < kQ8Groups; step *= 2) {
+      acc += __shfl_down_sync(0xffffffffu, acc, step, kQ8Groups);
+    }
+    if (active && g == 0) p.y[s][t * p.y_stride + i] = acc;
+  }
+}
+
+// The kernel of (format, tokens per pair, quads) as a function pointer, or null for a variant
+// not built.
+using KernelFn = void (*)(TernaryProduct, int64_t, int64_t, int64_t);
+
+template <TernaryFormat F, int kTokens>
+KernelFn PickQuads(int quads) {
+  switch (quads) {
+    case 1:
+      return LanesMatMulKernel<F, kTokens, 1>;
+    case 2:
+      return LanesMatMulKernel<F, kTokens, 2>;
+    case 4:
+      return LanesMatMulKernel<F, kTokens, 4>;
+  }
+  return nullptr;
+}
+
+template <TernaryFormat F>
+KernelFn PickTokens(int tokens, int quads) {
+  if (tokens >= 4) return PickQuads<F, 4>(quads);
+  if (tokens >= 2) return PickQuads<F, 2>(quads);
+  return PickQuads<F, 1>(quads);
+}
+
+KernelFn Pick(TernaryFormat format, int64_t tokens, int quads) {
+  const int n = tokens >= 4 ? 4 : static_cast<int>(tokens);
+  return format == TernaryFormat::kPq2_0 ? PickTokens<TernaryFormat::kPq2_0>(n, quads)
+                                         : PickTokens<TernaryFormat::kPtq1_0>(n, quads);
+}
+
+int TokensPerPair(int64_t tokens) { return tokens >= 4 ? 4 : tokens >= 2 ? 2 : 1; }
+
+bool ValidVariant(MatVecVariant v) {
+  return (v.quads_in_flight == 1 || v.quads_in_flight == 2 || v.quads_in_flight == 4) &&
+         v.warps_per_cta >= 1 && 32 * v.warps_per_cta <= kMaxThreads;
+}
+
+}  // namespace
+
+int TernaryMatMulQ8Lanes(const TernaryProduct& p, int64_t rows, MatVecVariant v,
+                         cudaStream_t stream) {
+  if (p.w.layout != TernaryLayout::kLanes || !LanesLayoutFits(p.w.cols) || p.n_segments < 1 ||
+      p.n_segments > kMaxProductSegments || !ValidVariant(v)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  if (rows == 0 || p.n_tokens == 0) return 0;
+  const int tokens = TokensPerPair(p.n_tokens);
+  const KernelFn kernel = Pick(p.w.format, p.n_tokens, v.quads_in_flight);
+  const int rows_per_cta = v.warps_per_cta * kPairsPerWarp / tokens;
+  const dim3 grid(GridFor(rows, rows_per_cta), GridFor(p.n_tokens, tokens));
+  kernel<<<grid, 32 * v.warps_per_cta, 0, stream>>>(p, rows, p.w.blocks_per_row(), p.w.row_bytes());
+  return LastLaunchError();
+}
+
+int LanesKernelFootprint(TernaryFormat format, int64_t tokens, MatVecVariant v,
+                         KernelFootprint* out) {
+  if (!ValidVariant(v)) return static_cast<int>(cudaErrorInvalidValue);
+  const KernelFn kernel = Pick(format, tokens, v.quads_in_flight);
+  cudaFuncAttributes attr;
+  cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  int ctas = 0;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, 32 * v.warps_per_cta, 0);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  *out = {attr.numRegs, static_cast<int>(attr.localSizeBytes), ctas, 32 * v.warps_per_cta};
+  return 0;
+}
+
+}  // namespace walsh::cuda
