@@ -80,18 +80,20 @@ WALSH_HD Ptq1LanePlan Ptq1PlanFor(int g) {
   return plan;
 }
 
-// The group's code words from the block's qs[0..15] (lo), qs[16..23] (hi) and qh bytes.
+// Code word v (0..3) of the group from the block's word v of qs[0..15] (lo_v), its qs[16..23]
+// (hi0, hi1) and qh bytes: what MMA lane v holds of the group (kernels/ternary_mma_tile.h).
+WALSH_HD uint32_t Ptq1CodeWord(const Ptq1LanePlan& plan, int v, uint32_t lo_v, uint32_t hi0,
+                               uint32_t hi1, uint32_t qh) {
+  const uint32_t q = (qh & 0xffffu) | (qh & 0xffffu) << 16;  // qh0 qh1 qh0 qh1
+  const uint32_t hi = (v & 1) ? hi1 : hi0;
+  const uint32_t source = plan.from_lo ? lo_v : (v >= 2 && plan.qh_tail) ? q : hi;
+  return Ptq1DigitWord(source, plan.m_lo[v], plan.m_hi[v]);
+}
+
+// The group's four code words from the block's qs[0..15] (lo), qs[16..23] (hi) and qh bytes.
 WALSH_HD void Ptq1GroupCodes(const Ptq1LanePlan& plan, const uint32_t lo[4], const uint32_t hi[2],
                              uint32_t qh, uint32_t codes[4]) {
-  const uint32_t q = (qh & 0xffffu) | (qh & 0xffffu) << 16;  // qh0 qh1 qh0 qh1
-  const uint32_t source[4] = {plan.from_lo ? lo[0] : hi[0], plan.from_lo ? lo[1] : hi[1],
-                              plan.from_lo   ? lo[2]
-                              : plan.qh_tail ? q
-                                             : hi[0],
-                              plan.from_lo   ? lo[3]
-                              : plan.qh_tail ? q
-                                             : hi[1]};
-  for (int v = 0; v < 4; ++v) codes[v] = Ptq1DigitWord(source[v], plan.m_lo[v], plan.m_hi[v]);
+  for (int v = 0; v < 4; ++v) codes[v] = Ptq1CodeWord(plan, v, lo[v], hi[0], hi[1], qh);
 }
 
 // Σ code · q over a PTQ1_0 group from its code words, against activation words 8v + lane.

@@ -42,9 +42,12 @@ int QuantizeRowsQ8(const float* x, int64_t rows, int64_t width, Q8Layout layout,
 // Products
 
 // The product p (kernels/ternary_product.h) for local rows [0, rows): device pointers in p. Rows
-// in the lanes layout (p.w.layout) run the lanes mat-vec with the default variant, rows as in
-// the file the file-layout kernel.
+// in the lanes layout (p.w.layout) run the lanes mat-vec (default variant) up to 4 tokens and
+// the tensor-core product from kMmaMinTokens on; rows as in the file, the file-layout kernel.
 int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream);
+inline constexpr int64_t kMmaMinTokens = 5;
+// The product p on lanes-layout rows on the tensor cores (ternary_mma.cu), any token count.
+int TernaryMatMulQ8Mma(const TernaryProduct& p, int64_t rows, cudaStream_t stream);
 // How the lanes mat-vec (ternary_matvec.cu) runs: quads of 4 blocks each lane has in flight
 // (1, 2 or 4) and warps per CTA (at most 8). tests/gpu/gpu_check.cu sweeps them.
 struct MatVecVariant {
@@ -61,6 +64,8 @@ struct KernelFootprint {
 // The footprint of the lanes mat-vec that TernaryMatMulQ8Lanes runs for `tokens` tokens.
 int LanesKernelFootprint(TernaryFormat format, int64_t tokens, MatVecVariant v,
                          KernelFootprint* out);
+// The footprint of the tensor-core product's kernel.
+int MmaKernelFootprint(TernaryFormat format, KernelFootprint* out);
 // y[t · y_stride + col_offset + i] = DenseRowDot(w, row i, x[t]) for local rows i < rows, row
 // i being row_index[i] or row_first + i.
 int DenseProject(DenseFormat format, const void* w, int64_t cols, const int32_t* row_index,

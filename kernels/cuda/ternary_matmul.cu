@@ -117,7 +117,10 @@ int TernaryMatMulQ8(const TernaryProduct& p, int64_t rows, cudaStream_t stream) 
   if (p.w.cols % 128 != 0 || p.n_segments < 1 || p.n_segments > kMaxProductSegments) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (p.w.layout == TernaryLayout::kLanes) return TernaryMatMulQ8Lanes(p, rows, {}, stream);
+  if (p.w.layout == TernaryLayout::kLanes) {
+    return p.n_tokens >= kMmaMinTokens ? TernaryMatMulQ8Mma(p, rows, stream)
+                                       : TernaryMatMulQ8Lanes(p, rows, {}, stream);
+  }
   if (rows == 0 || p.n_tokens == 0) return 0;
   const int64_t row_bytes = p.w.row_bytes();  // the format table's geometry, on the host
   if (p.n_tokens >= 4) return Launch<4>(p, rows, row_bytes, stream);

@@ -266,7 +266,7 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
         std::snprintf(detail, sizeof detail, "%.3f ms, weights %.0f GB/s = %.0f%% of copy", ms, gbs,
                       100 * gbs / copy_gbs);
         Report(label, std::memcmp(got.data(), ref.data(), ref.size() * 4) == 0, detail);
-        // The same product on the lanes layout (the default variant).
+        // The same product on the lanes layout: the mat-vec up to 4 tokens, then tensor cores.
         for (int c = 0; c < kWeightCopies; ++c)
           products[c].w = {type, dl[c], rows, cols, TernaryLayout::kLanes};
         CUDA_OK(cudaMemset(dy, 0xff, tokens * rows * sizeof(float)));
@@ -275,9 +275,10 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
         const float lanes_ms = TimeMs(
             [&] { cuda::TernaryMatMulQ8(products[turn++ % kWeightCopies], rows, nullptr); }, 48);
         const double lanes_gbs = w.size() / (lanes_ms * 1e-3) / 1e9;
-        std::snprintf(label, sizeof label, "lanes %s %lldx%lld, %lld token(s), bit-identical",
-                      FormatTraits(type).name, static_cast<long long>(rows),
-                      static_cast<long long>(cols), static_cast<long long>(tokens));
+        std::snprintf(label, sizeof label, "%s %s %lldx%lld, %lld token(s), bit-identical",
+                      tokens >= cuda::kMmaMinTokens ? "mma" : "lanes", FormatTraits(type).name,
+                      static_cast<long long>(rows), static_cast<long long>(cols),
+                      static_cast<long long>(tokens));
         std::snprintf(detail, sizeof detail, "%.3f ms, weights %.0f GB/s = %.0f%% of copy",
                       lanes_ms, lanes_gbs, 100 * lanes_gbs / copy_gbs);
         Report(label, std::memcmp(lanes_got.data(), ref.data(), ref.size() * 4) == 0, detail);
@@ -290,10 +291,10 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
   }
 }
 
-// The lanes mat-vec's variants (quads in flight × warps per CTA) at the 27B products and 1 to
-// 512 tokens (batches past 4 with the default variant only): each against the file-layout
-// kernel's bits (CheckMatMul holds that kernel equal to the CPU), timed over kWeightCopies
-// copies, with its registers, spills and occupancy. Rows go to `json` (a JSON array).
+// The lanes mat-vec's variants (quads in flight × warps per CTA) at the 27B products and 1 to 4
+// tokens, then at 16, 64 and 512 tokens its default beside the tensor-core product: each against
+// the file-layout kernel's bits (CheckMatMul holds that kernel equal to the CPU), timed over
+// kWeightCopies copies, with its registers, spills and occupancy. Rows go to `json` (a JSON array).
 void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path) {
   struct Shape {
     int64_t rows, cols;
@@ -339,49 +340,69 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
           products[c] = TernaryProduct::Whole(
               {type, dl[c], sh.rows, sh.cols, TernaryLayout::kLanes}, dq, tokens, dy, sh.rows);
         }
-        for (int quads : {1, 2, 4}) {
-          for (int warps : {4, 8}) {
-            const cuda::MatVecVariant v{quads, warps};
-            const bool is_default =
-                quads == defaults.quads_in_flight && warps == defaults.warps_per_cta;
-            if (tokens > 4 && !is_default) continue;
-            CUDA_OK(cudaMemset(dy, 0xff, tokens * sh.rows * sizeof(float)));
-            CUDA_OK(static_cast<cudaError_t>(
-                cuda::TernaryMatMulQ8Lanes(products[0], sh.rows, v, nullptr)));
-            const std::vector<float> got = FromDevice(dy, tokens * sh.rows);
-            const bool same = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
-            int turn = 0;
-            const float ms = TimeMs(
-                [&] {
-                  cuda::TernaryMatMulQ8Lanes(products[turn++ % kWeightCopies], sh.rows, v, nullptr);
-                },
-                tokens >= 64 ? 8 : 48);
-            const double gbs = w.size() / (ms * 1e-3) / 1e9;
-            cuda::KernelFootprint fp;
-            CUDA_OK(static_cast<cudaError_t>(cuda::LanesKernelFootprint(type, tokens, v, &fp)));
-            char label[120], detail[160];
-            std::snprintf(label, sizeof label, "sweep %s %lldx%lld %lld tok q%d w%d%s",
-                          FormatTraits(type).name, static_cast<long long>(sh.rows),
-                          static_cast<long long>(sh.cols), static_cast<long long>(tokens), quads,
-                          warps, is_default ? " (default)" : "");
-            std::snprintf(detail, sizeof detail,
-                          "%.4f ms, %.0f GB/s = %.0f%% of read, %d regs, %d B local, %d CTA/SM", ms,
-                          gbs, 100 * gbs / read_gbs, fp.registers, fp.local_bytes, fp.ctas_per_sm);
-            Report(label, same, detail);
-            char row[400];
-            std::snprintf(row, sizeof row,
-                          "%s{\"format\":\"%s\",\"product\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
-                          "\"tokens\":%lld,\"quads_in_flight\":%d,\"warps_per_cta\":%d,"
-                          "\"default\":%s,\"bit_identical\":%s,\"ms\":%.5f,\"weight_gbs\":%.1f,"
-                          "\"read_share\":%.4f,\"registers\":%d,\"local_bytes\":%d,"
-                          "\"ctas_per_sm\":%d}",
-                          json.size() > 1 ? "," : "", FormatTraits(type).name, sh.what,
-                          static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
-                          static_cast<long long>(tokens), quads, warps,
-                          is_default ? "true" : "false", same ? "true" : "false", ms, gbs,
-                          gbs / read_gbs, fp.registers, fp.local_bytes, fp.ctas_per_sm);
-            json += row;
+        // Up to 4 tokens every mat-vec variant; past that the mat-vec's default beside the
+        // tensor-core product, which TernaryMatMulQ8 picks there.
+        struct Case {
+          bool mma;
+          cuda::MatVecVariant v;
+        };
+        std::vector<Case> cases;
+        if (tokens < cuda::kMmaMinTokens) {
+          for (int quads : {1, 2, 4}) {
+            for (int warps : {4, 8}) cases.push_back({false, {quads, warps}});
           }
+        } else {
+          cases = {{false, defaults}, {true, defaults}};
+        }
+        for (const Case& k : cases) {
+          const bool is_default = k.mma == (tokens >= cuda::kMmaMinTokens) &&
+                                  k.v.quads_in_flight == defaults.quads_in_flight &&
+                                  k.v.warps_per_cta == defaults.warps_per_cta;
+          auto run = [&](const TernaryProduct& product) {
+            return k.mma ? cuda::TernaryMatMulQ8Mma(product, sh.rows, nullptr)
+                         : cuda::TernaryMatMulQ8Lanes(product, sh.rows, k.v, nullptr);
+          };
+          CUDA_OK(cudaMemset(dy, 0xff, tokens * sh.rows * sizeof(float)));
+          CUDA_OK(static_cast<cudaError_t>(run(products[0])));
+          const std::vector<float> got = FromDevice(dy, tokens * sh.rows);
+          const bool same = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
+          int turn = 0;
+          const float ms =
+              TimeMs([&] { run(products[turn++ % kWeightCopies]); }, tokens >= 64 ? 8 : 48);
+          const double gbs = w.size() / (ms * 1e-3) / 1e9;
+          const double tops = 2.0 * sh.rows * sh.cols * tokens / (ms * 1e-3) / 1e12;
+          cuda::KernelFootprint fp;
+          CUDA_OK(
+              static_cast<cudaError_t>(k.mma ? cuda::MmaKernelFootprint(type, &fp)
+                                             : cuda::LanesKernelFootprint(type, tokens, k.v, &fp)));
+          const std::string name = k.mma ? std::string("mma")
+                                         : "q" + std::to_string(k.v.quads_in_flight) + " w" +
+                                               std::to_string(k.v.warps_per_cta);
+          char label[120], detail[200];
+          std::snprintf(label, sizeof label, "sweep %s %lldx%lld %lld tok %s%s",
+                        FormatTraits(type).name, static_cast<long long>(sh.rows),
+                        static_cast<long long>(sh.cols), static_cast<long long>(tokens),
+                        name.c_str(), is_default ? " (default)" : "");
+          std::snprintf(detail, sizeof detail,
+                        "%.4f ms, %.0f GB/s = %.0f%% of read, %.1f int8 TOPS, %d regs, %d B "
+                        "local, %d CTA/SM",
+                        ms, gbs, 100 * gbs / read_gbs, tops, fp.registers, fp.local_bytes,
+                        fp.ctas_per_sm);
+          Report(label, same, detail);
+          char row[480];
+          std::snprintf(row, sizeof row,
+                        "%s{\"format\":\"%s\",\"product\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
+                        "\"tokens\":%lld,\"kernel\":\"%s\",\"quads_in_flight\":%d,"
+                        "\"warps_per_cta\":%d,\"default\":%s,\"bit_identical\":%s,\"ms\":%.5f,"
+                        "\"weight_gbs\":%.1f,\"read_share\":%.4f,\"int8_tops\":%.2f,"
+                        "\"registers\":%d,\"local_bytes\":%d,\"ctas_per_sm\":%d}",
+                        json.size() > 1 ? "," : "", FormatTraits(type).name, sh.what,
+                        static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
+                        static_cast<long long>(tokens), k.mma ? "mma" : "lanes",
+                        k.v.quads_in_flight, k.v.warps_per_cta, is_default ? "true" : "false",
+                        same ? "true" : "false", ms, gbs, gbs / read_gbs, tops, fp.registers,
+                        fp.local_bytes, fp.ctas_per_sm);
+          json += row;
         }
         cudaFree(dq);
         cudaFree(dy);

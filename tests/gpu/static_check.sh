@@ -4,7 +4,8 @@
 # kernels/cuda for sm_90 with the build's flags and fails when
 #   - a kernel spills registers to local memory (ptxas -v: "N bytes spill stores", N > 0);
 #   - a lanes mat-vec kernel (ternary_matvec.cu) issues no 128-bit global load
-#     (ld.global[.nc].v4 in its PTX): the layout exists so that lanes load 16-byte runs.
+#     (ld.global[.nc].v4 in its PTX);
+#   - a tensor-core product kernel (ternary_mma.cu) issues no int8 mma (mma.sync m16n8k16 s8).
 # Prints each kernel's registers and spills. Usage: tests/gpu/static_check.sh [NVCC]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,23 +45,39 @@ while read -r file fn regs spills; do
 done <"$tmp/kernels"
 [ -s "$tmp/kernels" ] || { echo "FAIL no kernel found in ptxas output"; failures=$((failures + 1)); }
 
-# 128-bit loads in every lanes mat-vec entry of the PTX.
-"$nvcc" "${flags[@]}" -ptx kernels/cuda/ternary_matvec.cu -o "$tmp/matvec.ptx" || exit 2
-entries=$(awk '
-  /^(\.visible )?\.entry / { name = $0; sub(/.*\.entry /, "", name); sub(/\(.*/, "", name)
-                             wide[name] = 0; order[++n] = name }
-  /ld\.global(\.nc)?\.v4\./ && n > 0 { wide[order[n]] = 1 }
-  END { for (i = 1; i <= n; ++i) print order[i], wide[order[i]] }' "$tmp/matvec.ptx")
-lanes=0
-while read -r fn wide; do
-  case $fn in *LanesMatMulKernel*) ;; *) continue ;; esac
-  lanes=$((lanes + 1))
-  if [ "$wide" != 1 ]; then
-    echo "FAIL ternary_matvec: $fn issues no 128-bit global load"
+# ptx_has SOURCE ENTRY INSTRUCTION WHAT: every PTX entry of SOURCE whose name holds ENTRY must
+# issue an instruction matching INSTRUCTION (an extended regex), and there must be one such entry.
+ptx_has() {
+  local src=$1 entry=$2 instruction=$3 what=$4 name found=0 fn hit
+  name=$(basename "$src" .cu)
+  "$nvcc" "${flags[@]}" -ptx "$src" -o "$tmp/$name.ptx" || {
+    failures=$((failures + 1))
+    return
+  }
+  while read -r fn hit; do
+    case $fn in *"$entry"*) ;; *) continue ;; esac
+    found=$((found + 1))
+    if [ "$hit" != 1 ]; then
+      echo "FAIL $name: $fn issues no $what"
+      failures=$((failures + 1))
+    fi
+  done < <(awk -v pattern="$instruction" '
+    /^(\.visible )?\.entry / { name = $0; sub(/.*\.entry /, "", name); sub(/\(.*/, "", name)
+                               hit[name] = 0; order[++n] = name }
+    $0 ~ pattern && n > 0 { hit[order[n]] = 1 }
+    END { for (i = 1; i <= n; ++i) print order[i], hit[order[i]] }' "$tmp/$name.ptx")
+  if [ "$found" -eq 0 ]; then
+    echo "FAIL $name: no $entry entry in the PTX"
     failures=$((failures + 1))
   fi
-done <<<"$entries"
-[ "$lanes" -gt 0 ] || { echo "FAIL no lanes mat-vec entry in the PTX"; failures=$((failures + 1)); }
-echo "$lanes lanes mat-vec kernels checked for 128-bit loads"
+  echo "$found $entry kernels checked for $what"
+}
+
+# The lanes layout exists so that lanes load 16-byte runs; the batched product exists to use
+# the int8 tensor cores.
+ptx_has kernels/cuda/ternary_matvec.cu LanesMatMulKernel 'ld\.global(\.nc)?\.v4\.' \
+  "128-bit global load"
+ptx_has kernels/cuda/ternary_mma.cu MmaMatMulKernel 'mma\.sync\.aligned\.m16n8k16\.row\.col\.s32\.s8\.s8\.s32' \
+  "int8 mma"
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -14,34 +14,11 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ternary_matmul.h"
 #include "kernels/ternary_block_combine.h"
-#include "kernels/ternary_codec_ref.h"
 #include "kernels/ternary_lane_sums.h"
+#include "tests/unit/kernels/random_ternary_rows.h"
 
 namespace walsh {
 namespace {
-
-std::vector<uint8_t> RandomRows(TernaryFormat format, int64_t rows, int64_t cols,
-                                std::mt19937& gen) {
-  const int64_t bb = FormatTraits(format).block_bytes;
-  std::vector<uint8_t> out(rows * cols / 128 * bb);
-  uint8_t codes[128];
-  for (int64_t b = 0; b < rows * cols / 128; ++b) {
-    for (uint8_t& c : codes) c = gen() % 3;
-    const uint16_t d = FloatToFp16(0.01f + (gen() % 100) * 1e-4f);
-    if (format == TernaryFormat::kPq2_0) {
-      PackBlockPq2_0(codes, d, reinterpret_cast<block_pq2_0*>(out.data()) + b);
-    } else {
-      PackBlockPtq1_0(codes, d, reinterpret_cast<block_ptq1_0*>(out.data()) + b);
-    }
-  }
-  return out;
-}
-
-uint32_t Word(const uint8_t* p) {
-  uint32_t w;
-  std::memcpy(&w, p, 4);
-  return w;
-}
 
 constexpr TernaryFormat kFormats[] = {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0};
 
@@ -71,7 +48,7 @@ TEST(LanesLayout, IsAPermutationOfEachRowAndTheRepackIsIt) {
       for (int h : hits) ASSERT_EQ(h, 1) << FormatTraits(format).name << " bpr " << bpr;
 
       const int64_t rows = 3, cols = bpr * 128;
-      const std::vector<uint8_t> file = RandomRows(format, rows, cols, gen);
+      const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
       std::vector<uint8_t> lanes(file.size(), 0);
       RepackToLanes(format, file.data(), rows, cols, lanes.data());
       for (int64_t r = 0; r < rows; ++r) {
@@ -119,8 +96,9 @@ TEST(LanesLayout, Ptq1GroupCodesAreTheGroupsTrits) {
     for (uint8_t& t : trits) t = gen() % 3;
     block_ptq1_0 blk;
     PackBlockPtq1_0(trits, FloatToFp16(1.0f), &blk);
-    const uint32_t lo[4] = {Word(blk.qs), Word(blk.qs + 4), Word(blk.qs + 8), Word(blk.qs + 12)};
-    const uint32_t hi[2] = {Word(blk.qs + 16), Word(blk.qs + 20)};
+    const uint32_t lo[4] = {WordAt(blk.qs), WordAt(blk.qs + 4), WordAt(blk.qs + 8),
+                            WordAt(blk.qs + 12)};
+    const uint32_t hi[2] = {WordAt(blk.qs + 16), WordAt(blk.qs + 20)};
     const uint32_t qh = blk.qh[0] | blk.qh[1] << 8;
     for (int g = 0; g < 8; ++g) {
       uint32_t codes[4];
@@ -150,13 +128,13 @@ void LanesProduct(const TernaryProduct& p, const uint8_t* lanes) {
             const int32_t* xq = reinterpret_cast<const int32_t*>(xb.qs);
             int32_t isum;
             if (p.w.format == TernaryFormat::kPq2_0) {
-              isum = Pq2LaneSum(Word(row + (b / 4) * 128 + 16 * g + 4 * (b % 4)), xq, g);
+              isum = Pq2LaneSum(WordAt(row + (b / 4) * 128 + 16 * g + 4 * (b % 4)), xq, g);
             } else {
               const uint8_t* l = row + 16 * b;
               const uint8_t* h = row + LanesPtq1Hi(bpr) + 8 * b;
               const uint8_t* q = row + LanesPtq1Qh(bpr) + 2 * b;
-              const uint32_t lo[4] = {Word(l), Word(l + 4), Word(l + 8), Word(l + 12)};
-              const uint32_t hi[2] = {Word(h), Word(h + 4)};
+              const uint32_t lo[4] = {WordAt(l), WordAt(l + 4), WordAt(l + 8), WordAt(l + 12)};
+              const uint32_t hi[2] = {WordAt(h), WordAt(h + 4)};
               uint32_t codes[4];
               Ptq1GroupCodes(Ptq1PlanFor(g), lo, hi, static_cast<uint32_t>(q[0] | q[1] << 8),
                              codes);
@@ -177,7 +155,7 @@ TEST(LanesLayout, TheKernelsDecompositionGivesTheCpuProductsBits) {
   std::normal_distribution<float> dist;
   for (TernaryFormat format : kFormats) {
     const int64_t rows = 24, cols = 5 * 1024, bpr = cols / 128;
-    const std::vector<uint8_t> file = RandomRows(format, rows, cols, gen);
+    const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
     std::vector<uint8_t> lanes(file.size());
     RepackToLanes(format, file.data(), rows, cols, lanes.data());
     for (int64_t tokens : {1, 3, 4}) {
