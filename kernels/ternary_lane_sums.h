@@ -55,7 +55,8 @@ WALSH_HD uint32_t Ptq1DigitWord(uint32_t w, uint32_t m_lo, uint32_t m_hi) {
 //                (source hi, hi, then qh0 qh1 qh0 qh1 twice, two digits per word).
 // The plan is fixed per lane, so every lane runs the same instructions: no divergence.
 struct Ptq1LanePlan {
-  uint32_t m_lo[4], m_hi[4];
+  uint32_t m_lo[4], m_hi[4];  // 3^digit for the low and high half of each word
+  uint8_t d_lo[4], d_hi[4];   // the digits themselves (the table decode's index)
   bool from_lo, qh_tail;
 };
 
@@ -65,17 +66,19 @@ WALSH_HD Ptq1LanePlan Ptq1PlanFor(int g) {
   plan.from_lo = g < 5;
   plan.qh_tail = g == 7;
   for (int v = 0; v < 4; ++v) {
-    uint32_t lo, hi;
+    int lo, hi;
     if (g < 5) {
-      lo = hi = pow3[g];
+      lo = hi = g;
     } else if (g < 7) {
-      lo = hi = pow3[2 * (g - 5) + v / 2];
+      lo = hi = 2 * (g - 5) + v / 2;
     } else {
-      lo = v < 2 ? 81 : pow3[2 * (v - 2)];
-      hi = v < 2 ? 81 : pow3[2 * (v - 2) + 1];
+      lo = v < 2 ? 4 : 2 * (v - 2);
+      hi = v < 2 ? 4 : 2 * (v - 2) + 1;
     }
-    plan.m_lo[v] = lo;
-    plan.m_hi[v] = hi;
+    plan.d_lo[v] = static_cast<uint8_t>(lo);
+    plan.d_hi[v] = static_cast<uint8_t>(hi);
+    plan.m_lo[v] = pow3[lo];
+    plan.m_hi[v] = pow3[hi];
   }
   return plan;
 }
@@ -88,6 +91,35 @@ WALSH_HD uint32_t Ptq1CodeWord(const Ptq1LanePlan& plan, int v, uint32_t lo_v, u
   const uint32_t hi = (v & 1) ? hi1 : hi0;
   const uint32_t source = plan.from_lo ? lo_v : (v >= 2 && plan.qh_tail) ? q : hi;
   return Ptq1DigitWord(source, plan.m_lo[v], plan.m_hi[v]);
+}
+
+// The byte → trit table the table decode reads (in shared memory on the device): entry
+// [n][b] is DecodeTrit(b, n). Ptq1DigitWordFromTable equals Ptq1DigitWord for every input
+// (ternary_lanes_layout_test.cc); the GPU check's sweep times both.
+inline constexpr int kPtq1TritTableBytes = 5 * 256;
+WALSH_HD void FillPtq1TritTable(uint8_t* table, int first, int stride) {
+  for (int i = first; i < kPtq1TritTableBytes; i += stride) {
+    const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const uint8_t p = static_cast<uint8_t>((i & 255) * pow3[i >> 8]);
+    table[i] = static_cast<uint8_t>((static_cast<int>(p) * 3) >> 8);
+  }
+}
+
+WALSH_HD uint32_t Ptq1DigitWordFromTable(const uint8_t* table, uint32_t w, int d_lo, int d_hi) {
+  const uint8_t* lo = table + 256 * d_lo;
+  const uint8_t* hi = table + 256 * d_hi;
+  return static_cast<uint32_t>(lo[w & 0xff]) | static_cast<uint32_t>(lo[(w >> 8) & 0xff]) << 8 |
+         static_cast<uint32_t>(hi[(w >> 16) & 0xff]) << 16 |
+         static_cast<uint32_t>(hi[w >> 24]) << 24;
+}
+
+// Code word v as Ptq1CodeWord, decoded through the table.
+WALSH_HD uint32_t Ptq1CodeWordFromTable(const uint8_t* table, const Ptq1LanePlan& plan, int v,
+                                        uint32_t lo_v, uint32_t hi0, uint32_t hi1, uint32_t qh) {
+  const uint32_t q = (qh & 0xffffu) | (qh & 0xffffu) << 16;
+  const uint32_t hi = (v & 1) ? hi1 : hi0;
+  const uint32_t source = plan.from_lo ? lo_v : (v >= 2 && plan.qh_tail) ? q : hi;
+  return Ptq1DigitWordFromTable(table, source, plan.d_lo[v], plan.d_hi[v]);
 }
 
 // The group's four code words from the block's qs[0..15] (lo), qs[16..23] (hi) and qh bytes.

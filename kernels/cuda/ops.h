@@ -49,10 +49,12 @@ inline constexpr int64_t kMmaMinTokens = 5;
 // The product p on lanes-layout rows on the tensor cores (ternary_mma.cu), any token count.
 int TernaryMatMulQ8Mma(const TernaryProduct& p, int64_t rows, cudaStream_t stream);
 // How the lanes mat-vec (ternary_matvec.cu) runs: quads of 4 blocks each lane has in flight
-// (1, 2 or 4) and warps per CTA (at most 8). tests/gpu/gpu_check.cu sweeps them.
+// (1, 2 or 4), warps per CTA (at most 8), and PTQ1_0's decode (digit planes, or a byte → trit
+// table in shared memory). tests/gpu/gpu_check.cu sweeps them.
 struct MatVecVariant {
   int quads_in_flight = 2;
   int warps_per_cta = 8;
+  bool ptq1_table = false;
 };
 // The product p on lanes-layout rows (p.w.layout == kLanes, LanesLayoutFits(p.w.cols)).
 int TernaryMatMulQ8Lanes(const TernaryProduct& p, int64_t rows, MatVecVariant v,

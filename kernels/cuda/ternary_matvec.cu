@@ -68,27 +68,38 @@ __device__ __forceinline__ void LoadQuad(const uint8_t* row, int64_t bpr, int64_
   }
 }
 
-// Group g's exact Σ code · q of block j of the quad against activation block xb.
-template <TernaryFormat F>
+// Group g's exact Σ code · q of block j of the quad against activation block xb. PTQ1_0 decodes
+// by digit planes, or with kTable through the byte → trit table in shared memory.
+template <TernaryFormat F, bool kTable>
 __device__ __forceinline__ int32_t GroupSum(const QuadWords<F>& w, int j, const Q8Block128& xb,
-                                            int g, int xlane, const Ptq1LanePlan& plan) {
+                                            int g, int xlane, const Ptq1LanePlan& plan,
+                                            const uint8_t* table) {
   const int32_t* xq = reinterpret_cast<const int32_t*>(xb.qs);
   if constexpr (F == TernaryFormat::kPq2_0) {
     return Pq2LaneSum(Word(w.codes, j), xq, g);
   } else {
     const uint32_t lo[4] = {w.lo[j].x, w.lo[j].y, w.lo[j].z, w.lo[j].w};
-    const uint32_t hi[2] = {w.hi[j].x, w.hi[j].y};
+    const uint32_t qh = Half(w.qh, j);
     uint32_t codes[4];
-    Ptq1GroupCodes(plan, lo, hi, Half(w.qh, j), codes);
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      codes[v] = kTable ? Ptq1CodeWordFromTable(table, plan, v, lo[v], w.hi[j].x, w.hi[j].y, qh)
+                        : Ptq1CodeWord(plan, v, lo[v], w.hi[j].x, w.hi[j].y, qh);
+    }
     return Ptq1LaneSum(codes, xq, xlane);
   }
 }
 
 // kTokens tokens (1, 2 or 4) of each of kPairsPerWarp / kTokens rows per warp; kQuads quads of
-// each lane's loads in flight.
-template <TernaryFormat F, int kTokens, int kQuads>
+// each lane's loads in flight; kTable: PTQ1_0 through the trit table.
+template <TernaryFormat F, int kTokens, int kQuads, bool kTable>
 __global__ void __launch_bounds__(kMaxThreads)
     LanesMatMulKernel(TernaryProduct p, int64_t rows, int64_t bpr, int64_t row_bytes) {
+  __shared__ uint8_t table[kTable ? kPtq1TritTableBytes : 1];
+  if constexpr (kTable) {
+    FillPtq1TritTable(table, threadIdx.x, blockDim.x);
+    __syncthreads();
+  }
   constexpr int kRowsPerWarp = kPairsPerWarp / kTokens;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane % kQ8Groups, pair = lane / kQ8Groups;
@@ -120,7 +131,7 @@ __global__ void __launch_bounds__(kMaxThreads)
             const int64_t b = 4 * (q0 + k) + j;
             if (b < begin || b >= end) continue;
             const Q8Block128& xb = xt[b - p.x_first_block];
-            const int32_t isum = GroupSum<F>(w[k], j, xb, g, xlane, plan);
+            const int32_t isum = GroupSum<F, kTable>(w[k], j, xb, g, xlane, plan, table);
             acc = AccumulateGroup(acc, isum + xb.minus_sum[xlane],
                                   Fp16ToFloat(Half(w[k].scales, j)), xb.d[xlane]);
           }
@@ -139,30 +150,34 @@ __global__ void __launch_bounds__(kMaxThreads)
 // not built.
 using KernelFn = void (*)(TernaryProduct, int64_t, int64_t, int64_t);
 
-template <TernaryFormat F, int kTokens>
+template <TernaryFormat F, int kTokens, bool kTable>
 KernelFn PickQuads(int quads) {
   switch (quads) {
     case 1:
-      return LanesMatMulKernel<F, kTokens, 1>;
+      return LanesMatMulKernel<F, kTokens, 1, kTable>;
     case 2:
-      return LanesMatMulKernel<F, kTokens, 2>;
+      return LanesMatMulKernel<F, kTokens, 2, kTable>;
     case 4:
-      return LanesMatMulKernel<F, kTokens, 4>;
+      return LanesMatMulKernel<F, kTokens, 4, kTable>;
   }
   return nullptr;
 }
 
-template <TernaryFormat F>
+template <TernaryFormat F, bool kTable>
 KernelFn PickTokens(int tokens, int quads) {
-  if (tokens >= 4) return PickQuads<F, 4>(quads);
-  if (tokens >= 2) return PickQuads<F, 2>(quads);
-  return PickQuads<F, 1>(quads);
+  if (tokens >= 4) return PickQuads<F, 4, kTable>(quads);
+  if (tokens >= 2) return PickQuads<F, 2, kTable>(quads);
+  return PickQuads<F, 1, kTable>(quads);
 }
 
-KernelFn Pick(TernaryFormat format, int64_t tokens, int quads) {
+// PQ2_0 has no table variant: its codes are bit fields.
+KernelFn Pick(TernaryFormat format, int64_t tokens, MatVecVariant v) {
   const int n = tokens >= 4 ? 4 : static_cast<int>(tokens);
-  return format == TernaryFormat::kPq2_0 ? PickTokens<TernaryFormat::kPq2_0>(n, quads)
-                                         : PickTokens<TernaryFormat::kPtq1_0>(n, quads);
+  if (format == TernaryFormat::kPq2_0) {
+    return PickTokens<TernaryFormat::kPq2_0, false>(n, v.quads_in_flight);
+  }
+  return v.ptq1_table ? PickTokens<TernaryFormat::kPtq1_0, true>(n, v.quads_in_flight)
+                      : PickTokens<TernaryFormat::kPtq1_0, false>(n, v.quads_in_flight);
 }
 
 int TokensPerPair(int64_t tokens) { return tokens >= 4 ? 4 : tokens >= 2 ? 2 : 1; }
@@ -182,7 +197,7 @@ int TernaryMatMulQ8Lanes(const TernaryProduct& p, int64_t rows, MatVecVariant v,
   }
   if (rows == 0 || p.n_tokens == 0) return 0;
   const int tokens = TokensPerPair(p.n_tokens);
-  const KernelFn kernel = Pick(p.w.format, p.n_tokens, v.quads_in_flight);
+  const KernelFn kernel = Pick(p.w.format, p.n_tokens, v);
   const int rows_per_cta = v.warps_per_cta * kPairsPerWarp / tokens;
   const dim3 grid(GridFor(rows, rows_per_cta), GridFor(p.n_tokens, tokens));
   kernel<<<grid, 32 * v.warps_per_cta, 0, stream>>>(p, rows, p.w.blocks_per_row(), p.w.row_bytes());
@@ -192,7 +207,7 @@ int TernaryMatMulQ8Lanes(const TernaryProduct& p, int64_t rows, MatVecVariant v,
 int LanesKernelFootprint(TernaryFormat format, int64_t tokens, MatVecVariant v,
                          KernelFootprint* out) {
   if (!ValidVariant(v)) return static_cast<int>(cudaErrorInvalidValue);
-  const KernelFn kernel = Pick(format, tokens, v.quads_in_flight);
+  const KernelFn kernel = Pick(format, tokens, v);
   cudaFuncAttributes attr;
   cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
   if (e != cudaSuccess) return static_cast<int>(e);

@@ -349,7 +349,10 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
         std::vector<Case> cases;
         if (tokens < cuda::kMmaMinTokens) {
           for (int quads : {1, 2, 4}) {
-            for (int warps : {4, 8}) cases.push_back({false, {quads, warps}});
+            for (int warps : {4, 8}) {
+              cases.push_back({false, {quads, warps}});
+              if (type == TernaryFormat::kPtq1_0) cases.push_back({false, {quads, warps, true}});
+            }
           }
         } else {
           cases = {{false, defaults}, {true, defaults}};
@@ -357,7 +360,8 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
         for (const Case& k : cases) {
           const bool is_default = k.mma == (tokens >= cuda::kMmaMinTokens) &&
                                   k.v.quads_in_flight == defaults.quads_in_flight &&
-                                  k.v.warps_per_cta == defaults.warps_per_cta;
+                                  k.v.warps_per_cta == defaults.warps_per_cta &&
+                                  k.v.ptq1_table == defaults.ptq1_table;
           auto run = [&](const TernaryProduct& product) {
             return k.mma ? cuda::TernaryMatMulQ8Mma(product, sh.rows, nullptr)
                          : cuda::TernaryMatMulQ8Lanes(product, sh.rows, k.v, nullptr);
@@ -390,18 +394,19 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
                         fp.ctas_per_sm);
           Report(label, same, detail);
           char row[480];
-          std::snprintf(row, sizeof row,
-                        "%s{\"format\":\"%s\",\"product\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
-                        "\"tokens\":%lld,\"kernel\":\"%s\",\"quads_in_flight\":%d,"
-                        "\"warps_per_cta\":%d,\"default\":%s,\"bit_identical\":%s,\"ms\":%.5f,"
-                        "\"weight_gbs\":%.1f,\"read_share\":%.4f,\"int8_tops\":%.2f,"
-                        "\"registers\":%d,\"local_bytes\":%d,\"ctas_per_sm\":%d}",
-                        json.size() > 1 ? "," : "", FormatTraits(type).name, sh.what,
-                        static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
-                        static_cast<long long>(tokens), k.mma ? "mma" : "lanes",
-                        k.v.quads_in_flight, k.v.warps_per_cta, is_default ? "true" : "false",
-                        same ? "true" : "false", ms, gbs, gbs / read_gbs, tops, fp.registers,
-                        fp.local_bytes, fp.ctas_per_sm);
+          std::snprintf(
+              row, sizeof row,
+              "%s{\"format\":\"%s\",\"product\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
+              "\"tokens\":%lld,\"kernel\":\"%s\",\"ptq1_table\":%s,\"quads_in_flight\":%d,"
+              "\"warps_per_cta\":%d,\"default\":%s,\"bit_identical\":%s,\"ms\":%.5f,"
+              "\"weight_gbs\":%.1f,\"read_share\":%.4f,\"int8_tops\":%.2f,"
+              "\"registers\":%d,\"local_bytes\":%d,\"ctas_per_sm\":%d}",
+              json.size() > 1 ? "," : "", FormatTraits(type).name, sh.what,
+              static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
+              static_cast<long long>(tokens), k.mma ? "mma" : "lanes",
+              k.v.ptq1_table ? "true" : "false", k.v.quads_in_flight, k.v.warps_per_cta,
+              is_default ? "true" : "false", same ? "true" : "false", ms, gbs, gbs / read_gbs, tops,
+              fp.registers, fp.local_bytes, fp.ctas_per_sm);
           json += row;
         }
         cudaFree(dq);

@@ -13,16 +13,30 @@
 #                               device would build from a clean build folder, proves that build
 #                               read no header or library of Debian's outside the kit, and runs
 #                               the CPU side of every step
+#   --perf                      the performance run: no memcheck, PTQ1_0's end-to-end step
+#                               trimmed (a 512-token prompt, 8 decode steps), a 300 s deadline
+#   --only N                    step N alone (2, the build, must have run in this tree before
+#                               for any later step), e.g. a rerun of the kernels on a warm machine
 set -uo pipefail
 self=$(realpath "$0")
 cd "$(dirname "$self")/../.."
 root=$(pwd)
 mode=device
-[ "${1:-}" = "--dry-run" ] && mode=dry-run && shift
+only=""
 # --run-step FN: the script runs one step's function in a process of its own, so that one
 # `timeout` bounds the whole step, every command in it.
 run_step=""
-[ "${1:-}" = "--run-step" ] && run_step=$2
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) mode=dry-run ;;
+    --perf) export WALSH_GPU_PERF=1 ;;
+    --only) only=$2 && shift ;;
+    --run-step) run_step=$2 && shift ;;
+    *) echo "tests/gpu/run.sh: unknown argument $1" >&2 && exit 2 ;;
+  esac
+  shift
+done
+perf=${WALSH_GPU_PERF:-0}
 
 out=${OUT:-$root/build-gpu-out}
 mkdir -p "$out"
@@ -31,6 +45,7 @@ summary=$out/gpu-check.json
 [ -n "$run_step" ] || : >"$log"
 start=$(date +%s)
 deadline=$((start + 480))
+[ "$perf" = 1 ] && deadline=$((start + 300))
 build=$root/build-gpu-engine
 kit=$root/build-gpu-kit
 steps_json=""
@@ -52,6 +67,8 @@ write_summary() {
 # machine being slower. Records pass, fail, timeout or skipped.
 step() {
   local name=$1 budget=$2 fn=$3 status rc t0
+  # --only N runs step N alone; the others are left out of the summary.
+  [ -n "$only" ] && [ "${name%%.*}" != "$only" ] && return 0
   say ""
   say "== $name (budget ${budget} s) =="
   write_summary "$name"
@@ -163,6 +180,10 @@ memcheck() {
   listed=$("$build/tests/cuda_vision_encoder_test" --gtest_list_tests \
     --gtest_filter="$vision_memcheck_filter" | grep -c '^  ')
   [ "$listed" -eq 1 ] || { echo "the vision memcheck filter selects $listed tests, not 1"; return 1; }
+  if [ "$perf" = 1 ]; then
+    echo "--perf: memcheck not run"
+    return 0
+  fi
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ "$mode" = dry-run ]; then
@@ -181,20 +202,28 @@ memcheck() {
 }
 
 # 27B-shape synthetic models made there: TTFT for 2,048 tokens, decode at batch 1 and 16. A
-# slice of WALSH_GPU_LAYERS layers (16 by default, of 64) keeps the step inside its budget.
+# slice of WALSH_GPU_LAYERS layers (16 by default, of 64) keeps the step inside its budget. Then
+# PQ2_0's per-op profile of a short run (CUDA events around every launch, apart from the timed
+# run so the marks cost it nothing): profile-pq2_0.json.
 end_to_end() {
-  local layers=${WALSH_GPU_LAYERS:-16} fmt model
+  local layers=${WALSH_GPU_LAYERS:-16} fmt model device=cuda preset=27b prompt gen
+  [ "$mode" = dry-run ] && device=cpu && preset=small
   for fmt in pq2_0 ptq1_0; do
     model=/tmp/walsh-gpu-check-$fmt.gguf
-    if [ "$mode" = dry-run ]; then
-      "$build/tools/walsh-mkmodel" --preset small --format "$fmt" --out "$model" || return 1
-      "$build/tools/walsh-bench" decode --model "$model" --device cpu --batch 1,16 \
-        --prompt 64 --gen 2 --no-bandwidth --json "$out/bench-$fmt.json" || return 1
-    else
+    prompt=2048 gen=32
+    [ "$perf" = 1 ] && [ "$fmt" = ptq1_0 ] && prompt=512 gen=8
+    [ "$mode" = dry-run ] && prompt=64 gen=2
+    if [ "$preset" = 27b ]; then
       "$build/tools/walsh-mkmodel" --preset 27b --signs real --layers "$layers" \
         --format "$fmt" --out "$model" || return 1
-      "$build/tools/walsh-bench" decode --model "$model" --device cuda --batch 1,16 \
-        --prompt 2048 --gen 32 --no-bandwidth --json "$out/bench-$fmt.json" || return 1
+    else
+      "$build/tools/walsh-mkmodel" --preset "$preset" --format "$fmt" --out "$model" || return 1
+    fi
+    "$build/tools/walsh-bench" decode --model "$model" --device "$device" --batch 1,16 \
+      --prompt "$prompt" --gen "$gen" --no-bandwidth --json "$out/bench-$fmt.json" || return 1
+    if [ "$fmt" = pq2_0 ]; then
+      "$build/tools/walsh-bench" decode --model "$model" --device "$device" --batch 1 \
+        --prompt 64 --gen 8 --no-bandwidth --profile --json "$out/profile-$fmt.json" || return 1
     fi
     rm -f "$model"
   done
@@ -219,11 +248,17 @@ if [ -n "$run_step" ]; then
   exit $?
 fi
 
-say "walsh GPU check ($mode), $(date -u +%FT%TZ), tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+options="$mode${only:+, step $only only}$([ "$perf" = 1 ] && echo ", --perf")"
+tree=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+say "walsh GPU check ($options), $(date -u +%FT%TZ), tree $tree"
 step "1. device" 10 device_info
 step "2. build (engine-only target, from source)" 150 build_engine
+if [ -n "$only" ] && [ "$only" -gt 2 ] && [ ! -x "$build/tests/gpu_check" ]; then
+  say "--only $only: nothing built in $build (run step 2 first)"
+  failures=$((failures + 1))
+fi
 if [ -x "$build/tests/gpu_check" ]; then
-  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, mat-vec sweep" 90 kernels
+  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, sweep" 90 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
   step "5. compute-sanitizer memcheck, tiny model and small projector" 90 memcheck
   step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end

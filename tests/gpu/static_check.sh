@@ -27,7 +27,9 @@ for src in kernels/cuda/*.cu; do
   # ptxas prints, per entry: "Compiling entry function 'NAME'", then its stack and spills, then
   # its registers.
   awk -v file="$name" '
-    /Compiling entry function/ { match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2) }
+    /Compiling entry function/ {
+      match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2)
+    }
     /spill stores/ { spills = $5 }
     /Used [0-9]+ registers/ && fn != "" {
       match($0, /Used [0-9]+ registers/); regs = substr($0, RSTART + 5, RLENGTH - 15)
@@ -43,7 +45,10 @@ while read -r file fn regs spills; do
     failures=$((failures + 1))
   fi
 done <"$tmp/kernels"
-[ -s "$tmp/kernels" ] || { echo "FAIL no kernel found in ptxas output"; failures=$((failures + 1)); }
+if [ ! -s "$tmp/kernels" ]; then
+  echo "FAIL no kernel found in ptxas output"
+  failures=$((failures + 1))
+fi
 
 # ptx_has SOURCE ENTRY INSTRUCTION WHAT: every PTX entry of SOURCE whose name holds ENTRY must
 # issue an instruction matching INSTRUCTION (an extended regex), and there must be one such entry.
@@ -77,7 +82,7 @@ ptx_has() {
 # the int8 tensor cores.
 ptx_has kernels/cuda/ternary_matvec.cu LanesMatMulKernel 'ld\.global(\.nc)?\.v4\.' \
   "128-bit global load"
-ptx_has kernels/cuda/ternary_mma.cu MmaMatMulKernel 'mma\.sync\.aligned\.m16n8k16\.row\.col\.s32\.s8\.s8\.s32' \
-  "int8 mma"
+int8_mma='mma\.sync\.aligned\.m16n8k16\.row\.col\.s32\.s8\.s8\.s32'
+ptx_has kernels/cuda/ternary_mma.cu MmaMatMulKernel "$int8_mma" "int8 mma"
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

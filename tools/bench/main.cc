@@ -115,7 +115,8 @@ int Decode(int argc, char** argv) {
   flags.String("json", &json_path, "also write the results as JSON to this file");
   flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth and int8-peak measurements");
   flags.Bool("profile", &profile,
-             "also print each test's step profile: wall time per backend op (CPU)");
+             "also print each test's step profile: time per backend op (CPU: wall time; CUDA: "
+             "the stream's time between CUDA events around each launch)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     return Fail("walsh-bench", 2, std::string(s.message()) + "\n" + flags.Help());
   }

@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model& model,
         "--device cuda needs int8 activations; --no-activation-quant is a CPU debug mode");
   }
 #ifdef WALSH_HAVE_CUDA
-  return CudaBackend::Create(model, options.cuda_device, options.gpu_memory_utilization);
+  return CudaBackend::Create(model, options.cuda_device, options.gpu_memory_utilization,
+                             options.profile);
 #else
   (void)model;
   return absl::FailedPreconditionError(

@@ -31,7 +31,8 @@ int64_t DenseBytes(const DenseWeight& w) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const Model& model, int device,
-                                                             double gpu_memory_utilization) {
+                                                             double gpu_memory_utilization,
+                                                             OpProfile* profile) {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", gpu_memory_utilization));
@@ -61,12 +62,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const Model& model,
                                                    kMaxProjectionCols, " are supported"));
     }
   }
-  std::unique_ptr<CudaBackend> b(new CudaBackend(model, device));
+  std::unique_ptr<CudaBackend> b(new CudaBackend(model, device, profile));
   RETURN_IF_ERROR(b->Init(gpu_memory_utilization));
   return std::unique_ptr<Backend>(std::move(b));
 }
 
-CudaBackend::CudaBackend(const Model& model, int device) : model_(model), device_(device) {}
+CudaBackend::CudaBackend(const Model& model, int device, OpProfile* profile)
+    : model_(model), device_(device), timeline_(profile) {}
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {
@@ -165,8 +167,9 @@ absl::StatusOr<TernaryWeights> CudaBackend::DeviceWeights(const TernaryWeights& 
   return d;
 }
 
-absl::Status CudaBackend::Launch(int code, const char* op) const {
-  return CudaStatus(static_cast<cudaError_t>(code), op);
+absl::Status CudaBackend::Launch(int code, const char* op) {
+  RETURN_IF_ERROR(CudaStatus(static_cast<cudaError_t>(code), op));
+  return timeline_.Mark(op, stream_);
 }
 
 absl::StatusOr<const void*> CudaBackend::Resident(const void* host, int64_t bytes) {
@@ -356,7 +359,7 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
     const int64_t floats = std::max(longest, std::min(h.score_offset[n], kScoreChunkFloats));
     RETURN_IF_ERROR(scores_.Reserve(floats * 4, "attention scores"));
   }
-  return absl::OkStatus();
+  return timeline_.Begin(stream_);
 }
 
 absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
@@ -604,7 +607,8 @@ absl::Status CudaBackend::ReadToHost(Tensor x, float* host) {
   RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(host, x.f32(), x.rows * x.cols * 4, cudaMemcpyDeviceToHost, stream_),
       "read logits"));
-  return CudaStatus(cudaStreamSynchronize(stream_), "step");
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "step"));
+  return timeline_.Collect();
 }
 
 }  // namespace walsh

@@ -20,6 +20,7 @@
 #include "kernels/cuda/ops.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda_device_buffer.h"
+#include "worker/engine/cuda_op_timeline.h"
 #include "worker/engine/product_builder.h"
 
 namespace walsh {
@@ -27,9 +28,11 @@ namespace walsh {
 class CudaBackend final : public Backend {
  public:
   // FAILED_PRECONDITION when no CUDA device answers, RESOURCE_EXHAUSTED when the weights do
-  // not fit; both name the numbers.
+  // not fit; both name the numbers. With a profile, every op adds its device time to it
+  // (cuda_op_timeline.h).
   static absl::StatusOr<std::unique_ptr<Backend>> Create(const Model& model, int device,
-                                                         double gpu_memory_utilization);
+                                                         double gpu_memory_utilization,
+                                                         OpProfile* profile = nullptr);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -71,9 +74,10 @@ class CudaBackend final : public Backend {
   absl::Status ReadToHost(Tensor x, float* host) override;
 
  private:
-  CudaBackend(const Model& model, int device);
+  CudaBackend(const Model& model, int device, OpProfile* profile);
   absl::Status Init(double gpu_memory_utilization);
-  absl::Status Launch(int code, const char* op) const;
+  // The status of a launch naming `op`, and the profile's mark after it.
+  absl::Status Launch(int code, const char* op);
   // Rewrites each ternary tensor whose rows fit the lanes layout in place on the device.
   absl::Status RepackTernaryTensors();
   // w with its resident data and the layout its rows have there. A view into a repacked tensor
@@ -109,6 +113,7 @@ class CudaBackend final : public Backend {
   const Model& model_;
   int device_;
   cudaStream_t stream_ = nullptr;
+  CudaOpTimeline timeline_;
   const uint8_t* host_base_ = nullptr;  // the file's tensor data on the host
   int64_t weight_bytes_ = 0;
   DeviceBuffer weights_;

@@ -97,7 +97,8 @@ struct EngineOptions {
   // per worker/parallel/shard_plan.h. CPU only.
   int tp = 1;
   std::chrono::milliseconds collective_timeout{10000};
-  // CPU: when set, every backend op adds its wall time here (walsh-bench decode --profile).
+  // When set, every backend op adds its time here (walsh-bench decode --profile): wall time on
+  // the CPU, the stream's time between CUDA events on CUDA (worker/engine/cuda_op_timeline.h).
   OpProfile* profile = nullptr;
 };
 

@@ -89,6 +89,25 @@ TEST(LanesLayout, DigitWordsEqualDecodeTritForEveryByteAndDigit) {
   }
 }
 
+TEST(LanesLayout, TheTritTableDecodesAsTheDigitPlanes) {
+  uint8_t table[kPtq1TritTableBytes];
+  FillPtq1TritTable(table, 0, 1);
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const uint32_t w = static_cast<uint32_t>(gen());
+    for (int g = 0; g < 8; ++g) {
+      const Ptq1LanePlan plan = Ptq1PlanFor(g);
+      for (int v = 0; v < 4; ++v) {
+        const uint32_t hi0 = static_cast<uint32_t>(gen()), hi1 = static_cast<uint32_t>(gen());
+        const uint32_t qh = static_cast<uint32_t>(gen());
+        ASSERT_EQ(Ptq1CodeWordFromTable(table, plan, v, w, hi0, hi1, qh),
+                  Ptq1CodeWord(plan, v, w, hi0, hi1, qh))
+            << "group " << g << " word " << v;
+      }
+    }
+  }
+}
+
 TEST(LanesLayout, Ptq1GroupCodesAreTheGroupsTrits) {
   std::mt19937 gen(2);
   for (int trial = 0; trial < 2000; ++trial) {

@@ -43,7 +43,8 @@ double MeanKl(const std::vector<float>& p, const std::vector<float>& q, int64_t 
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
-                                   KvCacheDtype kv = KvCacheDtype::kFp16) {
+                                   KvCacheDtype kv = KvCacheDtype::kFp16,
+                                   OpProfile* profile = nullptr) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
   auto bound = Model::Bind(std::move(*file));
@@ -53,6 +54,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
   opts.kv_cache_dtype = kv;
   opts.kv_cache_bytes = int64_t{64} << 20;
   opts.state_bytes = int64_t{64} << 20;
+  opts.profile = profile;
   auto engine = Engine::Create(std::move(*bound), opts);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
@@ -305,6 +307,38 @@ TEST_P(CudaEngine, ImageInputsMatchTheCpuBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
                          ::testing::Values("tiny_pq2_0", "tiny_ptq1_0", "small_pq2_0", "peer",
                                            "tiny_pq2_0_q8kv", "small_pq2_0_q4kv"));
+
+// The CUDA step profile (worker/engine/cuda_op_timeline.h): every launch of the steps charged its
+// device time, the products among them (on the small preset both layouts), and the profile
+// changes no logit.
+TEST(CudaProfile, ChargesTheStepsOpsAndChangesNoLogit) {
+  SKIP_WITHOUT_CUDA();
+  testing::TempDir dir;
+  auto m = SyntheticModel::Create({.preset = "small", .format = TernaryFormat::kPq2_0, .seed = 5});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string path = dir.File("m.gguf");
+  ASSERT_TRUE((*m)->WritePacked(path).ok());
+  OpProfile profile;
+  auto plain = MakeEngine(path, Device::kCuda);
+  auto timed = MakeEngine(path, Device::kCuda, KvCacheDtype::kFp16, &profile);
+  ASSERT_TRUE(plain && timed);
+  std::vector<int32_t> ids(24);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(7 * i + 3);
+  const FedRun a = Feed(*plain, ids, ids.size(), 4);
+  const FedRun b = Feed(*timed, ids, ids.size(), 4);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0);
+  EXPECT_EQ(a.greedy, b.greedy);
+  double total = 0;
+  bool products = false;
+  for (const OpProfile::Entry& e : profile.Entries()) {
+    EXPECT_GE(e.seconds, 0) << e.op;
+    total += e.seconds;
+    if (e.op == "ternary matmul") products = e.calls >= 5 && e.seconds > 0;
+  }
+  EXPECT_TRUE(products);
+  EXPECT_GT(total, 0);
+}
 
 TEST(CudaPeerConformance, GreedyIdenticalToThePeer) {
   SKIP_WITHOUT_CUDA();
