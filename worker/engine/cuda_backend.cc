@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -253,20 +254,6 @@ absl::StatusOr<Tensor> CudaBackend::Activation(int slot, int64_t rows, int64_t c
   return Tensor{b.as<void>(), rows, cols, dtype, layout};
 }
 
-template <typename T>
-absl::StatusOr<T*> CudaBackend::UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
-                                                const char* what) {
-  const int64_t bytes = std::max<int64_t>(1, host.size()) * static_cast<int64_t>(sizeof(T));
-  if (buffer.bytes() < bytes) RETURN_IF_ERROR(buffer.Reserve(bytes, what));
-  if (!host.empty()) {
-    RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(buffer.as<void>(), host.data(), host.size() * sizeof(T),
-                                   cudaMemcpyHostToDevice, stream_),
-                   what));
-  }
-  return buffer.as<T>();
-}
-
 absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   // The engine may be driven from another thread than the one that made it.
   for (int32_t plane : plan.plane_of_token) {
@@ -329,28 +316,40 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   }
   step_.n_tokens = n;
   step_.n_seqs = n_seqs;
-  ASSIGN_OR_RETURN(step_.pos_of_token, UploadStepArray(d_pos_, h.pos, "positions"));
-  ASSIGN_OR_RETURN(step_.seq_of_token, UploadStepArray(d_seq_of_, h.seq_of, "sequences"));
-  ASSIGN_OR_RETURN(step_.seq_first_token, UploadStepArray(d_seq_first_, h.seq_first, "spans"));
-  ASSIGN_OR_RETURN(step_.seq_token_count, UploadStepArray(d_seq_count_, h.seq_count, "spans"));
-  ASSIGN_OR_RETURN(step_.seq_slot, UploadStepArray(d_seq_slot_, h.seq_slot, "state slots"));
-  ASSIGN_OR_RETURN(step_.seq_page_offset,
-                   UploadStepArray(d_page_offset_, h.page_offset, "page tables"));
-  ASSIGN_OR_RETURN(step_.pages, UploadStepArray(d_pages_, h.pages, "page tables"));
-  ASSIGN_OR_RETURN(step_.score_offset,
-                   UploadStepArray(d_score_offset_, h.score_offset, "score offsets"));
-  step_.rope_of_token = nullptr;
-  if (!h.rope_of_token.empty()) {
-    ASSIGN_OR_RETURN(step_.rope_of_token,
-                     UploadStepArray(d_rope_of_token_, h.rope_of_token, "M-RoPE positions"));
-  }
-  if (h.replaces_rows) {
-    RETURN_IF_ERROR(UploadStepArray(d_image_rows_, *h.image_rows, "image rows").status());
-    RETURN_IF_ERROR(
-        UploadStepArray(d_image_row_of_token_, h.image_row_of_token, "image row indices").status());
-  }
-  RETURN_IF_ERROR(UploadStepArray(d_tokens_, h.tokens, "tokens").status());
-  RETURN_IF_ERROR(UploadStepArray(d_logit_rows_, h.logit_rows, "logit rows").status());
+  // Every array of the step in one pinned image and one copy (the stream is idle: see above).
+  PackedUpload& image = step_image_;
+  image.Clear();
+  const int64_t at_pos = image.Add(h.pos), at_seq_of = image.Add(h.seq_of),
+                at_seq_first = image.Add(h.seq_first), at_seq_count = image.Add(h.seq_count),
+                at_seq_slot = image.Add(h.seq_slot), at_page_offset = image.Add(h.page_offset),
+                at_pages = image.Add(h.pages), at_score_offset = image.Add(h.score_offset),
+                at_rope = image.Add(h.rope_of_token), at_tokens = image.Add(h.tokens),
+                at_logit_rows = image.Add(h.logit_rows),
+                at_image_row_of_token = image.Add(h.image_row_of_token);
+  const int64_t at_image_rows =
+      h.replaces_rows ? image.Add(*h.image_rows) : image.Add<float>(nullptr, 0);
+  RETURN_IF_ERROR(pinned_step_.Reserve(image.bytes(), "the step's inputs"));
+  RETURN_IF_ERROR(d_step_.Reserve(image.bytes(), "the step's inputs"));
+  std::memcpy(pinned_step_.data(), image.data(), static_cast<size_t>(image.bytes()));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(d_step_.as<uint8_t>(), pinned_step_.data(),
+                      static_cast<size_t>(image.bytes()), cudaMemcpyHostToDevice, stream_),
+      "upload the step's inputs"));
+  uint8_t* d = d_step_.as<uint8_t>();
+  auto at = [d](int64_t offset) { return reinterpret_cast<int32_t*>(d + offset); };
+  step_.pos_of_token = at(at_pos);
+  step_.seq_of_token = at(at_seq_of);
+  step_.seq_first_token = at(at_seq_first);
+  step_.seq_token_count = at(at_seq_count);
+  step_.seq_slot = at(at_seq_slot);
+  step_.seq_page_offset = at(at_page_offset);
+  step_.pages = at(at_pages);
+  step_.score_offset = reinterpret_cast<const int64_t*>(d + at_score_offset);
+  step_.rope_of_token = h.rope_of_token.empty() ? nullptr : at(at_rope);
+  d_tokens_ = at(at_tokens);
+  d_logit_rows_ = at(at_logit_rows);
+  d_image_row_of_token_ = at(at_image_row_of_token);
+  d_image_rows_ = reinterpret_cast<const float*>(d + at_image_rows);
   if (model_.attention_layers() > 0) {
     int64_t longest = 1;
     for (int64_t t = 0; t < n; ++t) {
@@ -365,7 +364,7 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
 absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                                 Tensor out) {
   ASSIGN_OR_RETURN(const TernaryWeights w, DeviceWeights(table));
-  const int32_t* tokens = d_tokens_.as<int32_t>();
+  const int32_t* tokens = d_tokens_;
   if (!rotated) {
     RETURN_IF_ERROR(Launch(cuda::EmbedRows(w, tokens, out.rows, out.f32(), stream_), "embedding"));
   } else {
@@ -383,8 +382,8 @@ absl::Status CudaBackend::Embed(const TernaryWeights& table, bool rotated, const
   }
   if (!host_step_.replaces_rows) return absl::OkStatus();
   // An image's rows replace their tokens' embeddings as they are (no inverse transform).
-  return Launch(cuda::ReplaceRows(out.f32(), out.cols, d_image_row_of_token_.as<int32_t>(),
-                                  out.rows, d_image_rows_.as<float>(), stream_),
+  return Launch(cuda::ReplaceRows(out.f32(), out.cols, d_image_row_of_token_, out.rows,
+                                  d_image_rows_, stream_),
                 "image rows");
 }
 
@@ -394,9 +393,8 @@ absl::Status CudaBackend::RmsNorm(Tensor x, const float* weight, float eps, Tens
 }
 
 absl::Status CudaBackend::GatherLogitRows(Tensor x, Tensor out) {
-  return Launch(
-      cuda::GatherRows(x.f32(), x.cols, d_logit_rows_.as<int32_t>(), out.rows, out.f32(), stream_),
-      "gather rows");
+  return Launch(cuda::GatherRows(x.f32(), x.cols, d_logit_rows_, out.rows, out.f32(), stream_),
+                "gather rows");
 }
 
 absl::Status CudaBackend::AddInPlace(Tensor acc, Tensor x) {

@@ -21,6 +21,7 @@
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda_device_buffer.h"
 #include "worker/engine/cuda_op_timeline.h"
+#include "worker/engine/packed_upload.h"
 #include "worker/engine/product_builder.h"
 
 namespace walsh {
@@ -92,9 +93,6 @@ class CudaBackend final : public Backend {
     if (!p.ok()) return p.status();
     return static_cast<const T*>(*p);
   }
-  template <typename T>
-  absl::StatusOr<T*> UploadStepArray(DeviceBuffer& buffer, const std::vector<T>& host,
-                                     const char* what);
   absl::Status RotateQuantize(Tensor x, Transform t, const int8_t* signs, Tensor out);
   // The CUDA products take int8 activations only.
   static absl::Status RequireInt8(const Projection& p, Tensor x);
@@ -141,9 +139,15 @@ class CudaBackend final : public Backend {
     std::shared_ptr<const std::vector<float>> image_rows;
     bool replaces_rows = false;  // some token's embedding is an image row
   } host_step_;
-  DeviceBuffer d_tokens_, d_pos_, d_seq_of_, d_seq_first_, d_seq_count_, d_seq_slot_,
-      d_page_offset_, d_pages_, d_logit_rows_, d_score_offset_, d_rope_of_token_,
-      d_image_row_of_token_, d_image_rows_;
+  // The step's arrays in one image (packed_upload.h), copied from pinned memory at once; the
+  // pointers into the device copy that the ops read beside step_.
+  PackedUpload step_image_;
+  PinnedHostBuffer pinned_step_;
+  DeviceBuffer d_step_;
+  const int32_t* d_tokens_ = nullptr;
+  const int32_t* d_logit_rows_ = nullptr;
+  const int32_t* d_image_row_of_token_ = nullptr;
+  const float* d_image_rows_ = nullptr;
   cuda::StepView step_;
 };
 

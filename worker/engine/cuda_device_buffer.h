@@ -1,12 +1,14 @@
 // Device memory owned by RAII: one cudaMalloc'd allocation, freed on destruction. Never managed
 // memory. Allocate() takes exactly what is asked (weights, caches); Reserve() grows a scratch
 // buffer with headroom, replacing the allocation (contents are not kept) once the device is idle.
+// And page-locked host memory, the same way (PinnedHostBuffer).
 #ifndef WALSH_WORKER_ENGINE_CUDA_DEVICE_BUFFER_H_
 #define WALSH_WORKER_ENGINE_CUDA_DEVICE_BUFFER_H_
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -75,6 +77,45 @@ class DeviceBuffer {
  private:
   void Release() {
     if (ptr_ != nullptr) (void)cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Page-locked host memory (cudaMallocHost), freed on destruction: the source of a step's one
+// asynchronous upload. Reserve() keeps nothing of what it replaces.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer() { Release(); }
+
+  // At least `bytes` bytes; the caller has waited for every copy that reads the old memory.
+  absl::Status Reserve(int64_t bytes, const std::string& what) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    Release();
+    const int64_t want = bytes + bytes / 4;
+    void* p = nullptr;
+    if (cudaError_t e = cudaMallocHost(&p, static_cast<size_t>(want)); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cuda: cannot pin ", want, " host bytes for ", what, ": ", cudaGetErrorString(e)));
+    }
+    ptr_ = p;
+    bytes_ = want;
+    return absl::OkStatus();
+  }
+
+  uint8_t* data() const { return static_cast<uint8_t*>(ptr_); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void Release() {
+    if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
