@@ -9,6 +9,7 @@
 #include "kernels/block_types.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/read_only_loads.h"
 #include "kernels/ternary_block_combine.h"
 #include "kernels/ternary_lane_sums.h"
 #include "kernels/ternary_lanes_layout.h"
@@ -18,20 +19,6 @@ namespace {
 
 constexpr int kPairsPerWarp = 32 / kQ8Groups;  // (row, token) pairs
 constexpr int kMaxThreads = 256;
-
-__device__ __forceinline__ uint4 Load16(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-__device__ __forceinline__ uint2 Load8(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const uint2*>(p));
-}
-__device__ __forceinline__ uint32_t Word(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-// The 16-bit value j (0..3) of four packed in a uint2 (a quad's scales, or its qh pairs).
-__device__ __forceinline__ uint32_t Half(const uint2& v, int j) {
-  return ((j < 2 ? v.x : v.y) >> (16 * (j & 1))) & 0xffffu;
-}
 
 // What one lane loads of one quad (blocks 4q .. 4q+3) of its row.
 template <TernaryFormat F>

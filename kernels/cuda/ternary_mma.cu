@@ -7,6 +7,7 @@
 #include "kernels/block_types.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/read_only_loads.h"
 #include "kernels/ternary_block_combine.h"
 #include "kernels/ternary_lane_sums.h"
 #include "kernels/ternary_lanes_layout.h"
@@ -16,16 +17,6 @@ namespace walsh::cuda {
 namespace {
 
 constexpr int kWarpsPerCta = 4;
-
-__device__ __forceinline__ uint32_t Load4(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const uint32_t*>(p));
-}
-__device__ __forceinline__ uint4 Load16(const void* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-__device__ __forceinline__ uint32_t Word(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
 
 // d = a · b + c for one m16n8k16 int8 tile (exact int32 sums).
 __device__ __forceinline__ void MmaS8(int32_t d[4], uint32_t a0, uint32_t a1, uint32_t b,
