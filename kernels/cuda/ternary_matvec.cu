@@ -178,8 +178,11 @@ bool ValidVariant(MatVecVariant v) {
 
 int TernaryMatMulQ8Lanes(const TernaryProduct& p, int64_t rows, MatVecVariant v,
                          cudaStream_t stream) {
+  // 16-byte runs need 16-byte aligned rows: a misaligned load would end the CUDA context.
   if (p.w.layout != TernaryLayout::kLanes || !LanesLayoutFits(p.w.cols) || p.n_segments < 1 ||
-      p.n_segments > kMaxProductSegments || !ValidVariant(v)) {
+      p.n_segments > kMaxProductSegments || !ValidVariant(v) ||
+      reinterpret_cast<uintptr_t>(p.w.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.x) % 16 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (rows == 0 || p.n_tokens == 0) return 0;

@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta)
 
 int TernaryMatMulQ8Mma(const TernaryProduct& p, int64_t rows, cudaStream_t stream) {
   if (p.w.layout != TernaryLayout::kLanes || !LanesLayoutFits(p.w.cols) || p.n_segments < 1 ||
-      p.n_segments > kMaxProductSegments) {
+      p.n_segments > kMaxProductSegments || reinterpret_cast<uintptr_t>(p.w.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.x) % 16 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (rows == 0 || p.n_tokens == 0) return 0;

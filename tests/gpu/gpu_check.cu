@@ -119,6 +119,8 @@ float TimeMs(const std::function<void()>& f, int iters) {
   cudaEventElapsedTime(&ms, start, stop);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  // A launch that failed leaves its error: the time means nothing then.
+  if (cudaGetLastError() != cudaSuccess) return -1.0f;
   return ms / iters;
 }
 
@@ -285,8 +287,10 @@ void CheckMatMul(std::mt19937& gen, double copy_gbs) {
         cudaFree(dq);
         cudaFree(dy);
       }
-      for (uint8_t* d : dw) cudaFree(d);
-      for (uint8_t* d : dl) cudaFree(d);
+      for (int c = 0; c < kWeightCopies && !dry_run; ++c) {
+        cudaFree(dw[c]);
+        cudaFree(dl[c]);
+      }
     }
   }
 }
@@ -303,7 +307,18 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
   const Shape shapes[] = {{17408, 5120, "ffn gate/up"}, {5120, 17408, "ffn down"},
                           {10240, 5120, "gdn qkv"},     {6144, 5120, "gdn z"},
                           {5120, 6144, "gdn/attn out"}, {248320, 5120, "output head"}};
-  std::string json = "[";
+  // Each row is written as it is measured, so a run cut short keeps what it measured.
+  FILE* json = json_path != nullptr && !dry_run ? std::fopen(json_path, "w") : nullptr;
+  if (json_path != nullptr && !dry_run && json == nullptr) {
+    Report("write the sweep's JSON", false, json_path);
+  }
+  int json_rows = 0;
+  if (json != nullptr) std::fputs("[\n", json);
+  if (!dry_run) {
+    std::printf(
+        "sweep: each variant against the file-layout kernel's bits, on random bytes (PQ2_0 "
+        "code 3 and PTQ1_0 bytes past 242 included)\n");
+  }
   const cuda::MatVecVariant defaults;
   for (TernaryFormat type : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
     for (const Shape& sh : shapes) {
@@ -392,7 +407,7 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
                         "local, %d CTA/SM",
                         ms, gbs, 100 * gbs / read_gbs, tops, fp.registers, fp.local_bytes,
                         fp.ctas_per_sm);
-          Report(label, same, detail);
+          Report(label, same && ms > 0, detail);
           char row[480];
           std::snprintf(
               row, sizeof row,
@@ -401,13 +416,18 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
               "\"warps_per_cta\":%d,\"default\":%s,\"bit_identical\":%s,\"ms\":%.5f,"
               "\"weight_gbs\":%.1f,\"read_share\":%.4f,\"int8_tops\":%.2f,"
               "\"registers\":%d,\"local_bytes\":%d,\"ctas_per_sm\":%d}",
-              json.size() > 1 ? "," : "", FormatTraits(type).name, sh.what,
+              json_rows > 0 ? ",\n" : "", FormatTraits(type).name, sh.what,
               static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
               static_cast<long long>(tokens), k.mma ? "mma" : "lanes",
-              k.v.ptq1_table ? "true" : "false", k.v.quads_in_flight, k.v.warps_per_cta,
-              is_default ? "true" : "false", same ? "true" : "false", ms, gbs, gbs / read_gbs, tops,
-              fp.registers, fp.local_bytes, fp.ctas_per_sm);
-          json += row;
+              k.v.ptq1_table ? "true" : "false", k.mma ? 0 : k.v.quads_in_flight,
+              k.mma ? fp.threads / 32 : k.v.warps_per_cta, is_default ? "true" : "false",
+              same ? "true" : "false", ms, gbs, gbs / read_gbs, tops, fp.registers, fp.local_bytes,
+              fp.ctas_per_sm);
+          if (json != nullptr && ms > 0) {
+            std::fputs(row, json);
+            std::fflush(json);
+            ++json_rows;
+          }
         }
         cudaFree(dq);
         cudaFree(dy);
@@ -416,14 +436,9 @@ void SweepLanesMatVec(std::mt19937& gen, double read_gbs, const char* json_path)
       for (uint8_t* d : dl) cudaFree(d);
     }
   }
-  json += "]\n";
-  if (json_path != nullptr && !dry_run) {
-    if (FILE* f = std::fopen(json_path, "w")) {
-      std::fputs(json.c_str(), f);
-      std::fclose(f);
-    } else {
-      Report("write the sweep's JSON", false, json_path);
-    }
+  if (json != nullptr) {
+    std::fputs("\n]\n", json);
+    std::fclose(json);
   }
 }
 

@@ -258,7 +258,7 @@ if [ -n "$only" ] && [ "$only" -gt 2 ] && [ ! -x "$build/tests/gpu_check" ]; the
   failures=$((failures + 1))
 fi
 if [ -x "$build/tests/gpu_check" ]; then
-  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, sweep" 90 kernels
+  step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, sweep" 120 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
   step "5. compute-sanitizer memcheck, tiny model and small projector" 90 memcheck
   step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end

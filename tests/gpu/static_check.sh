@@ -28,7 +28,7 @@ for src in kernels/cuda/*.cu; do
   # its registers.
   awk -v file="$name" '
     /Compiling entry function/ {
-      match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2)
+      match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2); spills = 0
     }
     /spill stores/ { spills = $5 }
     /Used [0-9]+ registers/ && fn != "" {
@@ -66,10 +66,11 @@ ptx_has() {
       echo "FAIL $name: $fn issues no $what"
       failures=$((failures + 1))
     fi
-  done < <(awk -v pattern="$instruction" '
-    /^(\.visible )?\.entry / { name = $0; sub(/.*\.entry /, "", name); sub(/\(.*/, "", name)
-                               hit[name] = 0; order[++n] = name }
-    $0 ~ pattern && n > 0 { hit[order[n]] = 1 }
+  done < <(PATTERN=$instruction awk '
+    /^(\.visible |\.weak )?\.entry / {
+      name = $0; sub(/.*\.entry /, "", name); sub(/\(.*/, "", name); hit[name] = 0; order[++n] = name
+    }
+    $0 ~ ENVIRON["PATTERN"] && n > 0 { hit[order[n]] = 1 }
     END { for (i = 1; i <= n; ++i) print order[i], hit[order[i]] }' "$tmp/$name.ptx")
   if [ "$found" -eq 0 ]; then
     echo "FAIL $name: no $entry entry in the PTX"

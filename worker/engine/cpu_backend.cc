@@ -16,6 +16,17 @@
 #include "worker/engine/rope_table.h"
 
 namespace walsh {
+namespace {
+
+// The CPU kernels read rows as the file lays them out; only the CUDA backend repacks its own
+// copy (kernels/ternary_lanes_layout.h), so any other layout here is a bug upstream.
+absl::Status RequireFileLayout(const TernaryWeights& w, const char* what) {
+  if (w.layout == TernaryLayout::kFile) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("cpu: ", what, " weights in the lanes layout (only the CUDA backend reads it)"));
+}
+
+}  // namespace
 
 CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
     : model_(model),
@@ -88,6 +99,7 @@ absl::Status CpuBackend::BeginStep(const StepPlan& plan) {
 absl::Status CpuBackend::Embed(const TernaryWeights& table, bool rotated, const int8_t* signs,
                                Tensor out) {
   ScopedOpTime timer(options_.profile, "embed");
+  RETURN_IF_ERROR(RequireFileLayout(table, "embedding"));
   const int64_t h = table.cols, nb = table.blocks_per_row();
   for (int64_t t = 0; t < out.rows; ++t) {
     float* o = out.f32() + t * h;
@@ -204,6 +216,7 @@ void CpuBackend::Run(const TernaryProduct& product, int64_t rows, bool f32) {
 absl::Status CpuBackend::MatMul(const Projection& p, Tensor x, const RowSelection& rows, Tensor y) {
   const bool f32 = x.dtype == DType::kF32;
   ScopedOpTime timer(options_.profile, f32 ? "ternary product (fp32)" : "ternary product");
+  RETURN_IF_ERROR(RequireFileLayout(p.w, "product"));
   TernaryProduct product = ColumnParallelProduct(p, rows, x.rows, y);
   SetProductInput(x, &product);
   Run(product, rows.count(), f32);
@@ -215,6 +228,7 @@ absl::Status CpuBackend::MatMulSlices(const Projection& p, Tensor x, int64_t x_f
                                       const std::vector<Tensor>& partials) {
   const bool f32 = x.dtype == DType::kF32;
   ScopedOpTime timer(options_.profile, f32 ? "ternary product (fp32)" : "ternary product");
+  RETURN_IF_ERROR(RequireFileLayout(p.w, "product"));
   ASSIGN_OR_RETURN(TernaryProduct product,
                    SliceProduct(p, x.rows, x_first_col, x.cols, slices, partials));
   SetProductInput(x, &product);

@@ -158,10 +158,11 @@ absl::StatusOr<TernaryWeights> CudaBackend::DeviceWeights(const TernaryWeights& 
   if (it == lanes_tensors_.begin()) return d;
   --it;
   if (w.data >= it->second.end) return d;
-  if (w.cols != it->second.cols || (w.data - it->first) % w.row_bytes() != 0) {
+  if (w.cols != it->second.cols || (w.data - it->first) % w.row_bytes() != 0 ||
+      w.data + w.bytes() > it->second.end) {
     return absl::InternalError(
         absl::StrCat("cuda: a view of ", w.rows, "x", w.cols,
-                     " ternary weights does not start at a row of its repacked tensor (",
+                     " ternary weights is not whole rows inside its repacked tensor (",
                      it->second.cols, " wide)"));
   }
   d.layout = TernaryLayout::kLanes;

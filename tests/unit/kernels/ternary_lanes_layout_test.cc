@@ -132,10 +132,10 @@ TEST(LanesLayout, Ptq1GroupCodesAreTheGroupsTrits) {
 // The CUDA kernel's decomposition run on the host: lane g of a (row, token) pair loads its
 // group's words of each block from the lanes layout, sums with Dp4a, chains over the window's
 // blocks in order, and the eight lanes join in JoinGroups' tree.
-void LanesProduct(const TernaryProduct& p, const uint8_t* lanes) {
+void LanesProduct(const TernaryProduct& p, int64_t rows, const uint8_t* lanes) {
   const int64_t bpr = p.w.blocks_per_row(), row_bytes = p.w.row_bytes();
   const Q8Layout layout = Q8LayoutFor(p.w.format);
-  for (int64_t i = 0; i < p.w.rows; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* row = lanes + (p.row_first + i) * row_bytes;
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       for (int s = 0; s < p.n_segments; ++s) {
@@ -201,10 +201,52 @@ TEST(LanesLayout, TheKernelsDecompositionGivesTheCpuProductsBits) {
       p.y_stride = rows;
       TernaryMatMulQ8(BestCpuIsa(), p, 0, rows);
       for (int s = 0; s < 8; ++s) p.y[s] = &got[s * tokens * rows];
-      LanesProduct(p, lanes.data());
+      LanesProduct(p, rows, lanes.data());
       ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
           << FormatTraits(format).name << ", " << tokens << " token(s)";
     }
+  }
+}
+
+// Local rows from row_first on, and activations that start at block x_first_block: a
+// column-parallel shard's rows over a row-parallel shard's part of the input.
+TEST(LanesLayout, TheDecompositionHoldsForARowRangeOverPartOfTheInput) {
+  std::mt19937 gen(6);
+  std::normal_distribution<float> dist;
+  for (TernaryFormat format : kFormats) {
+    const int64_t rows = 24, cols = 5 * 1024, bpr = cols / 128, first = 8, tokens = 2;
+    const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
+    std::vector<uint8_t> lanes(file.size());
+    RepackToLanes(format, file.data(), rows, cols, lanes.data());
+    std::vector<float> x(tokens * (cols - first * 128));
+    for (float& v : x) v = dist(gen);
+    const int64_t x_blocks = bpr - first;
+    std::vector<Q8Block128> q(tokens * x_blocks);
+    for (int64_t t = 0; t < tokens; ++t) {
+      QuantizeRowQ8(&x[t * x_blocks * 128], x_blocks * 128, Q8LayoutFor(format), &q[t * x_blocks]);
+    }
+    TernaryProduct p;
+    p.w = {format, file.data(), rows, cols};
+    p.x = q.data();
+    p.x_stride = x_blocks;
+    p.x_first_block = first;
+    p.n_tokens = tokens;
+    p.row_first = 7;
+    const int64_t local_rows = 13;
+    p.n_segments = 3;
+    const int64_t bounds[] = {first, 13, 21, bpr};
+    std::vector<float> want(3 * tokens * local_rows), got(want.size());
+    for (int s = 0; s < 3; ++s) {
+      p.segment_begin[s] = bounds[s];
+      p.segment_end[s] = bounds[s + 1];
+      p.y[s] = &want[s * tokens * local_rows];
+    }
+    p.y_stride = local_rows;
+    TernaryMatMulQ8(BestCpuIsa(), p, 0, local_rows);
+    for (int s = 0; s < 3; ++s) p.y[s] = &got[s * tokens * local_rows];
+    LanesProduct(p, local_rows, lanes.data());
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+        << FormatTraits(format).name;
   }
 }
 

@@ -48,14 +48,14 @@ void Mma(const uint32_t a[32][2], const uint32_t b[32], const int32_t c[32][4], 
 }
 
 // The kernel's whole product, warp tile by warp tile.
-void MmaProduct(const TernaryProduct& p, const uint8_t* lanes) {
+void MmaProduct(const TernaryProduct& p, int64_t rows, const uint8_t* lanes) {
   const int64_t bpr = p.w.blocks_per_row(), row_bytes = p.w.row_bytes();
   const Q8Layout layout = Q8LayoutFor(p.w.format);
-  for (int64_t row0 = 0; row0 < p.w.rows; row0 += kMmaTileRows) {
+  for (int64_t row0 = 0; row0 < rows; row0 += kMmaTileRows) {
     for (int64_t tok0 = 0; tok0 < p.n_tokens; tok0 += kMmaTileTokens) {
       auto row_of = [&](int lane, int e) {
         const int64_t i = row0 + MmaAccRow(lane, e);
-        return i < p.w.rows ? i : row0;
+        return i < rows ? i : row0;
       };
       auto tok_of = [&](int64_t tok) { return tok < p.n_tokens ? tok : tok0; };
       for (int s = 0; s < p.n_segments; ++s) {
@@ -94,7 +94,7 @@ void MmaProduct(const TernaryProduct& p, const uint8_t* lanes) {
         for (int lane = 0; lane < 32; ++lane) {
           for (int e = 0; e < 4; ++e) {
             const int64_t i = row0 + MmaAccRow(lane, e), tok = tok0 + MmaAccToken(lane, e);
-            if (i >= p.w.rows || tok >= p.n_tokens) continue;
+            if (i >= rows || tok >= p.n_tokens) continue;
             float groups[kQ8Groups];
             for (int g = 0; g < kQ8Groups; ++g) groups[g] = acc[lane][g][e];
             p.y[s][tok * p.y_stride + i] = JoinGroups(groups);
@@ -145,12 +145,54 @@ TEST(MmaTile, TheKernelsDecompositionGivesTheCpuProductsBits) {
         }
         TernaryMatMulQ8(BestCpuIsa(), p, 0, rows);
         for (int s = 0; s < windows; ++s) p.y[s] = &got[s * tokens * rows];
-        MmaProduct(p, lanes.data());
+        MmaProduct(p, rows, lanes.data());
         ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
             << FormatTraits(format).name << ", " << tokens << " tokens, " << windows
             << " window(s)";
       }
     }
+  }
+}
+
+// Local rows from row_first on over activations that start at block x_first_block.
+TEST(MmaTile, TheDecompositionHoldsForARowRangeOverPartOfTheInput) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> dist;
+  for (TernaryFormat format : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
+    const int64_t rows = 40, cols = 2 * 1024, bpr = cols / 128, first = 4, tokens = 9;
+    const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
+    std::vector<uint8_t> lanes(file.size());
+    RepackToLanes(format, file.data(), rows, cols, lanes.data());
+    const int64_t x_blocks = bpr - first;
+    std::vector<float> x(tokens * x_blocks * 128);
+    for (float& v : x) v = dist(gen);
+    std::vector<Q8Block128> q(tokens * x_blocks);
+    for (int64_t t = 0; t < tokens; ++t) {
+      QuantizeRowQ8(&x[t * x_blocks * 128], x_blocks * 128, Q8LayoutFor(format), &q[t * x_blocks]);
+    }
+    TernaryProduct p;
+    p.w = {format, file.data(), rows, cols};
+    p.x = q.data();
+    p.x_stride = x_blocks;
+    p.x_first_block = first;
+    p.n_tokens = tokens;
+    p.row_first = 5;
+    const int64_t local_rows = 21;
+    p.n_segments = 2;
+    p.segment_begin[0] = first;
+    p.segment_end[0] = 9;
+    p.segment_begin[1] = 9;
+    p.segment_end[1] = bpr;
+    std::vector<float> want(2 * tokens * local_rows), got(want.size());
+    p.y[0] = &want[0];
+    p.y[1] = &want[tokens * local_rows];
+    p.y_stride = local_rows;
+    TernaryMatMulQ8(BestCpuIsa(), p, 0, local_rows);
+    p.y[0] = &got[0];
+    p.y[1] = &got[tokens * local_rows];
+    MmaProduct(p, local_rows, lanes.data());
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+        << FormatTraits(format).name;
   }
 }
 
