@@ -180,10 +180,6 @@ memcheck() {
   listed=$("$build/tests/cuda_vision_encoder_test" --gtest_list_tests \
     --gtest_filter="$vision_memcheck_filter" | grep -c '^  ')
   [ "$listed" -eq 1 ] || { echo "the vision memcheck filter selects $listed tests, not 1"; return 1; }
-  if [ "$perf" = 1 ]; then
-    echo "--perf: memcheck not run"
-    return 0
-  fi
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ "$mode" = dry-run ]; then
@@ -260,7 +256,11 @@ fi
 if [ -x "$build/tests/gpu_check" ]; then
   step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, sweep" 120 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
-  step "5. compute-sanitizer memcheck, tiny model and small projector" 90 memcheck
+  if [ "$perf" = 1 ]; then
+    say "-- 5. memcheck: not run (--perf)"
+  else
+    step "5. compute-sanitizer memcheck, tiny model and small projector" 90 memcheck
+  fi
   step "6. end to end, 27B shape: TTFT 2,048, decode batch 1 and 16" 240 end_to_end
   step "7. vision encoder, 27B projector shape: 448², 1024²" 90 vision
 fi
