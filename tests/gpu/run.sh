@@ -257,7 +257,7 @@ if [ -x "$build/tests/gpu_check" ]; then
   step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, sweep" 120 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
   if [ "$perf" = 1 ]; then
-    say "-- 5. memcheck: not run (--perf)"
+    [ -z "$only" ] || [ "$only" = 5 ] && say "-- 5. memcheck: not run (--perf)"
   else
     step "5. compute-sanitizer memcheck, tiny model and small projector" 90 memcheck
   fi
