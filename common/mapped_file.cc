@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -36,11 +40,79 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     data = static_cast<const uint8_t*>(p);
   }
   ::close(fd);  // the mapping stays valid without the descriptor
-  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+  return std::unique_ptr<MappedFile>(
+      new MappedFile(path, data, size, const_cast<uint8_t*>(data), size));
+}
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular, non-empty file"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t mapped = rounded + kHugePage;  // slack to start on a huge-page boundary
+  void* mapping =
+      ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("--weights-memory hugepages: cannot map ",
+                                                     size, " bytes for ", path, ": ",
+                                                     std::strerror(err)));
+  }
+  uint8_t* data = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) / kHugePage * kHugePage);
+  auto fail = [&](const std::string& what, int err) {
+    ::munmap(mapping, mapped);
+    ::close(fd);
+    return absl::InternalError(
+        absl::StrCat("--weights-memory hugepages: ", what, " ", path, ": ", std::strerror(err)));
+  };
+  if (::madvise(data, rounded, MADV_HUGEPAGE) != 0)
+    return fail("madvise(MADV_HUGEPAGE) for", errno);
+  // Chunks of 64 MiB over a few threads: each pread faults its huge pages in as it lands.
+  constexpr size_t kChunk = size_t{64} << 20;
+  const size_t chunks = (size + kChunk - 1) / kChunk;
+  const unsigned threads = static_cast<unsigned>(
+      std::min<size_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
+  std::atomic<size_t> next{0};
+  std::atomic<int> read_error{0};
+  std::vector<std::thread> readers;
+  for (unsigned t = 0; t < threads; ++t) {
+    readers.emplace_back([&] {
+      for (size_t c = next++; c < chunks && read_error == 0; c = next++) {
+        size_t done = c * kChunk;
+        const size_t end = std::min(size, done + kChunk);
+        while (done < end) {
+          const ssize_t got = ::pread(fd, data + done, end - done, static_cast<off_t>(done));
+          if (got < 0 && errno == EINTR) continue;
+          if (got <= 0) {
+            read_error = got < 0 ? errno : EIO;
+            return;
+          }
+          done += static_cast<size_t>(got);
+        }
+      }
+    });
+  }
+  for (std::thread& r : readers) r.join();
+  if (read_error != 0) return fail("cannot read", read_error);
+  if (::mprotect(data, rounded, PROT_READ) != 0) return fail("mprotect(PROT_READ) for", errno);
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the copy is what serves now
+  ::close(fd);
+  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size, mapping, mapped));
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (mapping_ != nullptr) ::munmap(mapping_, mapped_);
 }
 
 }  // namespace walsh

@@ -44,6 +44,7 @@ TEST(WorkerMetrics, PromtoolAcceptsTheExposition) {
                            "walsh_worker_preemptions_total",
                            "walsh_worker_kv_pages_used",
                            "walsh_worker_kv_pages_capacity",
+                           "walsh_worker_weight_hugepage_bytes",
                            "walsh_worker_state_slots_used",
                            "walsh_worker_state_slots_capacity",
                            "walsh_worker_requests_running",
@@ -68,6 +69,11 @@ TEST(WorkerMetrics, PromtoolAcceptsTheExposition) {
                            "walsh_model_info{"}) {
     EXPECT_NE(metrics.find(name), std::string::npos) << name;
   }
+  // The generation read the weights, so some are resident, as /proc/self/smaps counts them.
+  const std::string resident = "\nwalsh_worker_weight_resident_bytes ";
+  const size_t at = metrics.find(resident);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(metrics.substr(at + resident.size())), 0.0);
   // promtool's linter reserves ':' for recording rules, so it flags vLLM's names by design; it
   // checks everything else, and the real Prometheus below ingests the vllm: series.
   std::string without_vllm;

@@ -18,6 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
+#include "common/huge_page_share.h"
+#include "common/weights_memory.h"
 #include "kernels/cpu/int8_peak.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/memory_bandwidth.h"
@@ -91,7 +93,8 @@ void PrintProfiles(const std::vector<TestProfile>& profiles, nlohmann::json* doc
 }
 
 int Decode(int argc, char** argv) {
-  std::string model_path, device = "cpu", batches = "1", json_path, kv_cache_dtype = "fp16";
+  std::string model_path, device = "cpu", batches = "1", json_path, kv_cache_dtype = "fp16",
+                          weights_memory = "auto";
   int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
   int64_t speculate = 0;
   double gpu_memory_utilization = 0.9;
@@ -101,6 +104,7 @@ int Decode(int argc, char** argv) {
       "[--batch 1,4,16] [--prompt N] [--gen N] [--kv-cache-dtype fp16|q8|q4] [--json FILE]");
   flags.String("model", &model_path, "GGUF model file (required)");
   flags.String("device", &device, "cpu or cuda");
+  flags.String("weights-memory", &weights_memory, kWeightsMemoryHelp);
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization, "with --device cuda");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV page storage: fp16, q8 or q4");
   flags.Int("threads", &threads, "CPU threads (per rank: 1 when --tp > 1)");
@@ -144,7 +148,11 @@ int Decode(int argc, char** argv) {
       speculate < 0 || speculate > 16) {
     return Fail("walsh-bench", 2, "bad arguments\n" + flags.Help());
   }
-  auto file = LoadModelFile(model_path);
+  WeightsMemory memory;
+  if (!ParseWeightsMemory(weights_memory, &memory)) {
+    return Fail("walsh-bench", 2, "--weights-memory must be auto, hugepages or mmap");
+  }
+  auto file = LoadModelFile(model_path, WeightsMemoryFor(memory, dev == Device::kCuda));
   if (!file.ok()) return Fail("walsh-bench", 1, "refused: " + std::string(file.status().message()));
   const int64_t file_bytes = static_cast<int64_t>(file->gguf->file_size());
   auto bound = Model::Bind(std::move(*file));
@@ -204,6 +212,12 @@ int Decode(int argc, char** argv) {
       "tp %lld\n",
       model_path.c_str(), step_bytes / 1e9, device.c_str(), e.kernels().c_str(),
       static_cast<long long>(threads), static_cast<long long>(tp));
+  const WeightsMemoryChoice& placed = e.model().gguf().memory();
+  std::printf("weights: %s (%s), read in %.1f s\n", WeightsMemoryName(placed.memory),
+              placed.reason.c_str(), e.model().gguf().read_seconds());
+  doc["weights_memory"] = WeightsMemoryName(placed.memory);
+  doc["weights_memory_reason"] = placed.reason;
+  doc["weights_read_seconds"] = e.model().gguf().read_seconds();
   if (bandwidth > 0) {
     std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each)\n",
                 bandwidth / 1e9, cores);
@@ -297,6 +311,19 @@ int Decode(int argc, char** argv) {
     if (!sd.ok()) return Fail("walsh-bench", 3, std::string(sd.status().message()));
     row("sd" + std::to_string(speculate), b, sd->tokens / sd->seconds, sd->seconds / sd->steps,
         sd->steps * static_cast<double>(step_bytes) / sd->seconds);
+  }
+  // The page size the weights were read through, measured after the run touched them all: the
+  // bandwidth yardstick reads small anonymous pages unless the kernel gave it huge ones.
+  const GgufFile& gguf = e.model().gguf();
+  if (absl::StatusOr<HugePageShare> share = HugePageShareOf(gguf.bytes(), gguf.file_size());
+      share.ok()) {
+    std::printf(
+        "weights in huge pages after the run: %.2f of %.2f GB resident (%.0f%%), from "
+        "/proc/self/smaps\n",
+        share->huge_page_bytes / 1e9, share->resident_bytes / 1e9,
+        share->resident_bytes > 0 ? 100.0 * share->huge_page_bytes / share->resident_bytes : 0.0);
+    doc["weight_resident_bytes"] = share->resident_bytes;
+    doc["weight_hugepage_bytes"] = share->huge_page_bytes;
   }
   if (profile) PrintProfiles(profiles, &doc);
   if (!json_path.empty()) {

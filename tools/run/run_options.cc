@@ -34,6 +34,7 @@ void RunOptions::Register(FlagSet& flags) {
   flags.Int("threads", &threads, "CPU threads");
   flags.Int("tp", &tp, "tensor-parallel ranks: 1, 2, 4 or 8 in-process CPU ranks");
   flags.String("device", &device, "cpu or cuda (the first visible GPU)");
+  flags.String("weights-memory", &weights_memory, kWeightsMemoryHelp);
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV page storage: fp16, q8 or q4");
@@ -72,6 +73,10 @@ absl::Status RunOptions::Validate() const {
   if (!ParseKvCacheDtype(kv_cache_dtype, &parsed_dtype)) {
     return absl::InvalidArgumentError("--kv-cache-dtype must be fp16, q8 or q4");
   }
+  WeightsMemory memory;
+  if (!ParseWeightsMemory(weights_memory, &memory)) {
+    return absl::InvalidArgumentError("--weights-memory must be auto, hugepages or mmap");
+  }
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
     return absl::InvalidArgumentError("--gpu-memory-utilization must be in (0, 1]");
   }
@@ -88,6 +93,12 @@ absl::Status RunOptions::Validate() const {
   if (!(top_p > 0 && top_p <= 1)) return absl::InvalidArgumentError("--top-p must be in (0, 1]");
   if (!(min_p >= 0 && min_p <= 1)) return absl::InvalidArgumentError("--min-p must be in [0, 1]");
   return absl::OkStatus();
+}
+
+WeightsMemory RunOptions::ParsedWeightsMemory() const {
+  WeightsMemory parsed = WeightsMemory::kAuto;
+  ParseWeightsMemory(weights_memory, &parsed);
+  return WeightsMemoryFor(parsed, ParsedDevice() == Device::kCuda);
 }
 
 Device RunOptions::ParsedDevice() const {

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "common/cli_flags.h"
+#include "common/weights_memory.h"
 #include "worker/engine/engine_options.h"
 
 namespace walsh {
@@ -32,7 +33,7 @@ struct RunOptions {
   std::string logits_out;
 
   int64_t threads = 1, tp = 1, max_context = 0, prefill_chunk = 256;
-  std::string device = "cpu", kv_cache_dtype = "fp16";
+  std::string device = "cpu", kv_cache_dtype = "fp16", weights_memory = "auto";
   double gpu_memory_utilization = 0.9;
   bool no_activation_quant = false;
 
@@ -41,6 +42,7 @@ struct RunOptions {
   absl::Status Validate() const;
   // Valid after Validate().
   Device ParsedDevice() const;
+  WeightsMemory ParsedWeightsMemory() const;  // auto on a GPU is mmap
   KvCacheDtype ParsedKvCacheDtype() const;
 };
 

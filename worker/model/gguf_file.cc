@@ -1,6 +1,9 @@
 #include "worker/model/gguf_file.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 
@@ -178,9 +181,21 @@ std::string GgufShapeString(const std::vector<uint64_t>& ne) {
 
 std::string GgufTensorInfo::ShapeString() const { return GgufShapeString(ne); }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapping, MappedFile::Open(path));
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path,
+                                                         WeightsMemory memory) {
+  WeightsMemoryChoice choice{WeightsMemory::kMmap, "--weights-memory mmap"};
+  struct stat st;
+  if (memory != WeightsMemory::kMmap && ::stat(path.c_str(), &st) == 0) {
+    ASSIGN_OR_RETURN(choice, ChooseWeightsMemory(memory, st.st_size, ReadHostMemory()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapping, choice.memory == WeightsMemory::kHugePages
+                                                            ? MappedFile::CopyToHugePages(path)
+                                                            : MappedFile::Open(path));
   std::unique_ptr<GgufFile> file(new GgufFile());
+  file->memory_ = std::move(choice);
+  file->read_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   file->bytes_ = mapping->data();
   file->size_ = mapping->size();
   file->mapping_ = std::move(mapping);

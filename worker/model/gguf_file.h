@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/mapped_file.h"
+#include "common/weights_memory.h"
 #include "worker/model/gguf_value.h"
 
 namespace walsh {
@@ -41,8 +42,10 @@ std::string GgufShapeString(const std::vector<uint64_t>& ne);
 
 class GgufFile {
  public:
-  // Maps `path` and parses it; the mapping lives as long as the returned object.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Maps `path` (or copies it into huge pages, as `memory` decides: common/weights_memory.h)
+  // and parses it; the memory lives as long as the returned object.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(
+      const std::string& path, WeightsMemory memory = WeightsMemory::kMmap);
   // Parses bytes owned by the caller, who keeps them alive as long as the result.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(const uint8_t* data, size_t size);
 
@@ -50,6 +53,10 @@ class GgufFile {
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
+  const uint8_t* bytes() const { return bytes_; }  // the whole file, as mapped or given
+  // Where Open put the bytes, and why; and the seconds it took (the copy, for huge pages).
+  const WeightsMemoryChoice& memory() const { return memory_; }
+  double read_seconds() const { return read_seconds_; }
 
   const std::vector<std::pair<std::string, GgufValue>>& kvs() const { return kvs_; }
   const GgufValue* FindKey(absl::string_view key) const;
@@ -73,6 +80,8 @@ class GgufFile {
   absl::Status ParseAll();
 
   std::unique_ptr<MappedFile> mapping_;
+  WeightsMemoryChoice memory_;
+  double read_seconds_ = 0;
   const uint8_t* bytes_ = nullptr;
   size_t size_ = 0;
   uint32_t version_ = 0;

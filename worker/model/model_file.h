@@ -22,8 +22,10 @@ struct ModelFile {
 // Validates an already parsed file (takes ownership).
 absl::StatusOr<ModelFile> ValidateModelFile(std::unique_ptr<GgufFile> gguf);
 
-// Maps, parses and validates `path`. Errors start with the path.
-absl::StatusOr<ModelFile> LoadModelFile(const std::string& path);
+// Maps (or copies into huge pages: common/weights_memory.h), parses and validates `path`. Errors
+// start with the path, but a refused --weights-memory, which names the flag.
+absl::StatusOr<ModelFile> LoadModelFile(const std::string& path,
+                                        WeightsMemory memory = WeightsMemory::kMmap);
 
 }  // namespace walsh
 

@@ -48,6 +48,14 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       kv_pages_used(r.AddGauge("walsh_worker_kv_pages_used", "KV cache pages in use.").gauge()),
       kv_pages_total(
           r.AddGauge("walsh_worker_kv_pages_capacity", "KV cache pages in the pool.").gauge()),
+      weight_resident_bytes(
+          r.AddGauge("walsh_worker_weight_resident_bytes",
+                     "Bytes of the model's weights resident in memory (/proc/self/smaps).")
+              .gauge()),
+      weight_hugepage_bytes(r.AddGauge("walsh_worker_weight_hugepage_bytes",
+                                       "Bytes of the resident weights in huge pages "
+                                       "(/proc/self/smaps).")
+                                .gauge()),
       state_slots_used(
           r.AddGauge("walsh_worker_state_slots_used", "GatedDeltaNet state slots in use.").gauge()),
       state_slots_total(

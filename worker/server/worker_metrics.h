@@ -26,6 +26,8 @@ struct WorkerMetrics {
   Gauge& held_requests;
   Gauge& kv_pages_used;
   Gauge& kv_pages_total;
+  Gauge& weight_resident_bytes;
+  Gauge& weight_hugepage_bytes;
   Gauge& state_slots_used;
   Gauge& state_slots_total;
   Gauge& running;

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/huge_page_share.h"
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
 #include "common/probe_server.h"
 #include "common/status_macros.h"
+#include "common/weights_memory.h"
 #include "gateway/http/http_metrics.h"
 #include "gateway/http/openai_server.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -161,7 +163,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
 
   // Load: NOT_SERVING until the model is mapped, checked, bound and a canary step ran.
   const auto load_start = std::chrono::steady_clock::now();
-  absl::StatusOr<ModelFile> file = LoadModelFile(o.model);
+  WeightsMemory memory = WeightsMemory::kAuto;
+  ParseWeightsMemory(o.weights_memory, &memory);  // checked with the other flags
+  absl::StatusOr<ModelFile> file =
+      LoadModelFile(o.model, WeightsMemoryFor(memory, o.device == "cuda"));
   if (!file.ok()) return Failed("model_refused", file.status());
   if (auto t = Tokenizer::FromGguf(*file->gguf); t.ok()) {
     p.tokenizer = std::move(*t);
@@ -283,6 +288,18 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   p.ctx.prepare = p.prepare.get();
   p.ctx.prepare_images = p.prepare_images.get();
   p.ctx.ready = true;
+  // The weights' pages as the kernel backs them, read from /proc/self/smaps at every scrape
+  // (docs/operations.md "Weights in memory").
+  const GgufFile& gguf = e.model().gguf();
+  auto weight_memory = [file = &gguf, gauges = p.metrics.get()] {
+    absl::StatusOr<HugePageShare> share = HugePageShareOf(file->bytes(), file->file_size());
+    if (!share.ok()) return HugePageShare{};
+    gauges->weight_resident_bytes.Set(static_cast<double>(share->resident_bytes));
+    gauges->weight_hugepage_bytes.Set(static_cast<double>(share->huge_page_bytes));
+    return *share;
+  };
+  p.registry.AddCollector([weight_memory] { weight_memory(); });
+  const HugePageShare loaded = weight_memory();
   SetHealth(*p.server, true);
   p.model_fingerprint = fingerprint;
   p.http_serving = true;
@@ -290,6 +307,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
           {{"model", o.model},
            {"fingerprint", fingerprint},
            {"kernels", e.kernels()},
+           {"weight_bytes", static_cast<int64_t>(gguf.file_size())},
+           {"weights_memory", WeightsMemoryName(gguf.memory().memory)},
+           {"weights_memory_reason", gguf.memory().reason},
+           {"weights_read_seconds", gguf.read_seconds()},
+           {"weight_resident_bytes", loaded.resident_bytes},
+           {"weight_hugepage_bytes", loaded.huge_page_bytes},
            {"load_seconds",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
   std::unique_ptr<WorkerServer> worker(new WorkerServer(std::move(parts)));

@@ -43,6 +43,7 @@ class WorkerServer {
     int64_t prefix_cache_snapshot_interval = 512;
     StreamBufferFlags buffers;
     std::string device = "cpu";
+    std::string weights_memory = "auto";
     std::string kv_cache_dtype = "fp16";
     double gpu_memory_utilization = 0.9;
     int64_t tp = 1;

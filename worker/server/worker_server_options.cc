@@ -1,6 +1,7 @@
 // WorkerServer::Options: walsh-worker's flags and their checks.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/weights_memory.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/ngram_drafter.h"
 #include "worker/server/drafter_setup.h"
@@ -76,6 +77,7 @@ void WorkerServer::Options::Register(FlagSet& flags) {
   flags.Int("drain-grace-seconds", &drain_grace_seconds,
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
   flags.String("device", &device, "cpu or cuda (the first visible GPU)");
+  flags.String("weights-memory", &weights_memory, kWeightsMemoryHelp);
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
   flags.String("kv-cache-dtype", &kv_cache_dtype,
@@ -144,6 +146,11 @@ absl::Status WorkerServer::Options::Validate() const {
   if (!ParseDevice(device, &d)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be cpu or cuda (got ", device, ")"));
+  }
+  WeightsMemory memory;
+  if (!ParseWeightsMemory(weights_memory, &memory)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weights-memory must be auto, hugepages or mmap (got ", weights_memory, ")"));
   }
   if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be 1, 2, 4 or 8 (got ", tp, ")"));

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/weights_memory.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_util.h"
@@ -180,6 +181,40 @@ TEST(ChatFormat, ToolResultsAreToolResponsesOfAUserTurn) {
             "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\nChecking.<|im_end|>\n"
             "<|im_start|>user\n<tool_response>\n22 C\n</tool_response>\n<tool_response>\nnoon\n"
             "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+}
+
+// --weights-memory: the copy in huge pages reads the same bytes as the mapped file, so every
+// logit is the same; where the machine has no THP, `hugepages` is refused naming the flag.
+TEST_F(TinyModel, WalshRunWeightsInHugePagesGiveTheSameLogits) {
+  using testing::RunProcess;
+  auto logits_with = [&](const char* memory) {
+    const std::string out = dir_->File(std::string("logits-") + memory + ".f32");
+    const auto r =
+        RunProcess({WALSH_RUN_BIN, "--model", path_, "--tokens", "1,2,3,4,5", "--max-tokens", "0",
+                    "--output", "ids", "--logits-out", out, "--weights-memory", memory});
+    return std::make_pair(r, r.exit_code == 0 ? testing::ReadFileOrDie(out) : std::string());
+  };
+  const auto mapped = logits_with("mmap");
+  ASSERT_EQ(mapped.first.exit_code, 0) << mapped.first.err;
+  const auto chosen = logits_with("auto");
+  ASSERT_EQ(chosen.first.exit_code, 0) << chosen.first.err;
+  EXPECT_EQ(chosen.second, mapped.second);
+  const std::string thp = ReadHostMemory().thp_mode;
+  const auto huge = logits_with("hugepages");
+  if (thp == "always" || thp == "madvise") {
+    ASSERT_EQ(huge.first.exit_code, 0) << huge.first.err;
+    EXPECT_EQ(huge.second, mapped.second);
+  } else {
+    EXPECT_NE(huge.first.exit_code, 0);
+    EXPECT_NE(huge.first.err.find("--weights-memory hugepages: transparent huge pages are"),
+              std::string::npos)
+        << huge.first.err;
+  }
+  const auto bad = logits_with("bogus");
+  EXPECT_NE(bad.first.exit_code, 0);
+  EXPECT_NE(bad.first.err.find("--weights-memory must be auto, hugepages or mmap"),
+            std::string::npos)
+      << bad.first.err;
 }
 
 TEST_F(TinyModel, WalshRunEndToEnd) {
