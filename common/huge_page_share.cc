@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -69,10 +69,16 @@ HugePageShare HugePageShareInSmaps(absl::string_view smaps, uintptr_t begin, uin
 absl::StatusOr<HugePageShare> HugePageShareOf(const void* begin, size_t size) {
   std::ifstream in("/proc/self/smaps");
   if (!in) return absl::UnavailableError("cannot read /proc/self/smaps");
-  std::stringstream text;
-  text << in.rdbuf();
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin);
-  return HugePageShareInSmaps(text.str(), lo, lo + size);
+  // The kernel writes smaps as it is read, mapping by mapping in address order: stop at the
+  // first mapping past the range rather than walk the page tables of every other one.
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin), hi = lo + size;
+  std::string text, line;
+  while (std::getline(in, line)) {
+    uintptr_t start = 0, end = 0;
+    if (ParseHeader(line, &start, &end) && start >= hi) break;
+    text.append(line).push_back('\n');
+  }
+  return HugePageShareInSmaps(text, lo, hi);
 }
 
 }  // namespace walsh

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -84,28 +85,43 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const st
   const unsigned threads = static_cast<unsigned>(
       std::min<size_t>(chunks, std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   std::atomic<size_t> next{0};
-  std::atomic<int> read_error{0};
-  std::vector<std::thread> readers;
-  for (unsigned t = 0; t < threads; ++t) {
-    readers.emplace_back([&] {
-      for (size_t c = next++; c < chunks && read_error == 0; c = next++) {
-        size_t done = c * kChunk;
-        const size_t end = std::min(size, done + kChunk);
-        while (done < end) {
-          const ssize_t got = ::pread(fd, data + done, end - done, static_cast<off_t>(done));
-          if (got < 0 && errno == EINTR) continue;
-          if (got <= 0) {
-            read_error = got < 0 ? errno : EIO;
-            return;
-          }
-          done += static_cast<size_t>(got);
+  std::atomic<int> read_error{0};  // an errno, or -1: the file ended before its size at open
+  auto read_chunks = [&] {
+    for (size_t c = next++; c < chunks && read_error == 0; c = next++) {
+      size_t done = c * kChunk;
+      const size_t end = std::min(size, done + kChunk);
+      while (done < end) {
+        const ssize_t got = ::pread(fd, data + done, end - done, static_cast<off_t>(done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+          read_error = got < 0 ? errno : -1;
+          return;
         }
+        done += static_cast<size_t>(got);
       }
-    });
+    }
+  };
+  std::vector<std::thread> readers;
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      readers.emplace_back(read_chunks);
+    } catch (const std::system_error&) {
+      break;  // fewer readers: this thread reads what they would have
+    }
   }
+  read_chunks();
   for (std::thread& r : readers) r.join();
+  if (read_error == -1) {
+    ::munmap(mapping, mapped);
+    ::close(fd);
+    return absl::DataLossError(
+        absl::StrCat("--weights-memory hugepages: ", path, " ended before its size at open"));
+  }
   if (read_error != 0) return fail("cannot read", read_error);
-  if (::mprotect(data, rounded, PROT_READ) != 0) return fail("mprotect(PROT_READ) for", errno);
+  if (::mprotect(data, rounded, PROT_READ) != 0) {
+    const int err = errno;
+    return fail("mprotect(PROT_READ) for", err);
+  }
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the copy is what serves now
   ::close(fd);
   return std::unique_ptr<MappedFile>(new MappedFile(path, data, size, mapping, mapped));

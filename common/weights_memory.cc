@@ -59,6 +59,21 @@ HostMemory ReadHostMemory() {
     if (key == "MemAvailable:") host.available_bytes = kb * 1024;
     meminfo.ignore(64, '\n');
   }
+  // In a container the cgroup's limit binds first (cgroup v2: memory.max less memory.current):
+  // the copy is anonymous memory charged to it, which the page cache's pages were not.
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroup, line)) {
+    if (line.rfind("0::", 0) != 0) continue;
+    const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+    std::ifstream max_file(dir + "/memory.max"), current_file(dir + "/memory.current");
+    std::string max_text;
+    int64_t max = 0, current = 0;
+    if (max_file >> max_text && absl::SimpleAtoi(max_text, &max) && current_file >> current) {
+      host.cgroup_room_bytes = std::max<int64_t>(0, max - current);
+      host.available_bytes = std::min(host.available_bytes, host.cgroup_room_bytes);
+    }
+  }
   return host;
 }
 

@@ -29,10 +29,12 @@ bool ParseWeightsMemory(absl::string_view text, WeightsMemory* out);
 const char* WeightsMemoryName(WeightsMemory m);
 
 // What the machine offers: the THP mode (the bracketed word of
-// /sys/kernel/mm/transparent_hugepage/enabled, "" when unknown) and MemAvailable in bytes.
+// /sys/kernel/mm/transparent_hugepage/enabled, "" when unknown) and the memory available in
+// bytes: MemAvailable, or less where this process's cgroup (v2) has less room under memory.max.
 struct HostMemory {
   std::string thp_mode;
   int64_t available_bytes = 0;
+  int64_t cgroup_room_bytes = -1;  // memory.max - memory.current; -1 without a limit
 };
 HostMemory ReadHostMemory();
 
@@ -41,10 +43,18 @@ struct WeightsMemoryChoice {
   std::string reason;
 };
 
-// What to load with: `auto` on a GPU is mmap, the weights living on the device.
+// What to load with: `auto` on a GPU is mmap, the weights living on the device. (walsh-run's
+// default is mmap: a one-shot run would pay the copy, and a cold page cache, every time.)
 inline WeightsMemory WeightsMemoryFor(WeightsMemory asked, bool on_gpu) {
   return on_gpu && asked == WeightsMemory::kAuto ? WeightsMemory::kMmap : asked;
 }
+
+// The flag's check beside --device: a copy in host huge pages is of no use to a GPU.
+inline bool WeightsMemoryFitsDevice(WeightsMemory asked, bool on_gpu) {
+  return !(on_gpu && asked == WeightsMemory::kHugePages);
+}
+inline constexpr char kHugePagesOnGpuError[] =
+    "--weights-memory hugepages is for --device cpu: with cuda the weights live on the GPU";
 
 // The choice for a file of `file_bytes` under `asked`: `auto` decides; `hugepages` is refused
 // (FAILED_PRECONDITION naming --weights-memory and why) where THP is off or the copy would not

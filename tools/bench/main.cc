@@ -152,6 +152,9 @@ int Decode(int argc, char** argv) {
   if (!ParseWeightsMemory(weights_memory, &memory)) {
     return Fail("walsh-bench", 2, "--weights-memory must be auto, hugepages or mmap");
   }
+  if (!WeightsMemoryFitsDevice(memory, dev == Device::kCuda)) {
+    return Fail("walsh-bench", 2, kHugePagesOnGpuError);
+  }
   auto file = LoadModelFile(model_path, WeightsMemoryFor(memory, dev == Device::kCuda));
   if (!file.ok()) return Fail("walsh-bench", 1, "refused: " + std::string(file.status().message()));
   const int64_t file_bytes = static_cast<int64_t>(file->gguf->file_size());
@@ -213,10 +216,13 @@ int Decode(int argc, char** argv) {
       model_path.c_str(), step_bytes / 1e9, device.c_str(), e.kernels().c_str(),
       static_cast<long long>(threads), static_cast<long long>(tp));
   const WeightsMemoryChoice& placed = e.model().gguf().memory();
+  const std::string reason = memory == WeightsMemory::kAuto && dev == Device::kCuda
+                                 ? "auto: --device cuda"
+                                 : placed.reason;
   std::printf("weights: %s (%s), read in %.1f s\n", WeightsMemoryName(placed.memory),
-              placed.reason.c_str(), e.model().gguf().read_seconds());
+              reason.c_str(), e.model().gguf().read_seconds());
   doc["weights_memory"] = WeightsMemoryName(placed.memory);
-  doc["weights_memory_reason"] = placed.reason;
+  doc["weights_memory_reason"] = reason;
   doc["weights_read_seconds"] = e.model().gguf().read_seconds();
   if (bandwidth > 0) {
     std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each)\n",

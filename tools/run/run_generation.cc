@@ -208,10 +208,13 @@ absl::Status RunGeneration(const RunOptions& o) {
   const int64_t vocab = file->config.vocab_size;
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    EngineFor(std::move(*file), o, static_cast<int64_t>(prompt.size())));
+  const WeightsMemoryChoice& placed = engine->model().gguf().memory();
   std::fprintf(stderr,
-               "walsh-run: %s loaded in %.2f s, %s kernels, %lld threads, prompt %zu tokens\n",
-               o.model.c_str(), Seconds(load_start), engine->kernels().c_str(),
-               static_cast<long long>(o.threads), prompt.size());
+               "walsh-run: %s loaded in %.2f s (weights: %s, %s), %s kernels, %lld threads, "
+               "prompt %zu tokens\n",
+               o.model.c_str(), Seconds(load_start), WeightsMemoryName(placed.memory),
+               placed.reason.c_str(), engine->kernels().c_str(), static_cast<long long>(o.threads),
+               prompt.size());
 
   Generation gen(tokenizer.get(), RequestFor(o, prompt, tokenizer.get()));
   std::unique_ptr<std::FILE, FileCloser> logits_out;

@@ -77,6 +77,9 @@ absl::Status RunOptions::Validate() const {
   if (!ParseWeightsMemory(weights_memory, &memory)) {
     return absl::InvalidArgumentError("--weights-memory must be auto, hugepages or mmap");
   }
+  if (!WeightsMemoryFitsDevice(memory, parsed_device == Device::kCuda)) {
+    return absl::InvalidArgumentError(kHugePagesOnGpuError);
+  }
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
     return absl::InvalidArgumentError("--gpu-memory-utilization must be in (0, 1]");
   }

@@ -33,7 +33,7 @@ struct RunOptions {
   std::string logits_out;
 
   int64_t threads = 1, tp = 1, max_context = 0, prefill_chunk = 256;
-  std::string device = "cpu", kv_cache_dtype = "fp16", weights_memory = "auto";
+  std::string device = "cpu", kv_cache_dtype = "fp16", weights_memory = "mmap";
   double gpu_memory_utilization = 0.9;
   bool no_activation_quant = false;
 

@@ -183,9 +183,11 @@ std::string GgufTensorInfo::ShapeString() const { return GgufShapeString(ne); }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path,
                                                          WeightsMemory memory) {
-  WeightsMemoryChoice choice{WeightsMemory::kMmap, "--weights-memory mmap"};
+  WeightsMemoryChoice choice{WeightsMemory::kMmap, "mmap"};
   struct stat st;
-  if (memory != WeightsMemory::kMmap && ::stat(path.c_str(), &st) == 0) {
+  // Anything but a regular, non-empty file goes to the mapping, which says what is wrong.
+  if (memory != WeightsMemory::kMmap && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_size > 0) {
     ASSIGN_OR_RETURN(choice, ChooseWeightsMemory(memory, st.st_size, ReadHostMemory()));
   }
   const auto start = std::chrono::steady_clock::now();

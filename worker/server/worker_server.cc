@@ -1,7 +1,9 @@
 #include "worker/server/worker_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
 
 #include "common/huge_page_share.h"
 #include "common/json_log.h"
@@ -288,17 +290,25 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   p.ctx.prepare = p.prepare.get();
   p.ctx.prepare_images = p.prepare_images.get();
   p.ctx.ready = true;
-  // The weights' pages as the kernel backs them, read from /proc/self/smaps at every scrape
-  // (docs/operations.md "Weights in memory").
+  // The weights' pages as the kernel backs them, read from /proc/self/smaps at a scrape at most
+  // every 10 s (docs/operations.md "Weights in memory"). The collector holds the range, not the
+  // model: the metrics server may answer a scrape while the engine is being destroyed.
   const GgufFile& gguf = e.model().gguf();
-  auto weight_memory = [file = &gguf, gauges = p.metrics.get()] {
-    absl::StatusOr<HugePageShare> share = HugePageShareOf(file->bytes(), file->file_size());
+  auto weight_memory = [begin = gguf.bytes(), size = gguf.file_size(), gauges = p.metrics.get()] {
+    absl::StatusOr<HugePageShare> share = HugePageShareOf(begin, size);
     if (!share.ok()) return HugePageShare{};
     gauges->weight_resident_bytes.Set(static_cast<double>(share->resident_bytes));
     gauges->weight_hugepage_bytes.Set(static_cast<double>(share->huge_page_bytes));
     return *share;
   };
-  p.registry.AddCollector([weight_memory] { weight_memory(); });
+  p.registry.AddCollector([weight_memory, last = std::make_shared<std::atomic<int64_t>>(0)] {
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (now - last->load() < 10) return;
+    last->store(now);
+    weight_memory();
+  });
   const HugePageShare loaded = weight_memory();
   SetHealth(*p.server, true);
   p.model_fingerprint = fingerprint;
@@ -309,7 +319,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
            {"kernels", e.kernels()},
            {"weight_bytes", static_cast<int64_t>(gguf.file_size())},
            {"weights_memory", WeightsMemoryName(gguf.memory().memory)},
-           {"weights_memory_reason", gguf.memory().reason},
+           {"weights_memory_reason", memory == WeightsMemory::kAuto && o.device == "cuda"
+                                         ? std::string("auto: --device cuda")
+                                         : gguf.memory().reason},
            {"weights_read_seconds", gguf.read_seconds()},
            {"weight_resident_bytes", loaded.resident_bytes},
            {"weight_hugepage_bytes", loaded.huge_page_bytes},

@@ -152,6 +152,9 @@ absl::Status WorkerServer::Options::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weights-memory must be auto, hugepages or mmap (got ", weights_memory, ")"));
   }
+  if (!WeightsMemoryFitsDevice(memory, d == Device::kCuda)) {
+    return absl::InvalidArgumentError(kHugePagesOnGpuError);
+  }
   if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be 1, 2, 4 or 8 (got ", tp, ")"));
   }

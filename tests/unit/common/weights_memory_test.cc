@@ -14,6 +14,7 @@
 
 #include "common/mapped_file.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 
 namespace walsh {
 namespace {
@@ -31,6 +32,9 @@ TEST(WeightsMemory, ParsesItsThreeNames) {
   EXPECT_EQ(WeightsMemoryFor(WeightsMemory::kAuto, /*on_gpu=*/true), WeightsMemory::kMmap);
   EXPECT_EQ(WeightsMemoryFor(WeightsMemory::kHugePages, true), WeightsMemory::kHugePages);
   EXPECT_EQ(WeightsMemoryFor(WeightsMemory::kAuto, false), WeightsMemory::kAuto);
+  EXPECT_FALSE(WeightsMemoryFitsDevice(WeightsMemory::kHugePages, /*on_gpu=*/true));
+  EXPECT_TRUE(WeightsMemoryFitsDevice(WeightsMemory::kAuto, true));
+  EXPECT_TRUE(WeightsMemoryFitsDevice(WeightsMemory::kHugePages, false));
 }
 
 TEST(WeightsMemory, AutoTakesHugePagesWhereTheyAreOfferedAndTheCopyFits) {
@@ -94,7 +98,8 @@ std::string PermissionsAt(const void* p) {
 }
 
 TEST(WeightsMemory, TheCopyHoldsTheFilesBytesReadOnlyOnAHugePageBoundary) {
-  const std::string path = ::testing::TempDir() + "/weights_memory_test.bin";
+  testing::TempDir dir;
+  const std::string path = dir.File("weights.bin");
   std::vector<char> bytes((size_t{5} << 20) + 12345);  // not a whole number of huge pages
   std::mt19937 gen(3);
   for (char& c : bytes) c = static_cast<char>(gen());
@@ -109,7 +114,6 @@ TEST(WeightsMemory, TheCopyHoldsTheFilesBytesReadOnlyOnAHugePageBoundary) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*copy)->data()) % (size_t{2} << 20), 0u);
   EXPECT_EQ(PermissionsAt((*copy)->data()).substr(0, 3), "r--");
   EXPECT_FALSE(MappedFile::CopyToHugePages(path + ".missing").ok());
-  std::remove(path.c_str());
 }
 
 }  // namespace
