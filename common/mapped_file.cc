@@ -17,19 +17,30 @@
 #include "absl/strings/str_cat.h"
 
 namespace walsh {
+namespace {
 
-absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+// A descriptor of `path`, a regular file, and its size; the caller closes it.
+absl::Status OpenRegular(const std::string& path, int* fd, size_t* size) {
+  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) {
     const int err = errno;
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(*fd);
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
-  const size_t size = static_cast<size_t>(st.st_size);
+  *size = static_cast<size_t>(st.st_size);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  int fd = -1;
+  size_t size = 0;
+  if (absl::Status s = OpenRegular(path, &fd, &size); !s.ok()) return s;
   const uint8_t* data = nullptr;
   if (size > 0) {
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -46,17 +57,13 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
 }
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+  int fd = -1;
+  size_t size = 0;
+  if (absl::Status s = OpenRegular(path, &fd, &size); !s.ok()) return s;
+  if (size == 0) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular, non-empty file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
   }
-  const size_t size = static_cast<size_t>(st.st_size);
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
   const size_t mapped = rounded + kHugePage;  // slack to start on a huge-page boundary

@@ -10,6 +10,7 @@
 
 #include "kernels/block_types.h"
 #include "kernels/float_convert.h"
+#include "kernels/q8_activation.h"
 #include "kernels/ternary_codec_ref.h"
 #include "kernels/weight_format.h"
 
@@ -31,6 +32,20 @@ inline std::vector<uint8_t> RandomTernaryRows(TernaryFormat format, int64_t rows
     }
   }
   return out;
+}
+
+// `tokens` rows of `blocks` int8 activation blocks of normal random values, in the layout the
+// format's kernels read.
+inline std::vector<Q8Block128> RandomQ8Activations(TernaryFormat format, int64_t tokens,
+                                                   int64_t blocks, std::mt19937& gen) {
+  std::normal_distribution<float> dist;
+  std::vector<float> x(blocks * 128);
+  std::vector<Q8Block128> q(tokens * blocks);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (float& v : x) v = dist(gen);
+    QuantizeRowQ8(x.data(), blocks * 128, Q8LayoutFor(format), &q[t * blocks]);
+  }
+  return q;
 }
 
 inline uint32_t WordAt(const uint8_t* p) {

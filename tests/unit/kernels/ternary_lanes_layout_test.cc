@@ -171,19 +171,13 @@ void LanesProduct(const TernaryProduct& p, int64_t rows, const uint8_t* lanes) {
 
 TEST(LanesLayout, TheKernelsDecompositionGivesTheCpuProductsBits) {
   std::mt19937 gen(3);
-  std::normal_distribution<float> dist;
   for (TernaryFormat format : kFormats) {
     const int64_t rows = 24, cols = 5 * 1024, bpr = cols / 128;
     const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
     std::vector<uint8_t> lanes(file.size());
     RepackToLanes(format, file.data(), rows, cols, lanes.data());
     for (int64_t tokens : {1, 3, 4}) {
-      std::vector<float> x(tokens * cols);
-      for (float& v : x) v = dist(gen);
-      std::vector<Q8Block128> q(tokens * bpr);
-      for (int64_t t = 0; t < tokens; ++t) {
-        QuantizeRowQ8(&x[t * cols], cols, Q8LayoutFor(format), &q[t * bpr]);
-      }
+      const std::vector<Q8Block128> q = RandomQ8Activations(format, tokens, bpr, gen);
       // Eight windows of 5 blocks, as a row-parallel product's canonical slices: windows that
       // start and end inside a quad.
       TernaryProduct p;
@@ -212,19 +206,13 @@ TEST(LanesLayout, TheKernelsDecompositionGivesTheCpuProductsBits) {
 // column-parallel shard's rows over a row-parallel shard's part of the input.
 TEST(LanesLayout, TheDecompositionHoldsForARowRangeOverPartOfTheInput) {
   std::mt19937 gen(6);
-  std::normal_distribution<float> dist;
   for (TernaryFormat format : kFormats) {
     const int64_t rows = 24, cols = 5 * 1024, bpr = cols / 128, first = 8, tokens = 2;
     const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
     std::vector<uint8_t> lanes(file.size());
     RepackToLanes(format, file.data(), rows, cols, lanes.data());
-    std::vector<float> x(tokens * (cols - first * 128));
-    for (float& v : x) v = dist(gen);
     const int64_t x_blocks = bpr - first;
-    std::vector<Q8Block128> q(tokens * x_blocks);
-    for (int64_t t = 0; t < tokens; ++t) {
-      QuantizeRowQ8(&x[t * x_blocks * 128], x_blocks * 128, Q8LayoutFor(format), &q[t * x_blocks]);
-    }
+    const std::vector<Q8Block128> q = RandomQ8Activations(format, tokens, x_blocks, gen);
     TernaryProduct p;
     p.w = {format, file.data(), rows, cols};
     p.x = q.data();

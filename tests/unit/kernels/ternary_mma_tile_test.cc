@@ -114,19 +114,13 @@ TEST(MmaTile, TheBiasTurnsTheIntegerSumIntoItsFloat) {
 
 TEST(MmaTile, TheKernelsDecompositionGivesTheCpuProductsBits) {
   std::mt19937 gen(4);
-  std::normal_distribution<float> dist;
   for (TernaryFormat format : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
     const int64_t rows = 37, cols = 2 * 1024, bpr = cols / 128;  // a partial tile of rows
     const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
     std::vector<uint8_t> lanes(file.size());
     RepackToLanes(format, file.data(), rows, cols, lanes.data());
     for (int64_t tokens : {5, 8, 13}) {
-      std::vector<float> x(tokens * cols);
-      for (float& v : x) v = dist(gen);
-      std::vector<Q8Block128> q(tokens * bpr);
-      for (int64_t t = 0; t < tokens; ++t) {
-        QuantizeRowQ8(&x[t * cols], cols, Q8LayoutFor(format), &q[t * bpr]);
-      }
+      const std::vector<Q8Block128> q = RandomQ8Activations(format, tokens, bpr, gen);
       // Whole rows, then four windows of 3 and 5 blocks (row-parallel slices inside quads).
       for (int windows : {1, 4}) {
         TernaryProduct p;
@@ -157,19 +151,13 @@ TEST(MmaTile, TheKernelsDecompositionGivesTheCpuProductsBits) {
 // Local rows from row_first on over activations that start at block x_first_block.
 TEST(MmaTile, TheDecompositionHoldsForARowRangeOverPartOfTheInput) {
   std::mt19937 gen(7);
-  std::normal_distribution<float> dist;
   for (TernaryFormat format : {TernaryFormat::kPq2_0, TernaryFormat::kPtq1_0}) {
     const int64_t rows = 40, cols = 2 * 1024, bpr = cols / 128, first = 4, tokens = 9;
     const std::vector<uint8_t> file = RandomTernaryRows(format, rows, cols, gen);
     std::vector<uint8_t> lanes(file.size());
     RepackToLanes(format, file.data(), rows, cols, lanes.data());
     const int64_t x_blocks = bpr - first;
-    std::vector<float> x(tokens * x_blocks * 128);
-    for (float& v : x) v = dist(gen);
-    std::vector<Q8Block128> q(tokens * x_blocks);
-    for (int64_t t = 0; t < tokens; ++t) {
-      QuantizeRowQ8(&x[t * x_blocks * 128], x_blocks * 128, Q8LayoutFor(format), &q[t * x_blocks]);
-    }
+    const std::vector<Q8Block128> q = RandomQ8Activations(format, tokens, x_blocks, gen);
     TernaryProduct p;
     p.w = {format, file.data(), rows, cols};
     p.x = q.data();
