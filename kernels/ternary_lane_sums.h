@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/host_device.h"
+#include "kernels/ternary_block_decode.h"
 
 namespace walsh {
 
@@ -85,12 +86,17 @@ WALSH_HD Ptq1LanePlan Ptq1PlanFor(int g) {
 
 // Code word v (0..3) of the group from the block's word v of qs[0..15] (lo_v), its qs[16..23]
 // (hi0, hi1) and qh bytes: what MMA lane v holds of the group (kernels/ternary_mma_tile.h).
-WALSH_HD uint32_t Ptq1CodeWord(const Ptq1LanePlan& plan, int v, uint32_t lo_v, uint32_t hi0,
-                               uint32_t hi1, uint32_t qh) {
+// The word whose digit plane is code word v.
+WALSH_HD uint32_t Ptq1SourceWord(const Ptq1LanePlan& plan, int v, uint32_t lo_v, uint32_t hi0,
+                                 uint32_t hi1, uint32_t qh) {
   const uint32_t q = (qh & 0xffffu) | (qh & 0xffffu) << 16;  // qh0 qh1 qh0 qh1
   const uint32_t hi = (v & 1) ? hi1 : hi0;
-  const uint32_t source = plan.from_lo ? lo_v : (v >= 2 && plan.qh_tail) ? q : hi;
-  return Ptq1DigitWord(source, plan.m_lo[v], plan.m_hi[v]);
+  return plan.from_lo ? lo_v : (v >= 2 && plan.qh_tail) ? q : hi;
+}
+
+WALSH_HD uint32_t Ptq1CodeWord(const Ptq1LanePlan& plan, int v, uint32_t lo_v, uint32_t hi0,
+                               uint32_t hi1, uint32_t qh) {
+  return Ptq1DigitWord(Ptq1SourceWord(plan, v, lo_v, hi0, hi1, qh), plan.m_lo[v], plan.m_hi[v]);
 }
 
 // The byte → trit table the table decode reads (in shared memory on the device): entry
@@ -99,9 +105,7 @@ WALSH_HD uint32_t Ptq1CodeWord(const Ptq1LanePlan& plan, int v, uint32_t lo_v, u
 inline constexpr int kPtq1TritTableBytes = 5 * 256;
 WALSH_HD void FillPtq1TritTable(uint8_t* table, int first, int stride) {
   for (int i = first; i < kPtq1TritTableBytes; i += stride) {
-    const uint8_t pow3[5] = {1, 3, 9, 27, 81};
-    const uint8_t p = static_cast<uint8_t>((i & 255) * pow3[i >> 8]);
-    table[i] = static_cast<uint8_t>((static_cast<int>(p) * 3) >> 8);
+    table[i] = static_cast<uint8_t>(DecodeTrit(static_cast<uint8_t>(i & 255), i >> 8));
   }
 }
 
@@ -116,10 +120,8 @@ WALSH_HD uint32_t Ptq1DigitWordFromTable(const uint8_t* table, uint32_t w, int d
 // Code word v as Ptq1CodeWord, decoded through the table.
 WALSH_HD uint32_t Ptq1CodeWordFromTable(const uint8_t* table, const Ptq1LanePlan& plan, int v,
                                         uint32_t lo_v, uint32_t hi0, uint32_t hi1, uint32_t qh) {
-  const uint32_t q = (qh & 0xffffu) | (qh & 0xffffu) << 16;
-  const uint32_t hi = (v & 1) ? hi1 : hi0;
-  const uint32_t source = plan.from_lo ? lo_v : (v >= 2 && plan.qh_tail) ? q : hi;
-  return Ptq1DigitWordFromTable(table, source, plan.d_lo[v], plan.d_hi[v]);
+  return Ptq1DigitWordFromTable(table, Ptq1SourceWord(plan, v, lo_v, hi0, hi1, qh), plan.d_lo[v],
+                                plan.d_hi[v]);
 }
 
 // The group's four code words from the block's qs[0..15] (lo), qs[16..23] (hi) and qh bytes.

@@ -1,9 +1,7 @@
 #include "worker/server/worker_server.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <memory>
 
 #include "common/huge_page_share.h"
 #include "common/json_log.h"
@@ -301,14 +299,14 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
     gauges->weight_hugepage_bytes.Set(static_cast<double>(share->huge_page_bytes));
     return *share;
   };
-  p.registry.AddCollector([weight_memory, last = std::make_shared<std::atomic<int64_t>>(0)] {
-    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    if (now - last->load() < 10) return;
-    last->store(now);
-    weight_memory();
-  });
+  // The registry runs its collectors one scrape at a time, under its lock: `last` needs no more.
+  p.registry.AddCollector(
+      [weight_memory, last = std::chrono::steady_clock::time_point{}]() mutable {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last < std::chrono::seconds(10)) return;
+        last = now;
+        weight_memory();
+      });
   const HugePageShare loaded = weight_memory();
   SetHealth(*p.server, true);
   p.model_fingerprint = fingerprint;
