@@ -14,9 +14,11 @@ namespace walsh {
 
 // Digit n (0 = most significant) of a PTQ1_0 byte holding ceil(q · 256 / 243): multiplying
 // by 3^n wraps away the higher digits in 8 bits, then the top digit is (p · 3) >> 8.
+// (3^n as a chain of selects, not a table: a table indexed at run time lands in a GPU
+// kernel's local memory.)
 WALSH_HD int DecodeTrit(uint8_t b, int n) {
-  const uint8_t pow3[5] = {1, 3, 9, 27, 81};
-  const uint8_t p = static_cast<uint8_t>(b * pow3[n]);
+  const int pow3 = n == 0 ? 1 : n == 1 ? 3 : n == 2 ? 9 : n == 3 ? 27 : 81;
+  const uint8_t p = static_cast<uint8_t>(b * pow3);
   return (static_cast<int>(p) * 3) >> 8;
 }
 

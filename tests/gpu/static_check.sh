@@ -2,7 +2,8 @@
 # The CUDA kernels' static check (docs/gpu-check.md "Without a GPU"): what can be proven of the
 # hot kernels with nvcc alone, no device and no cuobjdump. It compiles each source of
 # kernels/cuda for sm_90 with the build's flags and fails when
-#   - a kernel spills registers to local memory (ptxas -v: "N bytes spill stores", N > 0);
+#   - a kernel spills registers to local memory (ptxas -v: "N bytes spill stores", N > 0), or a
+#     ternary product kernel (ternary_*.cu) uses local memory at all ("N bytes stack frame");
 #   - a lanes mat-vec kernel (ternary_matvec.cu) issues no 128-bit global load
 #     (ld.global[.nc].v4 in its PTX);
 #   - a tensor-core product kernel (ternary_mma.cu) issues no int8 mma (mma.sync m16n8k16 s8).
@@ -28,18 +29,23 @@ for src in kernels/cuda/*.cu; do
   # its registers.
   awk -v file="$name" '
     /Compiling entry function/ {
-      match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2); spills = 0
+      match($0, /'"'"'[^'"'"']*'"'"'/); fn = substr($0, RSTART + 1, RLENGTH - 2); spills = 0; stack = 0
     }
-    /spill stores/ { spills = $5 }
+    /spill stores/ { stack = $1; spills = $5 }
     /Used [0-9]+ registers/ && fn != "" {
       match($0, /Used [0-9]+ registers/); regs = substr($0, RSTART + 5, RLENGTH - 15)
-      printf "%s %s %d %d\n", file, fn, regs, spills; fn = ""
+      printf "%s %s %d %d %d\n", file, fn, regs, spills, stack; fn = ""
     }' "$tmp/$name.ptxas" >>"$tmp/kernels"
 done
 
-while read -r file fn regs spills; do
+while read -r file fn regs spills stack; do
   short=$(echo "$fn" | sed -E 's/.*[0-9]+([A-Z][A-Za-z0-9]*Kernel)(I.*)?E?v.*/\1\2/' | cut -c1-70)
-  printf "%-16s %-70s %4d regs %4d B spilled\n" "$file" "$short" "$regs" "$spills"
+  printf "%-16s %-70s %4d regs %4d B spilled %4d B stack\n" "$file" "$short" "$regs" "$spills" \
+    "$stack"
+  if [[ $file == ternary_* ]] && [ "$stack" -gt 0 ]; then
+    echo "FAIL $file: $fn uses $stack bytes of local memory (stack frame)"
+    failures=$((failures + 1))
+  fi
   if [ "$spills" -gt 0 ]; then
     echo "FAIL $file: $fn spills $spills bytes to local memory"
     failures=$((failures + 1))
