@@ -56,6 +56,11 @@ HugePageShare HugePageShareInSmaps(absl::string_view smaps, uintptr_t begin, uin
     int64_t bytes = 0;
     if (ParseField(line, "Rss", &bytes)) {
       share.resident_bytes += std::min(bytes, overlap);
+    } else if (ParseField(line, "Private_Hugetlb", &bytes) ||
+               ParseField(line, "Shared_Hugetlb", &bytes)) {
+      // hugetlbfs pages are outside Rss: they count as resident and huge both.
+      share.resident_bytes += std::min(bytes, overlap);
+      share.huge_page_bytes += std::min(bytes, overlap);
     } else if (ParseField(line, "AnonHugePages", &bytes) ||
                ParseField(line, "FilePmdMapped", &bytes) ||
                ParseField(line, "ShmemPmdMapped", &bytes)) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 
 namespace walsh {
 namespace {
+
+constexpr size_t kTransparentHugePage = size_t{2} << 20;
 
 // A descriptor of `path`, a regular file, and its size; the caller closes it.
 absl::Status OpenRegular(const std::string& path, int* fd, size_t* size) {
@@ -57,6 +60,23 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
 }
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const std::string& path) {
+  return Copy(path, kTransparentHugePage, 0, "hugepages");
+}
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugetlb(const std::string& path,
+                                                                      int64_t page_bytes) {
+  if (page_bytes <= 0 || (page_bytes & (page_bytes - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weights-memory hugetlb: page size ", page_bytes, " is not a power of 2"));
+  }
+  const int log2 = __builtin_ctzll(static_cast<unsigned long long>(page_bytes));
+  return Copy(path, static_cast<size_t>(page_bytes), MAP_HUGETLB | (log2 << MAP_HUGE_SHIFT),
+              "hugetlb");
+}
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Copy(const std::string& path,
+                                                             size_t page_bytes, int map_flags,
+                                                             const char* flag) {
   int fd = -1;
   size_t size = 0;
   if (absl::Status s = OpenRegular(path, &fd, &size); !s.ok()) return s;
@@ -64,28 +84,30 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const st
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
   }
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
-  const size_t mapped = rounded + kHugePage;  // slack to start on a huge-page boundary
-  void* mapping =
-      ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool hugetlb = (map_flags & MAP_HUGETLB) != 0;
+  const size_t rounded = (size + page_bytes - 1) / page_bytes * page_bytes;
+  // Transparent huge pages need slack to start on a boundary; hugetlb mappings start on one.
+  const size_t mapped = hugetlb ? rounded : rounded + page_bytes;
+  void* mapping = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | map_flags, -1, 0);
   if (mapping == MAP_FAILED) {
     const int err = errno;
     ::close(fd);
-    return absl::ResourceExhaustedError(absl::StrCat("--weights-memory hugepages: cannot map ",
-                                                     size, " bytes for ", path, ": ",
+    return absl::ResourceExhaustedError(absl::StrCat("--weights-memory ", flag, ": cannot map ",
+                                                     mapped, " bytes for ", path, ": ",
                                                      std::strerror(err)));
   }
   uint8_t* data = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) / kHugePage * kHugePage);
+      (reinterpret_cast<uintptr_t>(mapping) + page_bytes - 1) / page_bytes * page_bytes);
   auto fail = [&](const std::string& what, int err) {
     ::munmap(mapping, mapped);
     ::close(fd);
     return absl::InternalError(
-        absl::StrCat("--weights-memory hugepages: ", what, " ", path, ": ", std::strerror(err)));
+        absl::StrCat("--weights-memory ", flag, ": ", what, " ", path, ": ", std::strerror(err)));
   };
-  if (::madvise(data, rounded, MADV_HUGEPAGE) != 0)
+  if (!hugetlb && ::madvise(data, rounded, MADV_HUGEPAGE) != 0) {
     return fail("madvise(MADV_HUGEPAGE) for", errno);
+  }
   // Chunks of 64 MiB over a few threads: each pread faults its huge pages in as it lands.
   constexpr size_t kChunk = size_t{64} << 20;
   const size_t chunks = (size + kChunk - 1) / kChunk;
@@ -122,7 +144,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const st
     ::munmap(mapping, mapped);
     ::close(fd);
     return absl::DataLossError(
-        absl::StrCat("--weights-memory hugepages: ", path, " ended before its size at open"));
+        absl::StrCat("--weights-memory ", flag, ": ", path, " ended before its size at open"));
   }
   if (read_error != 0) return fail("cannot read", read_error);
   if (::mprotect(data, rounded, PROT_READ) != 0) {
@@ -132,6 +154,21 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::CopyToHugePages(const st
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the copy is what serves now
   ::close(fd);
   return std::unique_ptr<MappedFile>(new MappedFile(path, data, size, mapping, mapped));
+}
+
+absl::Status MappedFile::Lock() {
+  if (size_ == 0 || ::mlock(data_, size_) == 0) return absl::OkStatus();
+  const int err = errno;
+  std::string limit;
+  if (struct rlimit r; (err == ENOMEM || err == EPERM) && ::getrlimit(RLIMIT_MEMLOCK, &r) == 0) {
+    limit = r.rlim_cur == RLIM_INFINITY
+                ? "; RLIMIT_MEMLOCK is unlimited"
+                : absl::StrCat("; RLIMIT_MEMLOCK is ", r.rlim_cur,
+                               " bytes: raise it (ulimit -l, the container's memlock limit) or "
+                               "grant CAP_IPC_LOCK");
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("--mlock: cannot lock the ", size_, " bytes of ",
+                                                   path_, ": ", std::strerror(err), limit));
 }
 
 MappedFile::~MappedFile() {

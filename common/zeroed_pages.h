@@ -3,7 +3,9 @@
 // resident memory, whatever the allocator (a calloc is zeroed by hand under ThreadSanitizer, and
 // its shadow with it: seconds per engine). A guard page on each side faults on a run off either
 // end in every build, and under AddressSanitizer the slack up to the last page is poisoned, so
-// an overrun is caught as it would be past a calloc.
+// an overrun is caught as it would be past a calloc. Memory walked every step (the KV cache and
+// the GatedDeltaNet state, as the weights) may ask for transparent huge pages: it then starts on
+// a 2 MiB boundary and is advised MADV_HUGEPAGE, faulting in 2 MiB at a time where THP allows.
 #ifndef WALSH_COMMON_ZEROED_PAGES_H_
 #define WALSH_COMMON_ZEROED_PAGES_H_
 
@@ -17,8 +19,10 @@ namespace walsh {
 class ZeroedPages {
  public:
   ZeroedPages() = default;
+  enum class Pages { kSmall, kHuge };
   // `bytes` zeroed bytes (at least one), or RESOURCE_EXHAUSTED naming `what` and the size.
-  static absl::StatusOr<ZeroedPages> Map(size_t bytes, const char* what);
+  static absl::StatusOr<ZeroedPages> Map(size_t bytes, const char* what,
+                                         Pages pages = Pages::kSmall);
   ~ZeroedPages();
   ZeroedPages(ZeroedPages&& other) noexcept;
   ZeroedPages& operator=(ZeroedPages&& other) noexcept;

@@ -265,6 +265,11 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   EXPECT_EQ(info.kv_cache_dtype(), "fp16");
   EXPECT_GT(info.kv_bytes_per_token(), 0u);
   EXPECT_EQ(info.kv_token_capacity() % info.kv_page_size(), 0u);
+  // --weights-memory auto: a copy in huge pages or the mapped file, and the share measured.
+  EXPECT_TRUE(info.weights_memory() == "hugepages" || info.weights_memory() == "mmap")
+      << info.weights_memory();
+  EXPECT_GT(info.weight_bytes(), 0u);
+  EXPECT_LE(info.weight_hugepage_bytes(), info.weight_bytes());
   // A second worker on the same file proves the same fingerprint.
   WorkerProcess w2;
   ASSERT_TRUE(w2.ok());

@@ -98,13 +98,14 @@ int Decode(int argc, char** argv) {
   int64_t threads = 1, prompt_tokens = 512, gen_tokens = 32, prefill_chunk = 512, tp = 1;
   int64_t speculate = 0;
   double gpu_memory_utilization = 0.9;
-  bool no_bandwidth = false, profile = false;
+  bool no_bandwidth = false, profile = false, mlock = false;
   FlagSet flags(
       "walsh-bench decode --model FILE [--device cpu|cuda] [--threads N] [--tp N] "
       "[--batch 1,4,16] [--prompt N] [--gen N] [--kv-cache-dtype fp16|q8|q4] [--json FILE]");
   flags.String("model", &model_path, "GGUF model file (required)");
   flags.String("device", &device, "cpu or cuda");
   flags.String("weights-memory", &weights_memory, kWeightsMemoryHelp);
+  flags.Bool("mlock", &mlock, kMlockHelp);
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization, "with --device cuda");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV page storage: fp16, q8 or q4");
   flags.Int("threads", &threads, "CPU threads (per rank: 1 when --tp > 1)");
@@ -150,12 +151,13 @@ int Decode(int argc, char** argv) {
   }
   WeightsMemory memory;
   if (!ParseWeightsMemory(weights_memory, &memory)) {
-    return Fail("walsh-bench", 2, "--weights-memory must be auto, hugepages or mmap");
+    return Fail("walsh-bench", 2, std::string("--weights-memory must be ") + kWeightsMemoryNames);
   }
   if (!WeightsMemoryFitsDevice(memory, dev == Device::kCuda)) {
     return Fail("walsh-bench", 2, kHugePagesOnGpuError);
   }
-  auto file = LoadModelFile(model_path, WeightsMemoryFor(memory, dev == Device::kCuda));
+  if (mlock && dev == Device::kCuda) return Fail("walsh-bench", 2, kMlockOnGpuError);
+  auto file = LoadModelFile(model_path, WeightsMemoryFor(memory, dev == Device::kCuda), mlock);
   if (!file.ok()) return Fail("walsh-bench", 1, "refused: " + std::string(file.status().message()));
   const int64_t file_bytes = static_cast<int64_t>(file->gguf->file_size());
   auto bound = Model::Bind(std::move(*file));

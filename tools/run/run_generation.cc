@@ -194,7 +194,7 @@ struct FileCloser {
 
 absl::Status RunGeneration(const RunOptions& o) {
   const auto load_start = Clock::now();
-  absl::StatusOr<ModelFile> file = LoadModelFile(o.model, o.ParsedWeightsMemory());
+  absl::StatusOr<ModelFile> file = LoadModelFile(o.model, o.ParsedWeightsMemory(), o.mlock);
   if (!file.ok()) return ModelError(absl::StrCat("refused: ", file.status().message()));
   Preload(*file->gguf, isatty(STDERR_FILENO) || file->gguf->file_size() > (size_t{1} << 30));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, TokenizerFor(*file->gguf, o));

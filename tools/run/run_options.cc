@@ -35,6 +35,7 @@ void RunOptions::Register(FlagSet& flags) {
   flags.Int("tp", &tp, "tensor-parallel ranks: 1, 2, 4 or 8 in-process CPU ranks");
   flags.String("device", &device, "cpu or cuda (the first visible GPU)");
   flags.String("weights-memory", &weights_memory, kWeightsMemoryHelp);
+  flags.Bool("mlock", &mlock, kMlockHelp);
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV page storage: fp16, q8 or q4");
@@ -75,11 +76,13 @@ absl::Status RunOptions::Validate() const {
   }
   WeightsMemory memory;
   if (!ParseWeightsMemory(weights_memory, &memory)) {
-    return absl::InvalidArgumentError("--weights-memory must be auto, hugepages or mmap");
+    return absl::InvalidArgumentError(absl::StrCat("--weights-memory must be ", kWeightsMemoryNames,
+                                                   " (got ", weights_memory, ")"));
   }
   if (!WeightsMemoryFitsDevice(memory, parsed_device == Device::kCuda)) {
     return absl::InvalidArgumentError(kHugePagesOnGpuError);
   }
+  if (mlock && parsed_device == Device::kCuda) return absl::InvalidArgumentError(kMlockOnGpuError);
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
     return absl::InvalidArgumentError("--gpu-memory-utilization must be in (0, 1]");
   }

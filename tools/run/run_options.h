@@ -36,6 +36,7 @@ struct RunOptions {
   std::string device = "cpu", kv_cache_dtype = "fp16", weights_memory = "mmap";
   double gpu_memory_utilization = 0.9;
   bool no_activation_quant = false;
+  bool mlock = false;
 
   void Register(FlagSet& flags);
   // INVALID_ARGUMENT naming the first flag out of range.

@@ -45,11 +45,12 @@ BackendMemory CpuBackend::Memory() const {
 
 absl::Status CpuBackend::AllocateCaches(const CacheGeometry& g) {
   geometry_ = g;
-  ASSIGN_OR_RETURN(kv_,
-                   ZeroedPages::Map(static_cast<size_t>(g.pages * g.page_bytes()), "KV cache"));
+  // Both are walked every step, as the weights are: huge pages where THP allows them.
+  ASSIGN_OR_RETURN(kv_, ZeroedPages::Map(static_cast<size_t>(g.pages * g.page_bytes()), "KV cache",
+                                         ZeroedPages::Pages::kHuge));
   ASSIGN_OR_RETURN(state_,
                    ZeroedPages::Map(static_cast<size_t>(g.slots * g.slot_floats()) * sizeof(float),
-                                    "recurrent state"));
+                                    "recurrent state", ZeroedPages::Pages::kHuge));
   return absl::OkStatus();
 }
 

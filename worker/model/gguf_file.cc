@@ -182,8 +182,8 @@ std::string GgufShapeString(const std::vector<uint64_t>& ne) {
 std::string GgufTensorInfo::ShapeString() const { return GgufShapeString(ne); }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path,
-                                                         WeightsMemory memory) {
-  WeightsMemoryChoice choice{WeightsMemory::kMmap, "mmap"};
+                                                         WeightsMemory memory, bool lock) {
+  WeightsMemoryChoice choice{WeightsMemory::kMmap, 0, "mmap"};
   struct stat st;
   // Anything but a regular, non-empty file goes to the mapping, which says what is wrong.
   if (memory != WeightsMemory::kMmap && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -191,9 +191,14 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
     ASSIGN_OR_RETURN(choice, ChooseWeightsMemory(memory, st.st_size, ReadHostMemory()));
   }
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapping, choice.memory == WeightsMemory::kHugePages
-                                                            ? MappedFile::CopyToHugePages(path)
-                                                            : MappedFile::Open(path));
+  absl::StatusOr<std::unique_ptr<MappedFile>> mapped =
+      choice.memory == WeightsMemory::kHugePages ? MappedFile::CopyToHugePages(path)
+      : choice.memory == WeightsMemory::kHugetlb
+          ? MappedFile::CopyToHugetlb(path, choice.page_bytes)
+          : MappedFile::Open(path);
+  if (!mapped.ok()) return mapped.status();
+  std::unique_ptr<MappedFile> mapping = std::move(*mapped);
+  if (lock) RETURN_IF_ERROR(mapping->Lock());
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->memory_ = std::move(choice);
   file->read_seconds_ =

@@ -42,10 +42,12 @@ std::string GgufShapeString(const std::vector<uint64_t>& ne);
 
 class GgufFile {
  public:
-  // Maps `path` (or copies it into huge pages, as `memory` decides: common/weights_memory.h)
-  // and parses it; the memory lives as long as the returned object.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(
-      const std::string& path, WeightsMemory memory = WeightsMemory::kMmap);
+  // Maps `path` (or copies it into huge pages, as `memory` decides: common/weights_memory.h),
+  // locks it in memory if `lock` (--mlock) and parses it; the memory lives as long as the
+  // returned object.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                        WeightsMemory memory = WeightsMemory::kMmap,
+                                                        bool lock = false);
   // Parses bytes owned by the caller, who keeps them alive as long as the result.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(const uint8_t* data, size_t size);
 
@@ -54,7 +56,8 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
   const uint8_t* bytes() const { return bytes_; }  // the whole file, as mapped or given
-  // Where Open put the bytes, and why; and the seconds it took (the copy, for huge pages).
+  // Where Open put the bytes, and why; and the seconds it took (the copy, for huge pages, and
+  // the locking).
   const WeightsMemoryChoice& memory() const { return memory_; }
   double read_seconds() const { return read_seconds_; }
 

@@ -26,8 +26,8 @@ absl::StatusOr<ModelFile> ValidateModelFile(std::unique_ptr<GgufFile> gguf) {
   return m;
 }
 
-absl::StatusOr<ModelFile> LoadModelFile(const std::string& path, WeightsMemory memory) {
-  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path, memory));
+absl::StatusOr<ModelFile> LoadModelFile(const std::string& path, WeightsMemory memory, bool lock) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path, memory, lock));
   absl::StatusOr<ModelFile> m = ValidateModelFile(std::move(gguf));
   if (!m.ok())
     return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));

@@ -22,10 +22,12 @@ struct ModelFile {
 // Validates an already parsed file (takes ownership).
 absl::StatusOr<ModelFile> ValidateModelFile(std::unique_ptr<GgufFile> gguf);
 
-// Maps (or copies into huge pages: common/weights_memory.h), parses and validates `path`. Errors
-// start with the path, but a refused --weights-memory, which names the flag.
+// Maps (or copies into huge pages: common/weights_memory.h), locks if `lock`, parses and validates
+// `path`. Errors start with the path, but a refused --weights-memory or --mlock, which names the
+// flag.
 absl::StatusOr<ModelFile> LoadModelFile(const std::string& path,
-                                        WeightsMemory memory = WeightsMemory::kMmap);
+                                        WeightsMemory memory = WeightsMemory::kMmap,
+                                        bool lock = false);
 
 }  // namespace walsh
 

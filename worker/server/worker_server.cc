@@ -166,7 +166,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   WeightsMemory memory = WeightsMemory::kAuto;
   ParseWeightsMemory(o.weights_memory, &memory);  // checked with the other flags
   absl::StatusOr<ModelFile> file =
-      LoadModelFile(o.model, WeightsMemoryFor(memory, o.device == "cuda"));
+      LoadModelFile(o.model, WeightsMemoryFor(memory, o.device == "cuda"), o.mlock);
   if (!file.ok()) return Failed("model_refused", file.status());
   if (auto t = Tokenizer::FromGguf(*file->gguf); t.ok()) {
     p.tokenizer = std::move(*t);
@@ -281,13 +281,6 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
                   p.constraints.get(),
                   p.vision_input.get(),
                   mask_limits};
-  p.ctx.model_info = info;
-  p.ctx.scheduler = p.scheduler.get();
-  p.ctx.stream_buffers = o.buffers.Limits(p.buffer_budget.get());
-  p.ctx.stalled_streams = &metrics.stalled_streams;
-  p.ctx.prepare = p.prepare.get();
-  p.ctx.prepare_images = p.prepare_images.get();
-  p.ctx.ready = true;
   // The weights' pages as the kernel backs them, read from /proc/self/smaps at a scrape at most
   // every 10 s (docs/operations.md "Weights in memory"). The collector holds the range, not the
   // model: the metrics server may answer a scrape while the engine is being destroyed.
@@ -308,6 +301,16 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
         weight_memory();
       });
   const HugePageShare loaded = weight_memory();
+  info.set_weights_memory(WeightsMemoryName(gguf.memory().memory));
+  info.set_weight_bytes(static_cast<uint64_t>(gguf.file_size()));
+  info.set_weight_hugepage_bytes(static_cast<uint64_t>(loaded.huge_page_bytes));
+  p.ctx.model_info = info;
+  p.ctx.scheduler = p.scheduler.get();
+  p.ctx.stream_buffers = o.buffers.Limits(p.buffer_budget.get());
+  p.ctx.stalled_streams = &metrics.stalled_streams;
+  p.ctx.prepare = p.prepare.get();
+  p.ctx.prepare_images = p.prepare_images.get();
+  p.ctx.ready = true;
   SetHealth(*p.server, true);
   p.model_fingerprint = fingerprint;
   p.http_serving = true;

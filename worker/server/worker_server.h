@@ -44,6 +44,7 @@ class WorkerServer {
     StreamBufferFlags buffers;
     std::string device = "cpu";
     std::string weights_memory = "auto";
+    bool mlock = false;
     std::string kv_cache_dtype = "fp16";
     double gpu_memory_utilization = 0.9;
     int64_t tp = 1;

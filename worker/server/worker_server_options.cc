@@ -78,6 +78,7 @@ void WorkerServer::Options::Register(FlagSet& flags) {
             "on SIGTERM: time for in-flight streams to finish before they are cancelled");
   flags.String("device", &device, "cpu or cuda (the first visible GPU)");
   flags.String("weights-memory", &weights_memory, kWeightsMemoryHelp);
+  flags.Bool("mlock", &mlock, kMlockHelp);
   flags.Double("gpu-memory-utilization", &gpu_memory_utilization,
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
   flags.String("kv-cache-dtype", &kv_cache_dtype,
@@ -149,12 +150,13 @@ absl::Status WorkerServer::Options::Validate() const {
   }
   WeightsMemory memory;
   if (!ParseWeightsMemory(weights_memory, &memory)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--weights-memory must be auto, hugepages or mmap (got ", weights_memory, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--weights-memory must be ", kWeightsMemoryNames,
+                                                   " (got ", weights_memory, ")"));
   }
   if (!WeightsMemoryFitsDevice(memory, d == Device::kCuda)) {
     return absl::InvalidArgumentError(kHugePagesOnGpuError);
   }
+  if (mlock && d == Device::kCuda) return absl::InvalidArgumentError(kMlockOnGpuError);
   if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be 1, 2, 4 or 8 (got ", tp, ")"));
   }

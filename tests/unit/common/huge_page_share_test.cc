@@ -42,6 +42,19 @@ TEST(HugePageShare, SumsTheMappingsInsideTheRange) {
   EXPECT_EQ(none.huge_page_bytes, 0);
 }
 
+TEST(HugePageShare, CountsHugetlbPagesWhichRssLeavesOut) {
+  constexpr char kHugetlb[] =
+      "7f0002000000-7f0002600000 r--p 00000000 00:10 7    /anon_hugepage (deleted)\n"
+      "Size:               6144 kB\n"
+      "Rss:                   0 kB\n"
+      "AnonHugePages:         0 kB\n"
+      "Shared_Hugetlb:        0 kB\n"
+      "Private_Hugetlb:    4096 kB\n";
+  const HugePageShare share = HugePageShareInSmaps(kHugetlb, 0x7f0002000000, 0x7f0002600000);
+  EXPECT_EQ(share.resident_bytes, 4096 * 1024);
+  EXPECT_EQ(share.huge_page_bytes, 4096 * 1024);
+}
+
 TEST(HugePageShare, ReadsThisProcessesMemory) {
   const size_t bytes = size_t{8} << 20;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/huge_page_share.h"
 #include "common/mapped_file.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -22,7 +23,8 @@ namespace {
 constexpr int64_t kGB = 1000 * 1000 * 1000;
 
 TEST(WeightsMemory, ParsesItsThreeNames) {
-  for (WeightsMemory m : {WeightsMemory::kAuto, WeightsMemory::kHugePages, WeightsMemory::kMmap}) {
+  for (WeightsMemory m : {WeightsMemory::kAuto, WeightsMemory::kHugePages, WeightsMemory::kHugetlb,
+                          WeightsMemory::kMmap}) {
     WeightsMemory parsed;
     ASSERT_TRUE(ParseWeightsMemory(WeightsMemoryName(m), &parsed));
     EXPECT_EQ(parsed, m);
@@ -35,6 +37,7 @@ TEST(WeightsMemory, ParsesItsThreeNames) {
   EXPECT_FALSE(WeightsMemoryFitsDevice(WeightsMemory::kHugePages, /*on_gpu=*/true));
   EXPECT_TRUE(WeightsMemoryFitsDevice(WeightsMemory::kAuto, true));
   EXPECT_TRUE(WeightsMemoryFitsDevice(WeightsMemory::kHugePages, false));
+  EXPECT_FALSE(WeightsMemoryFitsDevice(WeightsMemory::kHugetlb, true));
 }
 
 TEST(WeightsMemory, AutoTakesHugePagesWhereTheyAreOfferedAndTheCopyFits) {
@@ -77,6 +80,50 @@ TEST(WeightsMemory, HugePagesAreRefusedNamingTheFlagAndTheReason) {
       << short_of.status();
 }
 
+TEST(WeightsMemory, HugetlbTakesTheLargestPoolThatHoldsTheCopy) {
+  HostMemory host{"never", 20 * kGB};
+  const int64_t two_mb = int64_t{2} << 20, one_gb = int64_t{1} << 30;
+  host.hugetlb_pools = {{one_gb, 4}, {two_mb, 4000}};
+  auto big = ChooseWeightsMemory(WeightsMemory::kHugetlb, 3 * kGB, host);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->memory, WeightsMemory::kHugetlb);
+  EXPECT_EQ(big->page_bytes, one_gb);
+  // 5 GB needs 5 pages of 1 GiB: the 2 MiB pool (7.8 GiB free) takes it.
+  auto small = ChooseWeightsMemory(WeightsMemory::kHugetlb, 5 * kGB, host);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->page_bytes, two_mb);
+  EXPECT_NE(small->reason.find("4000 free pages of 2048 kB"), std::string::npos) << small->reason;
+  // A cgroup's hugetlb limit caps the pool.
+  host.hugetlb_pools = {{two_mb, 4000, /*cgroup_room_bytes=*/kGB}};
+  auto capped = ChooseWeightsMemory(WeightsMemory::kHugetlb, 5 * kGB, host);
+  ASSERT_FALSE(capped.ok());
+  EXPECT_NE(capped.status().message().find("1.00 GB left under the cgroup's hugetlb limit"),
+            absl::string_view::npos)
+      << capped.status();
+  // `auto` never takes a reserved pool.
+  host.thp_mode = "madvise";
+  host.hugetlb_pools = {{two_mb, 4000}};
+  auto automatic = ChooseWeightsMemory(WeightsMemory::kAuto, 5 * kGB, host);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->memory, WeightsMemory::kHugePages);
+}
+
+TEST(WeightsMemory, HugetlbIsRefusedNamingTheFlagAndThePools) {
+  HostMemory host{"always", 20 * kGB};
+  auto none = ChooseWeightsMemory(WeightsMemory::kHugetlb, kGB, host);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("--weights-memory hugetlb: no hugetlbfs pool has room"),
+            absl::string_view::npos)
+      << none.status();
+  EXPECT_NE(none.status().message().find("vm.nr_hugepages"), absl::string_view::npos);
+  host.hugetlb_pools = {{int64_t{2} << 20, 10}};
+  auto short_of = ChooseWeightsMemory(WeightsMemory::kHugetlb, kGB, host);
+  ASSERT_FALSE(short_of.ok());
+  EXPECT_NE(short_of.status().message().find("2048 kB pages: 10 free"), absl::string_view::npos)
+      << short_of.status();
+}
+
 TEST(WeightsMemory, ReadsThisMachine) {
   const HostMemory host = ReadHostMemory();
   EXPECT_GT(host.available_bytes, 0);  // /proc/meminfo is always there on Linux
@@ -114,6 +161,81 @@ TEST(WeightsMemory, TheCopyHoldsTheFilesBytesReadOnlyOnAHugePageBoundary) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*copy)->data()) % (size_t{2} << 20), 0u);
   EXPECT_EQ(PermissionsAt((*copy)->data()).substr(0, 3), "r--");
   EXPECT_FALSE(MappedFile::CopyToHugePages(path + ".missing").ok());
+}
+
+// A file of `bytes` random bytes in `dir`.
+std::vector<char> WriteRandomFile(const std::string& path, size_t bytes) {
+  std::vector<char> data(bytes);
+  std::mt19937 gen(5);
+  for (char& c : data) c = static_cast<char>(gen());
+  std::ofstream out(path, std::ios::binary);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  return data;
+}
+
+// The copy in a reserved pool where this machine has one with room (a reserved pool is the
+// administrator's: the test does not make one); its refusal, from the real mmap, where not.
+TEST(WeightsMemory, TheHugetlbCopyHoldsTheFilesBytesOrIsRefusedByTheKernel) {
+  testing::TempDir dir;
+  const std::string path = dir.File("weights.bin");
+  const std::vector<char> bytes = WriteRandomFile(path, (size_t{3} << 20) + 777);
+  const int64_t two_mb = int64_t{2} << 20;
+  int64_t free_pages = 0;
+  for (const HugetlbPool& pool : ReadHostMemory().hugetlb_pools) {
+    if (pool.page_bytes == two_mb) free_pages = pool.free_bytes() / two_mb;
+  }
+  auto copy = MappedFile::CopyToHugetlb(path, two_mb);
+  if (free_pages < 2) {
+    ASSERT_FALSE(copy.ok());
+    EXPECT_EQ(copy.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(copy.status().message().find("--weights-memory hugetlb: cannot map"),
+              absl::string_view::npos)
+        << copy.status();
+    GTEST_SKIP() << "no free 2 MiB hugetlb pages here: the refusal was checked, not the copy";
+  }
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_EQ((*copy)->size(), bytes.size());
+  EXPECT_EQ(std::memcmp((*copy)->data(), bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(PermissionsAt((*copy)->data()).substr(0, 3), "r--");
+  auto share = HugePageShareOf((*copy)->data(), (*copy)->size());
+  ASSERT_TRUE(share.ok());
+  EXPECT_EQ(share->huge_page_bytes, static_cast<int64_t>(bytes.size()));
+}
+
+// VmLck of /proc/self/status, in bytes.
+int64_t LockedBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmLck:") {
+      int64_t kb = 0;
+      status >> kb;
+      return kb * 1024;
+    }
+    status.ignore(1 << 16, '\n');
+  }
+  return -1;
+}
+
+TEST(WeightsMemory, MlockLocksTheMappingOrNamesTheLimit) {
+  testing::TempDir dir;
+  const std::string path = dir.File("weights.bin");
+  WriteRandomFile(path, size_t{1} << 20);
+  auto mapped = MappedFile::Open(path);
+  ASSERT_TRUE(mapped.ok());
+  const int64_t before = LockedBytes();
+  const absl::Status locked = (*mapped)->Lock();
+  if (!locked.ok()) {
+    // Only a limit below 1 MiB without CAP_IPC_LOCK refuses it; the message names both.
+    EXPECT_NE(locked.message().find("--mlock: cannot lock the 1048576 bytes of"),
+              absl::string_view::npos)
+        << locked;
+    EXPECT_NE(locked.message().find("RLIMIT_MEMLOCK"), absl::string_view::npos) << locked;
+    return;
+  }
+  EXPECT_GE(LockedBytes() - before, int64_t{1} << 20);
+  mapped->reset();
+  EXPECT_EQ(LockedBytes(), before);
 }
 
 }  // namespace

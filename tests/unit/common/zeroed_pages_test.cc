@@ -40,6 +40,21 @@ TEST(ZeroedPages, MovesHandOverTheMapping) {
   moved.data()[199] = 7;
 }
 
+TEST(ZeroedPages, HugePagesStartOnA2MiBBoundary) {
+  const size_t bytes = (size_t{5} << 20) + 3;
+  auto pages = ZeroedPages::Map(bytes, "KV cache", ZeroedPages::Pages::kHuge);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pages->data()) % (size_t{2} << 20), 0u);
+  ASSERT_EQ(pages->size(), bytes);
+  EXPECT_TRUE(std::all_of(pages->data(), pages->data() + bytes, [](uint8_t b) { return b == 0; }));
+  std::fill(pages->data(), pages->data() + bytes, 0x5a);
+  EXPECT_EQ(pages->data()[bytes - 1], 0x5a);
+  // Below one huge page the request keeps small pages, and its size.
+  auto small = ZeroedPages::Map(4096, "state", ZeroedPages::Pages::kHuge);
+  ASSERT_TRUE(small.ok());
+  small->data()[4095] = 1;
+}
+
 TEST(ZeroedPages, AnImpossibleSizeIsRefusedNamingWhat) {
   auto pages = ZeroedPages::Map(size_t{1} << 62, "KV cache");
   ASSERT_FALSE(pages.ok());

@@ -213,9 +213,40 @@ TEST_F(TinyModel, WalshRunWeightsInHugePagesGiveTheSameLogits) {
   }
   const auto bad = logits_with("bogus");
   EXPECT_NE(bad.first.exit_code, 0);
-  EXPECT_NE(bad.first.err.find("--weights-memory must be auto, hugepages or mmap"),
+  EXPECT_NE(bad.first.err.find("--weights-memory must be auto, hugepages, hugetlb or mmap"),
             std::string::npos)
       << bad.first.err;
+  // A reserved hugetlbfs pool: the same logits where one holds the file, else a refusal naming
+  // the flag and the pools.
+  const auto pool = logits_with("hugetlb");
+  if (ChooseWeightsMemory(WeightsMemory::kHugetlb, testing::ReadFileOrDie(path_).size(),
+                          ReadHostMemory())
+          .ok()) {
+    ASSERT_EQ(pool.first.exit_code, 0) << pool.first.err;
+    EXPECT_EQ(pool.second, mapped.second);
+  } else {
+    EXPECT_NE(pool.first.exit_code, 0);
+    EXPECT_NE(pool.first.err.find("--weights-memory hugetlb: no hugetlbfs pool has room"),
+              std::string::npos)
+        << pool.first.err;
+  }
+}
+
+// --mlock: the weights locked at load give the same logits; with cuda it is refused by name.
+TEST_F(TinyModel, WalshRunMlockLocksTheWeights) {
+  using testing::RunProcess;
+  const std::string out = dir_->File("logits-locked.f32"), plain = dir_->File("logits-plain.f32");
+  const auto r = RunProcess({WALSH_RUN_BIN, "--model", path_, "--tokens", "1,2,3", "--max-tokens",
+                             "0", "--output", "ids", "--logits-out", out, "--mlock"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto p = RunProcess({WALSH_RUN_BIN, "--model", path_, "--tokens", "1,2,3", "--max-tokens",
+                             "0", "--output", "ids", "--logits-out", plain});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(testing::ReadFileOrDie(out), testing::ReadFileOrDie(plain));
+  const auto gpu =
+      RunProcess({WALSH_RUN_BIN, "--model", path_, "--tokens", "1", "--device", "cuda", "--mlock"});
+  EXPECT_NE(gpu.exit_code, 0);
+  EXPECT_NE(gpu.err.find("--mlock is for --device cpu"), std::string::npos) << gpu.err;
 }
 
 TEST_F(TinyModel, WalshRunEndToEnd) {
