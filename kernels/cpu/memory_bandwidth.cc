@@ -1,6 +1,10 @@
 #include "kernels/cpu/memory_bandwidth.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -20,9 +24,18 @@ float SumScalar(const float* p, int64_t n) {
 
 }  // namespace
 
-double MeasureReadBandwidth(int threads, int64_t bytes, int passes) {
+double MeasureReadBandwidth(int threads, int64_t bytes, int passes, YardstickPages pages) {
   const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (64 * threads) * (64 * threads);
-  std::vector<float> buffer(n, 1.0f);  // touched: every page is resident before timing
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t mapped = static_cast<size_t>(n) * sizeof(float) + kHugePage;
+  void* mapping = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return 0.0;
+  float* const data = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) / kHugePage * kHugePage);
+  // Advice only: where THP is off both read small pages.
+  (void)madvise(data, static_cast<size_t>(n) * sizeof(float),
+                pages == YardstickPages::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  std::fill(data, data + n, 1.0f);  // touched: every page is resident before timing
 #if WALSH_X86_KERNELS
   const bool avx2 = CpuSupports(CpuIsa::kAvx2);
 #endif
@@ -33,7 +46,7 @@ double MeasureReadBandwidth(int threads, int64_t bytes, int passes) {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
-        const float* part = buffer.data() + n / threads * t;
+        const float* part = data + n / threads * t;
 #if WALSH_X86_KERNELS
         sums[t] = avx2 ? SumFourStreamsAvx2(part, n / threads) : SumScalar(part, n / threads);
 #else
@@ -48,6 +61,7 @@ double MeasureReadBandwidth(int threads, int64_t bytes, int passes) {
   }
   volatile float sink = sums[0];  // the sums must be computed
   (void)sink;
+  munmap(mapping, mapped);
   return best;
 }
 

@@ -182,7 +182,15 @@ int Decode(int argc, char** argv) {
   const int64_t step_bytes = ProjectionBytes(e.model());
   // The yardstick, measured now, on the cores the engine uses.
   const int cores = static_cast<int>(tp > 1 ? tp : threads);
-  const double bandwidth = dev == Device::kCpu && !no_bandwidth ? MeasureReadBandwidth(cores) : 0.0;
+  // The yardstick reads through the weights' page size: huge where they were copied into huge
+  // pages, small for the file's mapping (whose page cache may hold some huge: the share printed
+  // after the run says how much).
+  const WeightsMemory placed_in = e.model().gguf().memory().memory;
+  const YardstickPages yardstick_pages =
+      placed_in == WeightsMemory::kMmap ? YardstickPages::kSmall : YardstickPages::kHuge;
+  const double bandwidth = dev == Device::kCpu && !no_bandwidth
+                               ? MeasureReadBandwidth(cores, int64_t{2} << 30, 5, yardstick_pages)
+                               : 0.0;
   // The int8 peak of the instruction the engine's kernels multiply with, on the same cores.
   const bool vnni = e.kernels() == CpuIsaName(CpuIsa::kAvx512Vnni) ||
                     e.kernels() == CpuIsaName(CpuIsa::kAvx512Vbmi);
@@ -209,6 +217,7 @@ int Decode(int argc, char** argv) {
       {"weight_bytes_per_step", step_bytes},
       {"weights_per_token", step_weights},
       {"read_bandwidth_bytes_per_s", bandwidth},
+      {"read_bandwidth_pages", yardstick_pages == YardstickPages::kHuge ? "2 MiB" : "4 KiB"},
       {"int8_peak_macs_per_s", int8_peak},
       {"int8_peak_instruction", int8_peak > 0 ? (vnni ? "vpdpbusd512" : "vpmaddubsw") : ""},
       {"maddubs_peak_macs_per_s", maddubs_peak}};
@@ -227,8 +236,9 @@ int Decode(int argc, char** argv) {
   doc["weights_memory_reason"] = reason;
   doc["weights_read_seconds"] = e.model().gguf().read_seconds();
   if (bandwidth > 0) {
-    std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each)\n",
-                bandwidth / 1e9, cores);
+    std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each, %s pages)\n",
+                bandwidth / 1e9, cores,
+                yardstick_pages == YardstickPages::kHuge ? "2 MiB" : "4 KiB");
   }
   if (int8_peak > 0) {
     std::printf(
@@ -255,12 +265,14 @@ int Decode(int argc, char** argv) {
                             {"int8_peak_fraction", peak_share}});
   };
 
-  {  // One untimed token first: it faults every weight page of the mapping in.
+  {  // One token first, outside the table: it faults every weight page of the mapping in.
     auto seq = e.AddSequence();
     if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
+    const auto t = std::chrono::steady_clock::now();
     if (auto out = e.Forward({{*seq, random_tokens(1)}}); !out.ok()) {
       return Fail("walsh-bench", 3, std::string(out.status().message()));
     }
+    doc["first_step_seconds"] = Since(t);
     (void)e.RemoveSequence(*seq);
   }
   {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).
@@ -321,7 +333,7 @@ int Decode(int argc, char** argv) {
         sd->steps * static_cast<double>(step_bytes) / sd->seconds);
   }
   // The page size the weights were read through, measured after the run touched them all: the
-  // bandwidth yardstick reads small anonymous pages unless the kernel gave it huge ones.
+  // yardstick read small pages beside a mapping whose page cache held some huge.
   const GgufFile& gguf = e.model().gguf();
   if (absl::StatusOr<HugePageShare> share = HugePageShareOf(gguf.bytes(), gguf.file_size());
       share.ok()) {
