@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/request_ranges.h"
 
 namespace walsh {
 
@@ -17,6 +19,13 @@ absl::Status FlagAtLeast(const char* flag, int64_t value, int64_t min);
 absl::Status FlagAtLeast(const char* flag, double value, double min);
 // OK when `value` is in [lo, hi], else INVALID_ARGUMENT "--flag must be LO..HI (got VALUE)".
 absl::Status FlagWithin(const char* flag, int64_t value, int64_t lo, int64_t hi);
+// OK when `range` holds `value`, else INVALID_ARGUMENT "--flag must be in [LO, HI] (got VALUE)".
+template <typename T>
+absl::Status FlagInRange(const char* flag, T value, const ValueRange<T>& range) {
+  if (range.Contains(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be in ", range.ToString(), " (got ", value, ")"));
+}
 
 class FlagSet {
  public:

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/field_error.h"
+#include "common/request_ranges.h"
 #include "common/status_macros.h"
 #include "gateway/http/api_error.h"
 #include "gateway/http/json_shape.h"
@@ -57,6 +58,11 @@ absl::StatusOr<std::optional<double>> Number(const Json& obj, const char* key, d
     return Refuse(key, absl::StrCat(d, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
   }
   return d;
+}
+
+absl::StatusOr<std::optional<double>> Number(const Json& obj, const char* key,
+                                             const ValueRange<double>& range) {
+  return Number(obj, key, range.lo, range.hi, range.lo_open);
 }
 
 absl::StatusOr<std::optional<int64_t>> Integer(const Json& obj, const char* key, int64_t lo,
@@ -133,23 +139,28 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest& r) {
   }
   v1::SamplingParams& s = *r.generate.mutable_sampling();
   v1::StoppingCriteria& st = *r.generate.mutable_stopping();
-  ASSIGN_OR_RETURN(const std::optional<double> temperature, Number(j, "temperature", 0, 2));
+  ASSIGN_OR_RETURN(const std::optional<double> temperature,
+                   Number(j, "temperature", request_ranges::kOpenAiTemperature));
   if (temperature) s.set_temperature(static_cast<float>(*temperature));
-  ASSIGN_OR_RETURN(const std::optional<double> top_p, Number(j, "top_p", 0, 1, /*lo_open=*/true));
+  ASSIGN_OR_RETURN(const std::optional<double> top_p, Number(j, "top_p", request_ranges::kTopP));
   if (top_p) s.set_top_p(static_cast<float>(*top_p));
-  ASSIGN_OR_RETURN(const std::optional<double> presence, Number(j, "presence_penalty", -2, 2));
+  ASSIGN_OR_RETURN(const std::optional<double> presence,
+                   Number(j, "presence_penalty", request_ranges::kPresencePenalty));
   if (presence) s.set_presence_penalty(static_cast<float>(*presence));
-  ASSIGN_OR_RETURN(const std::optional<double> frequency, Number(j, "frequency_penalty", -2, 2));
+  ASSIGN_OR_RETURN(const std::optional<double> frequency,
+                   Number(j, "frequency_penalty", request_ranges::kFrequencyPenalty));
   if (frequency) s.set_frequency_penalty(static_cast<float>(*frequency));
   // -1 and 0 are off (vLLM's and OpenAI clients' spellings); past the vocabulary is off too.
   ASSIGN_OR_RETURN(const std::optional<int64_t> top_k, Integer(j, "top_k", -1, INT32_MAX));
   if (top_k && *top_k > 0) s.set_top_k(static_cast<int32_t>(*top_k));
-  ASSIGN_OR_RETURN(const std::optional<double> min_p, Number(j, "min_p", 0, 1));
+  ASSIGN_OR_RETURN(const std::optional<double> min_p, Number(j, "min_p", request_ranges::kMinP));
   if (min_p) s.set_min_p(static_cast<float>(*min_p));
-  ASSIGN_OR_RETURN(const std::optional<double> repetition, Number(j, "repetition_penalty", 0, 10));
+  ASSIGN_OR_RETURN(const std::optional<double> repetition,
+                   Number(j, "repetition_penalty", request_ranges::kRepetitionPenalty));
   if (repetition) s.set_repetition_penalty(static_cast<float>(*repetition));
   ASSIGN_OR_RETURN(const std::optional<int64_t> speculative,
-                   Integer(j, "num_speculative_tokens", 0, 16));
+                   Integer(j, "num_speculative_tokens", request_ranges::kNumSpeculativeTokens.lo,
+                           request_ranges::kNumSpeculativeTokens.hi));
   if (speculative) r.generate.set_num_speculative_tokens(static_cast<uint32_t>(*speculative));
   if (const Json* seed = Get(j, "seed")) {
     if (!seed->is_number_integer()) return Refuse("seed", "expected an integer");
@@ -166,8 +177,9 @@ absl::Status ParseCommon(const Json& j, OpenAiRequest& r) {
       if (!digits || !absl::SimpleAtoi(key, &id)) {
         return Refuse("logit_bias", absl::StrCat("key ", Quoted(key), " is not a token id"));
       }
-      if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100)) {
-        return Refuse(absl::StrCat("logit_bias.", key), "expected a number in [-100, 100]");
+      if (!bias.is_number() || !request_ranges::kLogitBias.Contains(bias.get<double>())) {
+        return Refuse(absl::StrCat("logit_bias.", key),
+                      absl::StrCat("expected a number in ", request_ranges::kLogitBias.ToString()));
       }
       (*s.mutable_logit_bias())[id] = bias.get<float>();
     }
@@ -482,7 +494,9 @@ absl::StatusOr<OpenAiRequest> ParseChat(const std::string& body) {
   r.thinking = prompt.enable_thinking && r.forced_tool.empty();
   ASSIGN_OR_RETURN(const std::optional<bool> logprobs, Bool(j, "logprobs"));
   r.logprobs = logprobs.value_or(false);
-  ASSIGN_OR_RETURN(const std::optional<int64_t> top, Integer(j, "top_logprobs", 0, 20));
+  ASSIGN_OR_RETURN(
+      const std::optional<int64_t> top,
+      Integer(j, "top_logprobs", request_ranges::kLogprobs.lo, request_ranges::kLogprobs.hi));
   if (top) {
     if (!r.logprobs) return Refuse("top_logprobs", "needs logprobs: true");
     r.generate.set_logprobs(static_cast<uint32_t>(*top));
@@ -553,7 +567,9 @@ absl::StatusOr<OpenAiRequest> ParseCompletion(const std::string& body) {
   if (Get(j, "suffix") != nullptr) return Refuse("suffix", "insertion is not supported");
   ASSIGN_OR_RETURN(const std::optional<int64_t> best_of, Integer(j, "best_of", 1, 128));
   if (best_of && *best_of != 1) return Refuse("best_of", "only 1");
-  ASSIGN_OR_RETURN(const std::optional<int64_t> logprobs, Integer(j, "logprobs", 0, 20));
+  ASSIGN_OR_RETURN(
+      const std::optional<int64_t> logprobs,
+      Integer(j, "logprobs", request_ranges::kLogprobs.lo, request_ranges::kLogprobs.hi));
   if (logprobs) {
     r.logprobs = true;
     r.generate.set_logprobs(static_cast<uint32_t>(*logprobs));

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli_flags.h"
 #include "common/huge_page_share.h"
+#include "common/request_ranges.h"
 #include "common/weights_memory.h"
 #include "kernels/cpu/int8_peak.h"
 #include "kernels/cpu/isa.h"
@@ -115,8 +116,9 @@ int Decode(int argc, char** argv) {
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("gen", &gen_tokens, "decode steps per batch size (tg)");
   flags.Int("speculate", &speculate,
-            "also sdK rows: each decode step verifies K drafts that are always right (an oracle "
-            "drafter: the ceiling of speculative decoding here), 0..16");
+            absl::StrCat("also sdK rows: each decode step verifies K drafts that are always right "
+                         "(an oracle drafter: the ceiling of speculative decoding here), 0..",
+                         request_ranges::kMaxSpeculativeTokens));
   flags.String("json", &json_path, "also write the results as JSON to this file");
   flags.Bool("no-bandwidth", &no_bandwidth, "skip the read-bandwidth and int8-peak measurements");
   flags.Bool("profile", &profile,
@@ -146,7 +148,7 @@ int Decode(int argc, char** argv) {
   KvCacheDtype kv_dtype;
   if (model_path.empty() || !ParseDevice(device, &dev) || prompt_tokens < 1 || gen_tokens < 1 ||
       prefill_chunk < 1 || threads < 1 || !ParseKvCacheDtype(kv_cache_dtype, &kv_dtype) ||
-      speculate < 0 || speculate > 16) {
+      !request_ranges::kNumSpeculativeTokens.Contains(speculate)) {
     return Fail("walsh-bench", 2, "bad arguments\n" + flags.Help());
   }
   WeightsMemory memory;

@@ -94,10 +94,17 @@ absl::Status RunOptions::Validate() const {
   RETURN_IF_ERROR(FlagAtLeast("prefill-chunk", prefill_chunk, 1));
   RETURN_IF_ERROR(FlagAtLeast("max-context", max_context, 0));
   RETURN_IF_ERROR(FlagAtLeast("top-k", top_k, 0));
-  RETURN_IF_ERROR(FlagAtLeast("logprobs", logprobs, 0));
-  RETURN_IF_ERROR(FlagAtLeast("temperature", temperature, 0.0));
-  if (!(top_p > 0 && top_p <= 1)) return absl::InvalidArgumentError("--top-p must be in (0, 1]");
-  if (!(min_p >= 0 && min_p <= 1)) return absl::InvalidArgumentError("--min-p must be in [0, 1]");
+  // The ranges a request's fields have (common/request_ranges.h).
+  RETURN_IF_ERROR(FlagInRange("logprobs", logprobs, request_ranges::kLogprobs));
+  RETURN_IF_ERROR(FlagInRange("temperature", temperature, request_ranges::kTemperature));
+  RETURN_IF_ERROR(FlagInRange("top-p", top_p, request_ranges::kTopP));
+  RETURN_IF_ERROR(FlagInRange("min-p", min_p, request_ranges::kMinP));
+  RETURN_IF_ERROR(
+      FlagInRange("repetition-penalty", repetition_penalty, request_ranges::kRepetitionPenalty));
+  RETURN_IF_ERROR(
+      FlagInRange("presence-penalty", presence_penalty, request_ranges::kPresencePenalty));
+  RETURN_IF_ERROR(
+      FlagInRange("frequency-penalty", frequency_penalty, request_ranges::kFrequencyPenalty));
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/request_ranges.h"
 #include "common/status_macros.h"
 #include "worker/engine/chat_format.h"
 
@@ -13,10 +14,10 @@ absl::Status Bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
-template <typename T>
-absl::Status InRange(absl::string_view field, T v, T lo, T hi, bool lo_open = false) {
-  if ((lo_open ? v <= lo : v < lo) || v > hi || v != v) {
-    return Bad(field, absl::StrCat(v, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+template <typename T, typename V>
+absl::Status InRange(absl::string_view field, V v, const ValueRange<T>& range) {
+  if (!range.Contains(static_cast<T>(v))) {
+    return Bad(field, absl::StrCat(v, " is outside ", range.ToString()));
   }
   return absl::OkStatus();
 }
@@ -266,35 +267,41 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   const v1::SamplingParams& s = req.sampling();
   SamplingParams& sp = g.sampling;
   if (s.has_temperature()) {
-    if (auto st = InRange("sampling.temperature", s.temperature(), 0.0f, 100.0f); !st.ok())
+    if (auto st = InRange("sampling.temperature", s.temperature(), request_ranges::kTemperature);
+        !st.ok())
       return st;
     sp.temperature = s.temperature();
   }
   if (s.has_top_k()) {
-    if (auto st = InRange<int64_t>("sampling.top_k", s.top_k(), 0, lim.vocab); !st.ok()) return st;
+    if (auto st = InRange("sampling.top_k", s.top_k(), ValueRange<int64_t>{0, lim.vocab}); !st.ok())
+      return st;
     sp.top_k = s.top_k();
   }
   if (s.has_top_p()) {
-    if (auto st = InRange("sampling.top_p", s.top_p(), 0.0f, 1.0f, true); !st.ok()) return st;
+    if (auto st = InRange("sampling.top_p", s.top_p(), request_ranges::kTopP); !st.ok()) return st;
     sp.top_p = s.top_p();
   }
   if (s.has_min_p()) {
-    if (auto st = InRange("sampling.min_p", s.min_p(), 0.0f, 1.0f); !st.ok()) return st;
+    if (auto st = InRange("sampling.min_p", s.min_p(), request_ranges::kMinP); !st.ok()) return st;
     sp.min_p = s.min_p();
   }
   if (s.has_repetition_penalty()) {
-    if (auto st = InRange("sampling.repetition_penalty", s.repetition_penalty(), 0.0f, 10.0f, true);
+    if (auto st = InRange("sampling.repetition_penalty", s.repetition_penalty(),
+                          request_ranges::kRepetitionPenalty);
         !st.ok())
       return st;
     sp.repetition_penalty = s.repetition_penalty();
   }
   if (s.has_presence_penalty()) {
-    if (auto st = InRange("sampling.presence_penalty", s.presence_penalty(), -2.0f, 2.0f); !st.ok())
+    if (auto st = InRange("sampling.presence_penalty", s.presence_penalty(),
+                          request_ranges::kPresencePenalty);
+        !st.ok())
       return st;
     sp.presence_penalty = s.presence_penalty();
   }
   if (s.has_frequency_penalty()) {
-    if (auto st = InRange("sampling.frequency_penalty", s.frequency_penalty(), -2.0f, 2.0f);
+    if (auto st = InRange("sampling.frequency_penalty", s.frequency_penalty(),
+                          request_ranges::kFrequencyPenalty);
         !st.ok())
       return st;
     sp.frequency_penalty = s.frequency_penalty();
@@ -304,7 +311,8 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
       return Bad("sampling.logit_bias",
                  absl::StrCat("token id ", id, " is outside [0, ", lim.vocab, ")"));
     }
-    if (auto st = InRange(absl::StrCat("sampling.logit_bias[", id, "]"), bias, -100.0f, 100.0f);
+    if (auto st = InRange(absl::StrCat("sampling.logit_bias[", id, "]"), bias,
+                          request_ranges::kLogitBias);
         !st.ok())
       return st;
     sp.logit_bias.emplace_back(id, bias);
@@ -317,11 +325,11 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
     out.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
   sp.seed = out.seed;
-  if (req.logprobs() > 20)
-    return Bad("logprobs", absl::StrCat(req.logprobs(), " is outside [0, 20]"));
+  RETURN_IF_ERROR(InRange("logprobs", req.logprobs(), request_ranges::kLogprobs));
   sp.logprobs = static_cast<int32_t>(req.logprobs());
   if (req.has_num_speculative_tokens()) {
-    if (auto e = InRange<int64_t>("num_speculative_tokens", req.num_speculative_tokens(), 0, 16);
+    if (auto e = InRange("num_speculative_tokens", req.num_speculative_tokens(),
+                         request_ranges::kNumSpeculativeTokens);
         !e.ok())
       return e;
     out.speculative_tokens = req.num_speculative_tokens();
@@ -331,7 +339,8 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   StopConfig& sc = g.stop;
   sc.max_tokens = std::min<int64_t>(256, lim.max_output_tokens);
   if (st.has_max_tokens()) {
-    if (auto e = InRange<int64_t>("stopping.max_tokens", st.max_tokens(), 1, lim.max_output_tokens);
+    if (auto e = InRange("stopping.max_tokens", st.max_tokens(),
+                         ValueRange<int64_t>{1, lim.max_output_tokens});
         !e.ok())
       return e;
     sc.max_tokens = st.max_tokens();

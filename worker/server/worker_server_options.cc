@@ -1,5 +1,6 @@
 // WorkerServer::Options: walsh-worker's flags and their checks.
 #include "absl/strings/str_cat.h"
+#include "common/request_ranges.h"
 #include "common/status_macros.h"
 #include "common/weights_memory.h"
 #include "worker/engine/engine_options.h"
@@ -92,7 +93,8 @@ void WorkerServer::Options::Register(FlagSet& flags) {
                "by a smaller model with the same vocabulary); drafts are verified in the same "
                "pass and the output is bit-identical to plain decoding");
   flags.Int("num-speculative-tokens", &num_speculative_tokens,
-            "with --speculative: the most tokens drafted per decode step, 1..16");
+            absl::StrCat("with --speculative: the most tokens drafted per decode step, 1..",
+                         request_ranges::kMaxSpeculativeTokens));
   flags.Int("speculative-ngram-min", &speculative_ngram_min,
             "with --speculative ngram: the shortest suffix looked up");
   flags.Int("speculative-ngram-max", &speculative_ngram_max,
@@ -174,7 +176,8 @@ absl::Status WorkerServer::Options::Validate() const {
         absl::StrCat("--kv-cache-dtype must be fp16, q8 or q4 (got ", kv_cache_dtype, ")"));
   }
   RETURN_IF_ERROR(ValidateSpeculativeSpec(speculative));
-  RETURN_IF_ERROR(FlagWithin("num-speculative-tokens", num_speculative_tokens, 1, 16));
+  RETURN_IF_ERROR(FlagWithin("num-speculative-tokens", num_speculative_tokens, 1,
+                             request_ranges::kMaxSpeculativeTokens));
   RETURN_IF_ERROR(FlagAtLeast("speculative-max-batch", speculative_max_batch, 1));
   if (!(speculative_min_acceptance >= 0 && speculative_min_acceptance <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -505,6 +505,36 @@ TEST(OpenAiRequest, FieldsBecomeTheWalshRequest) {
   EXPECT_TRUE((*c).logprobs);
 }
 
+// The face refuses what the worker would (common/request_ranges.h): repetition_penalty 0 was
+// once taken here, then refused by the worker under its own field name.
+TEST(OpenAiRequest, RangesAreTheWorkersOwn) {
+  auto parse = [](const std::string& field, const std::string& value) {
+    return ParseChatCompletionRequest(
+        R"({"model": "m", "messages": [{"role": "user", "content": "a"}], ")" + field +
+        "\": " + value + "}");
+  };
+  auto zero = parse("repetition_penalty", "0");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("repetition_penalty: 0 is outside (0, 10]"),
+            absl::string_view::npos)
+      << zero.status();
+  EXPECT_TRUE(parse("repetition_penalty", "10").ok());
+  EXPECT_FALSE(parse("repetition_penalty", "10.5").ok());
+  EXPECT_TRUE(parse("num_speculative_tokens", "16").ok());
+  EXPECT_FALSE(parse("num_speculative_tokens", "17").ok());
+  EXPECT_TRUE(parse("top_p", "1").ok());
+  EXPECT_FALSE(parse("top_p", "0").ok());
+  EXPECT_FALSE(parse("min_p", "1.01").ok());
+  EXPECT_FALSE(parse("presence_penalty", "-2.5").ok());
+  EXPECT_TRUE(parse("logprobs", "true, \"top_logprobs\": 20").ok());
+  EXPECT_FALSE(parse("logprobs", "true, \"top_logprobs\": 21").ok());
+  auto bias = parse("logit_bias", R"({"1": 101})");
+  ASSERT_FALSE(bias.ok());
+  EXPECT_NE(bias.status().message().find("expected a number in [-100, 100]"),
+            absl::string_view::npos)
+      << bias.status();
+}
+
 TEST(ApiError, StatusesBecomeOpenAiErrors) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"sampling.", ""}, {"stopping.max_tokens", "max_completion_tokens"}};

@@ -304,6 +304,15 @@ TEST_F(TinyModel, WalshRunEndToEnd) {
   const auto bad_tok = RunProcess({WALSH_RUN_BIN, "--model", path_, "--tokens", "1,99999"});
   EXPECT_EQ(bad_tok.exit_code, 3);
   EXPECT_NE(bad_tok.err.find("99999"), std::string::npos) << bad_tok.err;
+  // Sampling flags take a request's ranges (common/request_ranges.h).
+  const auto penalty =
+      RunProcess({WALSH_RUN_BIN, "--model", path_, "--prompt", "x", "--repetition-penalty", "0"});
+  EXPECT_EQ(penalty.exit_code, 2);
+  EXPECT_NE(penalty.err.find("--repetition-penalty must be in (0, 10] (got 0)"), std::string::npos)
+      << penalty.err;
+  const auto top_p = RunProcess({WALSH_RUN_BIN, "--model", path_, "--prompt", "x", "--top-p", "0"});
+  EXPECT_EQ(top_p.exit_code, 2);
+  EXPECT_NE(top_p.err.find("--top-p must be in (0, 1]"), std::string::npos) << top_p.err;
 }
 
 TEST_F(TinyModel, WalshRunOnCudaGeneratesOrSaysWhyNot) {
