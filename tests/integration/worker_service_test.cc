@@ -529,16 +529,25 @@ TEST(WorkerService, ADraftModelWithAnotherVocabularyIsRefused) {
 }
 
 TEST(WorkerService, SpeculativeFlagsAreCheckedAtStart) {
-  for (const std::vector<std::string>& bad :
-       {std::vector<std::string>{"--speculative", "medusa"},
-        std::vector<std::string>{"--speculative", "ngram", "--num-speculative-tokens", "0"},
-        std::vector<std::string>{"--speculative", "draft:"},
-        std::vector<std::string>{"--speculative", "draft:/no/such/file.gguf"},
-        std::vector<std::string>{"--speculative", "ngram", "--speculative-min-acceptance", "2"},
-        std::vector<std::string>{"--speculative", "ngram", "--speculative-ngram-min", "3",
-                                 "--speculative-ngram-max", "2"}}) {
-    WorkerProcess w(bad);
-    EXPECT_FALSE(w.ok()) << bad[1];
+  // Each bad start exits (no signal, no crash) with a message naming what it refused.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--speculative", "medusa"}, "--speculative must be off, ngram or draft:FILE, not 'medusa'"},
+      {{"--speculative", "ngram", "--num-speculative-tokens", "0"},
+       "--num-speculative-tokens must be 1..16 (got 0)"},
+      {{"--speculative", "draft:"}, "not 'draft:'"},
+      {{"--speculative", "draft:/no/such/file.gguf"},
+       "--speculative draft:/no/such/file.gguf: cannot open /no/such/file.gguf"},
+      {{"--speculative", "ngram", "--speculative-min-acceptance", "2"},
+       "--speculative-min-acceptance must be 0..1 (got 2)"},
+      {{"--speculative", "ngram", "--speculative-ngram-min", "3", "--speculative-ngram-max", "2"},
+       "maximum match (2) is below its minimum (3)"}};
+  for (const auto& [args, named] : cases) {
+    WorkerProcess w(args);
+    EXPECT_FALSE(w.ok()) << args[1];
+    const int code = w.process().Wait(std::chrono::seconds(10));
+    EXPECT_GT(code, 0) << args[1] << " " << args.back();
+    EXPECT_NE(w.process().stderr_text().find(named), std::string::npos)
+        << named << " not in: " << w.process().stderr_text();
   }
 }
 
