@@ -23,7 +23,7 @@ struct DrafterSetup {
   // A draft model's engine: the target's options (its KV and state budgets included), on one
   // rank, without prefix caching. A request the draft engine has no room for drafts nothing.
   EngineOptions engine;
-  int64_t max_step_tokens = 512;  // the scheduler's token budget per step
+  int64_t max_step_tokens = 0;  // required: the scheduler's token budget per step
 };
 
 // nullptr for "off". A draft model is loaded, bound, and checked against `target`

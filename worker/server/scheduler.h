@@ -34,6 +34,7 @@
 
 namespace walsh {
 
+// The defaults are the product's: walsh-worker's flags start from them (worker_server.h).
 struct SchedulerOptions {
   int64_t max_batch_tokens = 512;  // tokens per forward pass
   int64_t max_running = 16;        // sequences in the running batch
@@ -42,7 +43,7 @@ struct SchedulerOptions {
   int64_t prefix_min_tokens = 128;
   // A snapshot every this many tokens of a prefill (whole pages; 0: none), so that the first
   // request that branches off a shared document hits (snapshot_policy.h).
-  int64_t prefix_snapshot_interval = 0;
+  int64_t prefix_snapshot_interval = 512;
   // Speculative decoding (docs/speculative_decoding.md): each decode step of a request has the
   // drafter propose up to this many tokens (fewer when the request asks) and verifies them in
   // the same pass; 0 or no drafter: off. Off while more than speculative_max_batch requests
@@ -50,7 +51,7 @@ struct SchedulerOptions {
   // (draft_backoff.h). The drafter is the caller's and outlives the scheduler.
   int64_t speculative_tokens = 0;
   int64_t speculative_max_batch = 8;
-  double speculative_min_acceptance = 0;
+  double speculative_min_acceptance = 0.3;
   Drafter* drafter = nullptr;
   // Structured output: each constrained request's next mask is computed on these threads while
   // the forward pass runs (docs/structured_output.md §Overlap); null: after it, on the

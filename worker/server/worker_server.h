@@ -18,6 +18,9 @@
 #include "common/tls_credentials.h"
 #include "gateway/http/http_flags.h"
 #include "worker/constraint/mask_budget.h"
+#include "worker/engine/engine_options.h"
+#include "worker/engine/ngram_drafter.h"
+#include "worker/server/scheduler.h"
 
 namespace walsh {
 
@@ -30,7 +33,12 @@ class WorkerServer {
     int64_t max_images_per_request = 4, max_image_bytes = int64_t{20} << 20;
     int64_t max_image_pixels = 33'554'432, max_request_image_pixels = 67'108'864;
     int64_t image_threads = 1;
-    int64_t threads = 1, max_batch_tokens = 512, max_running = 16, max_queue = 256;
+    // Defaults written once, where each option is used (the scheduler's, the engine's, the
+    // n-gram drafter's); the flags start from them.
+    int64_t threads = 1;
+    int64_t max_batch_tokens = SchedulerOptions{}.max_batch_tokens;
+    int64_t max_running = SchedulerOptions{}.max_running;
+    int64_t max_queue = SchedulerOptions{}.max_queue;
     int64_t prepare_threads = 2;
     int64_t kv_cache_mb = 512, state_mb = 512, constraint_cache_mb = 256, constraint_threads = 2,
             max_context = 0, max_tokens = 4096;
@@ -39,20 +47,23 @@ class WorkerServer {
     int64_t drain_grace_seconds = 30;
     int64_t step_stall_seconds = 120;
     bool no_prefix_caching = false;
-    int64_t prefix_cache_bytes = int64_t{256} << 20, prefix_cache_min_tokens = 128;
-    int64_t prefix_cache_snapshot_interval = 512;
+    int64_t prefix_cache_bytes = EngineOptions{}.prefix_cache_bytes;
+    int64_t prefix_cache_min_tokens = SchedulerOptions{}.prefix_min_tokens;
+    int64_t prefix_cache_snapshot_interval = SchedulerOptions{}.prefix_snapshot_interval;
     StreamBufferFlags buffers;
     std::string device = "cpu";
     std::string weights_memory = "auto";
     bool mlock = false;
     std::string kv_cache_dtype = "fp16";
-    double gpu_memory_utilization = 0.9;
+    double gpu_memory_utilization = EngineOptions{}.gpu_memory_utilization;
     int64_t tp = 1;
     int64_t collective_timeout_ms = 10000;
     std::string speculative = "off";
-    int64_t num_speculative_tokens = 3, speculative_ngram_min = 1, speculative_ngram_max = 4;
-    int64_t speculative_max_batch = 8;
-    double speculative_min_acceptance = 0.3;
+    int64_t num_speculative_tokens = NgramDraftOptions{}.max_tokens;
+    int64_t speculative_ngram_min = NgramDraftOptions{}.min_match;
+    int64_t speculative_ngram_max = NgramDraftOptions{}.max_match;
+    int64_t speculative_max_batch = SchedulerOptions{}.speculative_max_batch;
+    double speculative_min_acceptance = SchedulerOptions{}.speculative_min_acceptance;
     // A rank that stops answering: registered only by walsh-worker-faults (--debug-stall-rank).
     int64_t debug_stall_rank = -1;
     ServerTlsFiles tls;
