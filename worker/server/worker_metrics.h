@@ -1,4 +1,4 @@
-// The worker's Prometheus metrics (README lists every one).
+// The worker's Prometheus metrics (docs/operations.md "Metrics" lists every one).
 #ifndef WALSH_WORKER_SERVER_WORKER_METRICS_H_
 #define WALSH_WORKER_SERVER_WORKER_METRICS_H_
 
