@@ -11,9 +11,12 @@ constexpr char kFieldPayload[] = "type.walsh.dev/field";
 }  // namespace
 
 absl::Status FieldError(absl::string_view field, absl::string_view why) {
-  absl::Status s = absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-  s.SetPayload(kFieldPayload, absl::Cord(field));
-  return s;
+  return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)), field);
+}
+
+absl::Status WithField(absl::Status status, absl::string_view field) {
+  status.SetPayload(kFieldPayload, absl::Cord(field));
+  return status;
 }
 
 std::string FieldOf(const absl::Status& status) {

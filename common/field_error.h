@@ -13,6 +13,10 @@ namespace walsh {
 
 absl::Status FieldError(absl::string_view field, absl::string_view why);
 
+// `status` with `field` as its payload (as a FieldError carries it), its message unchanged: how
+// the gRPC edge restores a worker's FieldError (common/grpc_status.h).
+absl::Status WithField(absl::Status status, absl::string_view field);
+
 // The field a FieldError names; empty for any other status.
 std::string FieldOf(const absl::Status& status);
 

@@ -325,7 +325,7 @@ void ProxiedStream::OnCallDone(const std::shared_ptr<WorkerEndpoint>& w, const g
   }
   // A final status (common/final_status.h) is the request's doing too: another worker would
   // fail it the same way.
-  if (IsClientError(s.error_code()) || s.ok() || s.error_details() == kFinalStatusDetails) {
+  if (IsClientError(s.error_code()) || s.ok() || IsFinalGrpcStatus(s)) {
     w->breaker.RecordSuccess();  // the worker answered; the request was at fault
     return End(
         s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the worker ended the stream early") : s);

@@ -89,12 +89,17 @@ ApiError ApiErrorOf(const absl::Status& s,
                     const std::vector<std::pair<std::string, std::string>>& field_names) {
   if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kOutOfRange) {
     const std::string message(s.message());
+    // The field a worker's FieldError carries across the gRPC edge; a status without one (a
+    // refusal that names no field as a payload) is read by its message's "field: " prefix.
+    std::string field = FieldOf(s);
+    if (field.empty()) field = message.substr(0, message.find(':'));
     for (const auto& [proto_name, name] : field_names) {
-      if (absl::StartsWith(message, proto_name)) {
-        const std::string renamed = name + message.substr(proto_name.size());
+      if (absl::StartsWith(field, proto_name)) {
+        const std::string renamed = name + field.substr(proto_name.size());
         ApiError e = ApiErrorOf(s);
-        e.message = renamed;
-        e.param = renamed.substr(0, renamed.find(':'));
+        e.param = renamed;
+        e.message =
+            absl::StartsWith(message, field) ? renamed + message.substr(field.size()) : message;
         return e;
       }
     }

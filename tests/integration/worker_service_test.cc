@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/field_error.h"
+#include "common/grpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -149,7 +151,7 @@ TEST(WorkerService, InvalidRequestsNameTheField) {
          m->set_role("robot");
          m->set_content("x");
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "role"},
+       grpc::StatusCode::INVALID_ARGUMENT, "chat.messages[0].role"},
       {"temperature", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1); },
        grpc::StatusCode::INVALID_ARGUMENT, "sampling.temperature"},
       {"top_p zero", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0); },
@@ -210,7 +212,10 @@ TEST(WorkerService, InvalidRequestsNameTheField) {
     const StreamResult res = RunGenerate(*stub, r);
     EXPECT_EQ(res.status.error_code(), c.code) << c.what << ": " << res.status.error_message();
     EXPECT_NE(res.status.error_message().find(c.field), std::string::npos)
-        << c.what << ": \"" << res.status.error_message() << "\" does not name " << c.field;
+        << c.what << ": \"" << res.status.error_message() << "\" does not name "
+        << c.field;  // The field crosses the wire as the status's payload, not only in its message.
+    EXPECT_EQ(FieldOf(FromGrpcStatus(res.status)).rfind(c.field, 0), 0u)
+        << c.what << ": the payload names '" << FieldOf(FromGrpcStatus(res.status)) << "'";
   }
   // Detokenize checks its ids too.
   grpc::ClientContext ctx;

@@ -327,10 +327,10 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
     }
   });
 
-  test("the README's curl examples work as written", () => {
-    const readme = readFileSync(path.join(WALSH_SOURCE_DIR, "README.md"), "utf8");
-    const blocks = [...readme.matchAll(/<!-- openai-curl -->\n```sh\n([\s\S]*?)```/g)];
-    assert.ok(blocks.length >= 3, "README's curl examples are marked <!-- openai-curl -->");
+  test("docs/gateway.md's curl examples work as written", () => {
+    const doc = readFileSync(path.join(WALSH_SOURCE_DIR, "docs", "gateway.md"), "utf8");
+    const blocks = [...doc.matchAll(/<!-- openai-curl -->\n```sh\n([\s\S]*?)```/g)];
+    assert.ok(blocks.length >= 3, "docs/gateway.md's curl examples are marked <!-- openai-curl -->");
     for (const [, script] of blocks) {
       const out = execFileSync("bash", ["-euo", "pipefail", "-c", script], {
         env: { ...process.env, WALSH_API_KEY: KEY,

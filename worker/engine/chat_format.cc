@@ -1,6 +1,7 @@
 #include "worker/engine/chat_format.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/field_error.h"
 #include "common/qwen_chat_template.h"
 #include "nlohmann/json.hpp"
 
@@ -8,18 +9,18 @@ namespace walsh {
 
 absl::StatusOr<std::vector<PromptPiece>> FormatChatMlPieces(
     const std::vector<ChatMessage>& messages, bool enable_thinking) {
-  if (messages.empty()) return absl::InvalidArgumentError("messages: at least one is needed");
+  if (messages.empty()) return FieldError("messages", "at least one is needed");
   ChatPrompt prompt;
   prompt.enable_thinking = enable_thinking;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
-      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: \"", m.role,
-                                                     "\" is not system, user, assistant or tool"));
+      return FieldError(absl::StrCat("messages[", i, "].role"),
+                        absl::StrCat("\"", m.role, "\" is not system, user, assistant or tool"));
     }
     if (!m.parts.empty() && m.role != "user") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("messages[", i, "].parts: only a user message has parts, not ", m.role));
+      return FieldError(absl::StrCat("messages[", i, "].parts"),
+                        absl::StrCat("only a user message has parts, not ", m.role));
     }
     prompt.turns.push_back({.role = m.role, .content = m.content});
     for (const PromptPiece& piece : m.parts) {
@@ -45,18 +46,16 @@ absl::StatusOr<std::string> FormatChatMl(const std::vector<ChatMessage>& message
 absl::StatusOr<std::vector<ChatMessage>> ParseChatMessagesJson(const std::string& json) {
   const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
   if (j.is_discarded() || !j.is_array()) {
-    return absl::InvalidArgumentError("messages: expected a JSON array of {role, content}");
+    return FieldError("messages", "expected a JSON array of {role, content}");
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& m = j[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("messages[", i, "].role: missing or not a string"));
+      return FieldError(absl::StrCat("messages[", i, "].role"), "missing or not a string");
     }
     if (!m.contains("content") || !m["content"].is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("messages[", i, "].content: missing or not a string"));
+      return FieldError(absl::StrCat("messages[", i, "].content"), "missing or not a string");
     }
     out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }

@@ -3,6 +3,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/field_error.h"
 #include "common/request_ranges.h"
 #include "common/status_macros.h"
 #include "worker/engine/chat_format.h"
@@ -10,14 +12,10 @@
 namespace walsh {
 namespace {
 
-absl::Status Bad(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-}
-
 template <typename T, typename V>
 absl::Status InRange(absl::string_view field, V v, const ValueRange<T>& range) {
   if (!range.Contains(static_cast<T>(v))) {
-    return Bad(field, absl::StrCat(v, " is outside ", range.ToString()));
+    return FieldError(field, absl::StrCat(v, " is outside ", range.ToString()));
   }
   return absl::OkStatus();
 }
@@ -26,8 +24,8 @@ absl::Status CheckIds(absl::string_view field, const google::protobuf::RepeatedF
                       int64_t vocab) {
   for (int i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
-      return Bad(absl::StrCat(field, "[", i, "]"),
-                 absl::StrCat(ids[i], " is outside [0, ", vocab, ")"));
+      return FieldError(absl::StrCat(field, "[", i, "]"),
+                        absl::StrCat(ids[i], " is outside [0, ", vocab, ")"));
     }
   }
   return absl::OkStatus();
@@ -66,13 +64,13 @@ absl::StatusOr<std::vector<PreparedImage>> PrepareRequestImages(const v1::Genera
   std::vector<PreparedImage> out;
   if (found.empty()) return out;
   if (lim.vision == nullptr) {
-    return Bad(found[0].first,
-               "this worker takes no images (it has no vision projector: --mmproj)");
+    return FieldError(found[0].first,
+                      "this worker takes no images (it has no vision projector: --mmproj)");
   }
   if (static_cast<int64_t>(found.size()) > lim.vision->max_images) {
-    return Bad(found[lim.vision->max_images].first,
-               absl::StrCat(found.size(), " images in one request; the most is ",
-                            lim.vision->max_images, " (--max-images-per-request)"));
+    return FieldError(found[lim.vision->max_images].first,
+                      absl::StrCat(found.size(), " images in one request; the most is ",
+                                   lim.vision->max_images, " (--max-images-per-request)"));
   }
   // What the images cost, from their headers, before any is decoded: a request whose images
   // cannot fit is refused for the price of reading a few bytes of each.
@@ -82,15 +80,15 @@ absl::StatusOr<std::vector<PreparedImage>> PrepareRequestImages(const v1::Genera
     pixels += cost.pixels;
     tokens += cost.rows + 2;  // and <|vision_start|>, <|vision_end|>
     if (pixels > lim.vision->max_request_pixels) {
-      return Bad(field,
-                 absl::StrCat("the request's images hold ", pixels,
+      return FieldError(
+          field, absl::StrCat("the request's images hold ", pixels,
                               " pixels up to this one, over the limit of ",
                               lim.vision->max_request_pixels, " (--max-request-image-pixels)"));
     }
     if (lim.max_context > 0 && tokens > lim.max_context) {
-      return Bad(field, absl::StrCat("the request's images take ", tokens,
-                                     " tokens up to this one, over the context limit of ",
-                                     lim.max_context, " tokens"));
+      return FieldError(field, absl::StrCat("the request's images take ", tokens,
+                                            " tokens up to this one, over the context limit of ",
+                                            lim.max_context, " tokens"));
     }
   }
   for (auto& [field, bytes] : found) {
@@ -111,7 +109,7 @@ absl::Status ValidateConstraint(const v1::GenerateRequest& req, const Validation
       field = "json_schema";
       break;
     case v1::GenerateRequest::kJsonObject:
-      if (!req.json_object()) return Bad("json_object", "must be true when set");
+      if (!req.json_object()) return FieldError("json_object", "must be true when set");
       spec = {ConstraintSpec::Kind::kJsonObject, ""};
       field = "json_object";
       break;
@@ -127,14 +125,17 @@ absl::Status ValidateConstraint(const v1::GenerateRequest& req, const Validation
       return absl::OkStatus();
   }
   if (spec.text.size() > kMaxConstraintBytes) {
-    return Bad(field, absl::StrCat(spec.text.size(), " bytes; at most ", kMaxConstraintBytes));
+    return FieldError(field,
+                      absl::StrCat(spec.text.size(), " bytes; at most ", kMaxConstraintBytes));
   }
-  if (lim.constraints == nullptr) return Bad(field, "this model has no tokenizer to constrain");
+  if (lim.constraints == nullptr)
+    return FieldError(field, "this model has no tokenizer to constrain");
   if (lim.tokenizer->eos_ids().empty()) {
-    return Bad(field, "this model has no EOS token to end a constrained output");
+    return FieldError(field, "this model has no EOS token to end a constrained output");
   }
   if (g.stop.ignore_eos) {
-    return Bad("stopping.ignore_eos", "cannot be set with a constraint, which decides the end");
+    return FieldError("stopping.ignore_eos",
+                      "cannot be set with a constraint, which decides the end");
   }
   auto compiled = lim.constraints->Get(spec);
   // The compilers' messages start with the field's name.
@@ -167,7 +168,7 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
                                                      int64_t already_emitted) {
   ValidRequest out;
   GenerationRequest& g = out.generation;
-  if (req.request_id().size() > 128) return Bad("request_id", "longer than 128 bytes");
+  if (req.request_id().size() > 128) return FieldError("request_id", "longer than 128 bytes");
 
   auto images = PrepareRequestImages(req, lim);
   if (!images.ok()) return images.status();
@@ -178,33 +179,34 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   } else {
     switch (req.input_case()) {
       case v1::GenerateRequest::kText:
-        if (req.text().empty()) return Bad("text", "must not be empty");
+        if (req.text().empty()) return FieldError("text", "must not be empty");
         if (lim.tokenizer == nullptr)
-          return Bad("text", "this model has no tokenizer; send tokens");
+          return FieldError("text", "this model has no tokenizer; send tokens");
         g.prompt = lim.tokenizer->Encode(req.text(), true, PromptTokenLimit(lim));
         break;
       case v1::GenerateRequest::kTokens:
-        if (req.tokens().ids().empty()) return Bad("tokens.ids", "must not be empty");
+        if (req.tokens().ids().empty()) return FieldError("tokens.ids", "must not be empty");
         if (auto s = CheckIds("tokens.ids", req.tokens().ids(), lim.vocab); !s.ok()) return s;
         g.prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
         break;
       case v1::GenerateRequest::kChat: {
         if (lim.tokenizer == nullptr)
-          return Bad("chat", "this model has no tokenizer; send tokens");
-        if (req.chat().messages().empty()) return Bad("chat.messages", "must not be empty");
+          return FieldError("chat", "this model has no tokenizer; send tokens");
+        if (req.chat().messages().empty()) return FieldError("chat.messages", "must not be empty");
         std::vector<ChatMessage> messages;
         for (int i = 0; i < req.chat().messages_size(); ++i) {
           const v1::ChatMessage& m = req.chat().messages(i);
           messages.push_back({m.role(), m.content()});
           if (m.parts().empty()) continue;
           if (!m.content().empty()) {
-            return Bad(absl::StrCat("chat.messages[", i, "].content"), "cannot go with parts");
+            return FieldError(absl::StrCat("chat.messages[", i, "].content"),
+                              "cannot go with parts");
           }
           for (int j = 0; j < m.parts_size(); ++j) {
             const v1::ContentPart& part = m.parts(j);
             if (part.part_case() == v1::ContentPart::PART_NOT_SET) {
-              return Bad(absl::StrCat("chat.messages[", i, "].parts[", j, "]"),
-                         "one of text or image is required");
+              return FieldError(absl::StrCat("chat.messages[", i, "].parts[", j, "]"),
+                                "one of text or image is required");
             }
             if (part.part_case() == v1::ContentPart::kText) {
               messages.back().parts.push_back({part.text(), false});
@@ -214,18 +216,25 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
           }
         }
         auto pieces = FormatChatMlPieces(messages, req.chat().enable_thinking());
-        if (!pieces.ok()) return Bad("chat", pieces.status().message());
+        if (!pieces.ok()) {
+          // The formatter names "messages[i].role"; the request's field is under "chat.".
+          const std::string field = FieldOf(pieces.status());
+          if (field.empty()) return FieldError("chat", pieces.status().message());
+          absl::string_view why = pieces.status().message();
+          absl::ConsumePrefix(&why, field + ": ");
+          return FieldError("chat." + field, why);
+        }
         g.prompt = lim.tokenizer->Encode(*pieces, PromptTokenLimit(lim));
         break;
       }
       case v1::GenerateRequest::kPieces: {
         if (lim.tokenizer == nullptr)
-          return Bad("pieces", "this model has no tokenizer; send tokens");
+          return FieldError("pieces", "this model has no tokenizer; send tokens");
         const auto& given = req.pieces().pieces();
-        if (given.empty()) return Bad("pieces.pieces", "must not be empty");
+        if (given.empty()) return FieldError("pieces.pieces", "must not be empty");
         if (given.size() > kMaxPromptPieces) {
-          return Bad("pieces.pieces",
-                     absl::StrCat(given.size(), " pieces; the most is ", kMaxPromptPieces));
+          return FieldError("pieces.pieces",
+                            absl::StrCat(given.size(), " pieces; the most is ", kMaxPromptPieces));
         }
         std::vector<PromptPiece> pieces;
         bool any_text = false;
@@ -233,8 +242,8 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
           const v1::PromptPiece& p = given[i];
           if (!p.image().empty()) {
             if (!p.text().empty() || p.markup()) {
-              return Bad(absl::StrCat("pieces.pieces[", i, "]"),
-                         "an image piece has no text and is not markup");
+              return FieldError(absl::StrCat("pieces.pieces[", i, "]"),
+                                "an image piece has no text and is not markup");
             }
             pieces.push_back({ImagePlaceholder(out.images[next_image++]), true});
             any_text = true;
@@ -243,19 +252,19 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
           pieces.push_back({p.text(), p.markup()});
           any_text |= !p.text().empty();
         }
-        if (!any_text) return Bad("pieces.pieces", "hold no text");
+        if (!any_text) return FieldError("pieces.pieces", "hold no text");
         g.prompt = lim.tokenizer->Encode(pieces, PromptTokenLimit(lim));
         break;
       }
       case v1::GenerateRequest::INPUT_NOT_SET:
-        return Bad("input", "one of text, tokens, chat or pieces is required");
+        return FieldError("input", "one of text, tokens, chat or pieces is required");
     }
   }
   // Tokenizing stopped past the context: refused before anything else costs (a constraint).
   if (lim.max_context > 0 && static_cast<int64_t>(g.prompt.size()) > lim.max_context) {
-    return Bad("prompt",
-               absl::StrCat("a prompt of more than ", lim.max_context,
-                            " tokens exceeds the context limit of ", lim.max_context, " tokens"));
+    return FieldError("prompt", absl::StrCat("a prompt of more than ", lim.max_context,
+                                             " tokens exceeds the context limit of ",
+                                             lim.max_context, " tokens"));
   }
   if (lim.vision != nullptr) {
     auto spans = LocateImages(g.prompt, *lim.vision, out.images,
@@ -308,8 +317,8 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
   }
   for (const auto& [id, bias] : s.logit_bias()) {
     if (id < 0 || id >= lim.vocab) {
-      return Bad("sampling.logit_bias",
-                 absl::StrCat("token id ", id, " is outside [0, ", lim.vocab, ")"));
+      return FieldError("sampling.logit_bias",
+                        absl::StrCat("token id ", id, " is outside [0, ", lim.vocab, ")"));
     }
     if (auto st = InRange(absl::StrCat("sampling.logit_bias[", id, "]"), bias,
                           request_ranges::kLogitBias);
@@ -346,15 +355,15 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
     sc.max_tokens = st.max_tokens();
   }
   if (st.stop_size() > 16)
-    return Bad("stopping.stop", absl::StrCat(st.stop_size(), " strings; at most 16"));
+    return FieldError("stopping.stop", absl::StrCat(st.stop_size(), " strings; at most 16"));
   for (int i = 0; i < st.stop_size(); ++i) {
     if (st.stop(i).empty() || st.stop(i).size() > 256) {
-      return Bad(absl::StrCat("stopping.stop[", i, "]"), "must be 1 to 256 bytes");
+      return FieldError(absl::StrCat("stopping.stop[", i, "]"), "must be 1 to 256 bytes");
     }
-    if (lim.tokenizer == nullptr) return Bad("stopping.stop", "this model has no tokenizer");
+    if (lim.tokenizer == nullptr) return FieldError("stopping.stop", "this model has no tokenizer");
     sc.stop_strings.push_back(st.stop(i));
   }
-  if (st.stop_token_ids_size() > 64) return Bad("stopping.stop_token_ids", "at most 64");
+  if (st.stop_token_ids_size() > 64) return FieldError("stopping.stop_token_ids", "at most 64");
   if (auto e = CheckIds("stopping.stop_token_ids", st.stop_token_ids(), lim.vocab); !e.ok())
     return e;
   sc.stop_ids.assign(st.stop_token_ids().begin(), st.stop_token_ids().end());
@@ -367,14 +376,15 @@ absl::StatusOr<ValidRequest> ValidateGenerateRequest(const v1::GenerateRequest& 
 
   const int64_t prompt = static_cast<int64_t>(g.prompt.size());
   if (prompt + sc.max_tokens > lim.max_context) {
-    return Bad(prompt + 1 > lim.max_context ? "prompt" : "stopping.max_tokens",
-               absl::StrCat("a prompt of ", prompt, " tokens plus max_tokens ", sc.max_tokens,
-                            " exceeds the context limit of ", lim.max_context, " tokens"));
+    return FieldError(
+        prompt + 1 > lim.max_context ? "prompt" : "stopping.max_tokens",
+        absl::StrCat("a prompt of ", prompt, " tokens plus max_tokens ", sc.max_tokens,
+                     " exceeds the context limit of ", lim.max_context, " tokens"));
   }
   if (already_emitted >= sc.max_tokens) {
-    return Bad("emitted_ids",
-               absl::StrCat(already_emitted, " tokens were already emitted; max_tokens is ",
-                            sc.max_tokens));
+    return FieldError("emitted_ids",
+                      absl::StrCat(already_emitted, " tokens were already emitted; max_tokens is ",
+                                   sc.max_tokens));
   }
   return out;
 }

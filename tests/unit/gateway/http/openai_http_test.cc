@@ -535,6 +535,26 @@ TEST(OpenAiRequest, RangesAreTheWorkersOwn) {
       << bias.status();
 }
 
+// A worker's FieldError crosses the gRPC edge with its field (and a final status its mark), so
+// the HTTP face names the request's own field from the payload, not from the message.
+TEST(ApiError, TheFieldCrossesTheGrpcEdge) {
+  const absl::Status refused = Final(FieldError("sampling.logit_bias[5]", "200 is outside"));
+  const grpc::Status wire = ToGrpcStatus(refused);
+  EXPECT_EQ(wire.error_message(), "sampling.logit_bias[5]: 200 is outside");
+  EXPECT_TRUE(IsFinalGrpcStatus(wire));
+  const absl::Status back = FromGrpcStatus(wire);
+  EXPECT_EQ(FieldOf(back), "sampling.logit_bias[5]");
+  EXPECT_TRUE(IsFinal(back));
+  EXPECT_EQ(back.message(), refused.message());
+  const ApiError e = ApiErrorOf(back, {{"sampling.", ""}});
+  EXPECT_EQ(e.param, "logit_bias[5]");
+  EXPECT_EQ(e.message, "logit_bias[5]: 200 is outside");
+  // Neither mark: no details; a plain status comes back without payloads.
+  EXPECT_EQ(ToGrpcStatus(absl::InternalError("x")).error_details(), "");
+  EXPECT_FALSE(IsFinalGrpcStatus(ToGrpcStatus(FieldError("f", "w"))));
+  EXPECT_EQ(FieldOf(FromGrpcStatus(grpc::Status(grpc::StatusCode::INTERNAL, "x"))), "");
+}
+
 TEST(ApiError, StatusesBecomeOpenAiErrors) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"sampling.", ""}, {"stopping.max_tokens", "max_completion_tokens"}};
