@@ -3,7 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "gateway/api_keys.h"
+#include "common/api_keys.h"
 
 namespace walsh {
 

@@ -1,13 +1,13 @@
 // Who a gRPC call to the gateway comes from, read from the call at the service's edge: the
 // values per-client limits count against (gateway/key_limiter.h) and the API keys it presents
-// (gateway/api_keys.h).
+// (common/api_keys.h).
 #ifndef WALSH_GATEWAY_CLIENT_KEY_H_
 #define WALSH_GATEWAY_CLIENT_KEY_H_
 
 #include <string>
 #include <vector>
 
-#include "gateway/trusted_proxies.h"
+#include "common/trusted_proxies.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {

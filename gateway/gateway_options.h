@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "common/stream_writer.h"
-#include "gateway/api_keys.h"
+#include "common/api_keys.h"
 #include "gateway/key_limiter.h"
-#include "gateway/trusted_proxies.h"
+#include "common/trusted_proxies.h"
 
 namespace walsh {
 

@@ -9,10 +9,10 @@
 #include "common/metrics_http_server.h"
 #include "common/probe_server.h"
 #include "common/status_macros.h"
-#include "gateway/api_keys.h"
+#include "common/api_keys.h"
 #include "gateway/client_key.h"
 #include "gateway/gateway_service.h"
-#include "gateway/http/openai_server.h"
+#include "openai/openai_server.h"
 #include "gateway/key_limiter.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(const Option
   parts->buffer_budget = std::make_unique<BufferBudget>("the gateway", o.buffers.max_total);
   parts->metrics = std::make_unique<GatewayMetrics>(parts->registry, parts->pool.get(),
                                                     parts->buffer_budget.get());
-  parts->http_metrics = std::make_unique<HttpMetrics>(parts->registry, "walsh_gateway_http");
+  parts->http_metrics = std::make_unique<HttpMetrics>(parts->registry, "walsh_openai");
   AddProcessMetrics(parts->registry);
   auto metrics_server = MetricsHttpServer::Start(o.metrics_listen, &parts->registry);
   if (!metrics_server.ok()) {

@@ -16,7 +16,7 @@
 #include "common/cli_flags.h"
 #include "common/stream_buffer_flags.h"
 #include "common/tls_credentials.h"
-#include "gateway/http/http_flags.h"
+#include "openai/http_flags.h"
 #include "gateway/key_limiter.h"
 
 namespace walsh {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_input.h"
-#include "worker/constraint/compiled_grammar.h"
-#include "worker/constraint/constraint_cache.h"
-#include "worker/constraint/grammar_matcher.h"
-#include "worker/constraint/mask_budget.h"
+#include "constraint/compiled_grammar.h"
+#include "constraint/constraint_cache.h"
+#include "constraint/grammar_matcher.h"
+#include "constraint/mask_budget.h"
 
 namespace walsh::fuzz {
 

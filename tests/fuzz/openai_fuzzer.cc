@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
-#include "gateway/http/api_error.h"
-#include "gateway/http/chat_output_parser.h"
-#include "gateway/http/media_url.h"
-#include "gateway/http/openai_request.h"
+#include "openai/api_error.h"
+#include "openai/chat_output_parser.h"
+#include "openai/media_url.h"
+#include "openai/openai_request.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

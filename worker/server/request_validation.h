@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "walsh/v1/generator.pb.h"
-#include "worker/constraint/constraint_cache.h"
+#include "constraint/constraint_cache.h"
 #include "worker/engine/generation.h"
 #include "worker/model/tokenizer.h"
 #include "worker/vision/prompt_images.h"

@@ -26,7 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/mutex.h"
-#include "worker/constraint/mask_prefetcher.h"
+#include "constraint/mask_prefetcher.h"
 #include "worker/engine/drafter.h"
 #include "worker/engine/engine.h"
 #include "worker/server/active_request.h"

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "common/metrics.h"
-#include "worker/constraint/constraint_cache.h"
+#include "constraint/constraint_cache.h"
 
 namespace walsh {
 
