@@ -89,6 +89,9 @@ absl::Status RunOptions::Validate() const {
   if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
     return absl::InvalidArgumentError("--tp must be 1, 2, 4 or 8");
   }
+  if (absl::Status s = CheckDeviceTp(parsed_device, tp); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
   RETURN_IF_ERROR(FlagAtLeast("max-tokens", max_tokens, 0));
   RETURN_IF_ERROR(FlagAtLeast("threads", threads, 1));
   RETURN_IF_ERROR(FlagAtLeast("prefill-chunk", prefill_chunk, 1));

@@ -1,6 +1,7 @@
 #include "worker/engine/backend_group.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cpu/isa.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/parallel/cpu_communicator.h"
@@ -64,10 +65,7 @@ absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model, const EngineOp
       return group;
     }
     case Device::kCuda: {
-      if (options.tp != 1) {
-        return absl::UnimplementedError(
-            "--device cuda runs one GPU per engine in this build; --tp > 1 is CPU ranks only");
-      }
+      RETURN_IF_ERROR(CheckDeviceTp(Device::kCuda, options.tp));
       group.kernels_ = "cuda";
       auto backend = MakeCudaBackend(model, options);
       if (!backend.ok()) return backend.status();

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "kernels/cpu/isa.h"
 #include "worker/engine/op_profile.h"
 
@@ -51,6 +52,18 @@ inline const char* KvCacheDtypeName(KvCacheDtype d) {
 // Storage units of n KV values: one per value, or one per 32 for q8 and q4.
 inline int64_t KvUnits(KvCacheDtype d, int64_t n) {
   return d == KvCacheDtype::kQ8 || d == KvCacheDtype::kQ4 ? n / 32 : n;
+}
+
+// The one refusal of tensor parallelism on a GPU (issue 59 builds it): CUDA engines hold one GPU
+// each, and --tp's ranks are CPU threads. The engine refuses it, and the flag checks of each
+// binary say the same before loading anything.
+inline absl::Status CheckDeviceTp(Device device, int64_t tp) {
+  if (device == Device::kCuda && tp != 1) {
+    return absl::UnimplementedError(
+        "--tp must be 1 with --device cuda: a CUDA engine holds one GPU, and --tp's ranks are CPU "
+        "threads (multi-GPU tensor parallelism over NCCL is not built yet)");
+  }
+  return absl::OkStatus();
 }
 
 // Bytes of n KV values (n a multiple of 32 for q8 and q4).

@@ -162,8 +162,8 @@ absl::Status WorkerServer::Options::Validate() const {
   if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be 1, 2, 4 or 8 (got ", tp, ")"));
   }
-  if (d == Device::kCuda && tp != 1) {
-    return absl::InvalidArgumentError("--tp must be 1 with --device cuda (its ranks are CPU ones)");
+  if (absl::Status s = CheckDeviceTp(d, tp); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());  // a flag error, as the others
   }
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(

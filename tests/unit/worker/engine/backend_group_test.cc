@@ -71,7 +71,7 @@ TEST_F(BackendGroupTest, RefusesWhatItCannotDoByName) {
   cuda_tp.tp = 2;
   auto group = MakeBackendGroup(*model_, cuda_tp);
   ASSERT_FALSE(group.ok());
-  EXPECT_NE(group.status().message().find("--tp > 1 is CPU ranks only"), std::string::npos)
+  EXPECT_NE(group.status().message().find("--tp must be 1 with --device cuda"), std::string::npos)
       << group.status();
 
   EngineOptions fp32_cuda;
