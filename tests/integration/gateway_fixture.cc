@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/worker_fixture.h"
+#include "tests/util/eventually.h"
 
 namespace walsh::testing {
 
@@ -32,18 +33,18 @@ GatewayProcess::GatewayProcess(std::vector<std::string> workers, std::vector<std
 }
 
 bool GatewayProcess::WaitForWorkers(int n) {
-  for (int i = 0; i < 200; ++i) {
-    const std::string m = HttpGet(metrics_port_, "/metrics");
-    int healthy = 0;
-    for (size_t at = 0; (at = m.find("walsh_gateway_worker_healthy{", at)) != std::string::npos;
-         ++at) {
-      const size_t end = m.find('\n', at);
-      healthy += m.substr(end - 2, 2) == " 1";
-    }
-    if (healthy >= n) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return Eventually(
+      [&] {
+        const std::string m = HttpGet(metrics_port_, "/metrics");
+        int healthy = 0;
+        for (size_t at = 0; (at = m.find("walsh_gateway_worker_healthy{", at)) != std::string::npos;
+             ++at) {
+          const size_t end = m.find('\n', at);
+          healthy += m.substr(end - 2, 2) == " 1";
+        }
+        return healthy >= n;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
 }
 
 std::optional<double> GatewayProcess::Metric(const std::string& series) const {
@@ -51,11 +52,8 @@ std::optional<double> GatewayProcess::Metric(const std::string& series) const {
 }
 
 bool GatewayProcess::WaitForMetric(const std::string& series, double value, int seconds) const {
-  for (int i = 0; i < seconds * 20; ++i) {
-    if (Metric(series) == value) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return Eventually([&] { return Metric(series) == value; }, std::chrono::seconds(seconds),
+                    std::chrono::milliseconds(50));
 }
 
 std::vector<std::unique_ptr<v1::Generator::Stub>> Connections(const std::string& target, int n,

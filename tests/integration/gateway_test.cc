@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
+#include "tests/util/eventually.h"
 #include "tools/mkmodel/synthetic_model.h"
 
 namespace walsh {
@@ -454,12 +455,12 @@ TEST(Gateway, DnsDiscoveryAndDrain) {
     threads.emplace_back([&, i] { results[i] = RunRouted(*stub, Request("drain", 300, 0, 1)); });
   // All three admitted by the gateway (not one of them still on its way) before the signal.
   const int metrics_port = j["metrics_port"].get<int>();
-  bool all_in = false;
-  for (int i = 0; i < 1000 && !all_in; ++i) {
-    all_in = testing::MetricIn(testing::HttpGet(metrics_port, "/metrics"),
-                               "walsh_gateway_inflight_streams") == 3;
-    if (!all_in) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool all_in = testing::Eventually(
+      [&] {
+        return testing::MetricIn(testing::HttpGet(metrics_port, "/metrics"),
+                                 "walsh_gateway_inflight_streams") == 3;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(10));
   EXPECT_TRUE(all_in);
   gw.Signal(SIGTERM);
   for (auto& t : threads) t.join();
@@ -891,13 +892,13 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   // Every stream generated in full (the warm-up's and these 200): the workers are done with them
   // and the bytes wait in the gateway.
   const int generated_total = warmed + static_cast<int>(requests.size());
-  bool generated = false;
-  for (int i = 0; i < 1200 && !generated; ++i) {
-    generated = a.Metric("walsh_worker_requests_total{finish_reason=\"length\"}").value_or(0) +
-                    b.Metric("walsh_worker_requests_total{finish_reason=\"length\"}").value_or(0) ==
-                generated_total;
-    if (!generated) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const bool generated = testing::Eventually(
+      [&] {
+        return a.Metric("walsh_worker_requests_total{finish_reason=\"length\"}").value_or(0) +
+                   b.Metric("walsh_worker_requests_total{finish_reason=\"length\"}").value_or(0) ==
+               generated_total;
+      },
+      std::chrono::seconds(120), std::chrono::milliseconds(100));
   ASSERT_TRUE(generated) << "the workers did not finish " << generated_total
                          << " requests in 2 minutes";
   int64_t growth = 0;

@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
+#include "tests/util/eventually.h"
 
 namespace walsh {
 namespace {
@@ -258,11 +259,12 @@ TEST(StructuredOutput, NewConstraintsAreWarmedOnTheMaskThreads) {
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   // Warm-up stops with the last request that uses the grammar: soon nothing is warming.
   double warming = -1;
-  for (int i = 0; i < 600; ++i) {
-    warming = MetricValue(w, "walsh_worker_constraint_contexts{state=\"warming\"}");
-    if (warming == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  testing::Eventually(
+      [&] {
+        warming = MetricValue(w, "walsh_worker_constraint_contexts{state=\"warming\"}");
+        return warming == 0;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(50));
   EXPECT_EQ(warming, 0);
   const double cached = MetricValue(w, "walsh_worker_constraint_contexts{state=\"cached\"}");
   EXPECT_GT(cached, 20) << "the warm-up computed the schema's contexts";

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/gateway_fixture.h"
+#include "tests/util/eventually.h"
 #include "tools/mkmodel/synthetic_model.h"
 
 namespace walsh::testing {
@@ -64,21 +65,14 @@ std::optional<double> WorkerProcess::Metric(const std::string& series) const {
 }
 
 bool WorkerProcess::WaitForMetric(const std::string& series, double value, int seconds) const {
-  for (int i = 0; i < seconds * 20; ++i) {
-    if (Metric(series) == value) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return Eventually([&] { return Metric(series) == value; }, std::chrono::seconds(seconds),
+                    std::chrono::milliseconds(50));
 }
 
 bool WorkerProcess::WaitForMetricAtLeast(const std::string& series, double value,
                                          int seconds) const {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  do {
-    if (Metric(series).value_or(value - 1) >= value) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  } while (std::chrono::steady_clock::now() < deadline);
-  return false;
+  return Eventually([&] { return Metric(series).value_or(value - 1) >= value; },
+                    std::chrono::seconds(seconds));
 }
 
 StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request) {
@@ -114,26 +108,25 @@ std::shared_ptr<grpc::Channel> ConnectedChannel(const std::string& target,
 }
 
 bool WaitForRunning(v1::Worker::Stub& worker, uint32_t running) {
-  for (int i = 0; i < 1000; ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    v1::Load load;
-    if (worker.GetLoad(&ctx, {}, &load).ok() && load.running() >= running) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  return Eventually(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+        v1::Load load;
+        return worker.GetLoad(&ctx, {}, &load).ok() && load.running() >= running;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(10));
 }
 
 v1::Load WaitForIdle(v1::Worker::Stub& worker) {
   v1::Load load;
-  for (int i = 0; i < 200; ++i) {
-    grpc::ClientContext ctx;
-    if (worker.GetLoad(&ctx, {}, &load).ok() && load.running() == 0 && load.waiting() == 0 &&
-        load.kv_pages_used() == 0 && load.state_slots_used() == 0) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  Eventually(
+      [&] {
+        grpc::ClientContext ctx;
+        return worker.GetLoad(&ctx, {}, &load).ok() && load.running() == 0 && load.waiting() == 0 &&
+               load.kv_pages_used() == 0 && load.state_slots_used() == 0;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
   return load;
 }
 

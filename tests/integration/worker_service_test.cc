@@ -94,17 +94,7 @@ TEST(WorkerService, CancelledStreamsFreeTheirPagesAndSlots) {
     for (auto& t : threads) t.join();
   }
   EXPECT_EQ(cancelled.load(), 100);
-  auto worker = w.Worker();
-  v1::Load load;
-  for (int i = 0; i < 200; ++i) {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(worker->GetLoad(&ctx, {}, &load).ok());
-    if (load.kv_pages_used() == 0 && load.state_slots_used() == 0 && load.running() == 0 &&
-        load.waiting() == 0) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const v1::Load load = testing::WaitForIdle(*w.Worker());
   EXPECT_EQ(load.kv_pages_used(), 0u);
   EXPECT_EQ(load.state_slots_used(), 0u);
   EXPECT_EQ(load.running(), 0u);

@@ -21,6 +21,7 @@
 #include "gateway/routing/routing_policy.h"
 #include "gateway/worker_pool.h"
 #include "gtest/gtest.h"
+#include "tests/util/eventually.h"
 #include "tests/util/scripted_worker.h"
 
 namespace walsh {
@@ -65,9 +66,7 @@ class InProcessGateway {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
-    for (int i = 0; i < 500 && pool_->Candidates().size() < workers.size(); ++i) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
+    testing::Eventually([&] { return pool_->Candidates().size() >= workers.size(); });
   }
   ~InProcessGateway() {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -131,13 +130,7 @@ Outcome RunStream(v1::Generator::Stub& stub, const v1::GenerateRequest& request,
   return o;
 }
 
-bool Eventually(const std::function<bool()>& condition) {
-  for (int i = 0; i < 500; ++i) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return condition();
-}
+using testing::Eventually;
 
 TEST(GatewayCore, AWorkerFaultBeforeTheFirstTokenIsRetriedElsewhere) {
   ScriptedWorker failing({.refuse = grpc::StatusCode::UNAVAILABLE}), good;

@@ -11,6 +11,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/util/eventually.h"
 #include "tests/util/scripted_worker.h"
 
 namespace walsh {
@@ -86,15 +87,14 @@ TEST(GatewayServer, ServesThenDrainsTheStreamInFlightWhole) {
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Generator::NewStub(channel);
   auto health = grpc::health::v1::Health::NewStub(channel);
-  bool serving = false;
-  for (int i = 0; i < 200 && !serving; ++i) {
-    grpc::ClientContext ctx;
-    grpc::health::v1::HealthCheckResponse r;
-    serving = health->Check(&ctx, {}, &r).ok() &&
-              r.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-    if (!serving) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(serving);
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        grpc::ClientContext ctx;
+        grpc::health::v1::HealthCheckResponse r;
+        return health->Check(&ctx, {}, &r).ok() &&
+               r.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      },
+      std::chrono::seconds(4), std::chrono::milliseconds(20)));
 
   // A slow stream (about 0.4 s on worker a), in flight when the drain begins.
   b.set_script({.refuse = grpc::StatusCode::UNAVAILABLE});  // so the stream runs on a

@@ -13,6 +13,7 @@
 #include "common/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/util/eventually.h"
 
 namespace walsh {
 namespace {
@@ -129,15 +130,7 @@ class StandInWorker {
   int port_ = 0;
 };
 
-// Waits for `condition` with a deadline (the pool polls every 20 ms here).
-bool Eventually(const std::function<bool()>& condition) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return condition();
-}
+using testing::Eventually;
 
 WorkerPoolOptions Options(std::vector<std::string> workers, std::string expected = "") {
   WorkerPoolOptions o;

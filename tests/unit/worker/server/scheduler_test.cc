@@ -16,13 +16,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
-#include "gtest/gtest.h"
-#include "tests/util/test_util.h"
-#include "tools/mkmodel/synthetic_model.h"
 #include "constraint/compiled_grammar.h"
 #include "constraint/grammar_matcher.h"
 #include "constraint/mask_prefetcher.h"
 #include "constraint/regex_compiler.h"
+#include "gtest/gtest.h"
+#include "tests/util/eventually.h"
+#include "tests/util/test_util.h"
+#include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/draft_model_drafter.h"
 #include "worker/engine/ngram_drafter.h"
 
@@ -204,10 +205,9 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
           << r->request_id << " ended '" << reason << "' " << status.message();
     }
   }
-  for (int i = 0; i < 200 && served.scheduler.Load().running + served.scheduler.Load().waiting > 0;
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::Eventually(
+      [&] { return served.scheduler.Load().running + served.scheduler.Load().waiting == 0; },
+      std::chrono::seconds(2), std::chrono::milliseconds(10));
   for (auto& [r, sink] : all) EXPECT_EQ(sink->completions(), 1) << r->request_id;
   const SchedulerLoad load = served.scheduler.Load();
   EXPECT_EQ(load.running, 0);
