@@ -1,30 +1,34 @@
 // absl::Status, the vocabulary inside every module, as a gRPC status at the services' edge
-// (docs/errors.md). The codes are the same numbers in both, and the payloads the edges read
-// cross in the status's details: a final status (common/final_status.h) and the field a
-// FieldError names (common/field_error.h), one line each.
+// (docs/errors.md). The codes are the same numbers in both. The payloads other walsh processes
+// read (a final status, common/final_status.h; the field a FieldError names,
+// common/field_error.h) cross in the status's details as a google.rpc.Status holding one
+// walsh.v1.ErrorMarks, the form every gRPC library decodes details as
+// (proto/walsh/v1/status.proto).
 #ifndef WALSH_COMMON_GRPC_STATUS_H_
 #define WALSH_COMMON_GRPC_STATUS_H_
 
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
 #include "common/field_error.h"
 #include "common/final_status.h"
 #include "grpcpp/support/status.h"
+#include "walsh/v1/status.pb.h"
 
 namespace walsh {
 
-inline constexpr char kFinalStatusDetails[] = "walsh.v1/final";
-inline constexpr char kFieldDetailsPrefix[] = "walsh.v1/field=";
-
 inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  std::string details = IsFinal(s) ? kFinalStatusDetails : "";
-  if (const std::string field = FieldOf(s); !field.empty()) {
-    details += (details.empty() ? "" : "\n") + std::string(kFieldDetailsPrefix) + field;
+  v1::ErrorMarks marks;
+  marks.set_final(IsFinal(s));
+  marks.set_field(FieldOf(s));
+  std::string details;
+  if (marks.final() || !marks.field().empty()) {
+    v1::RpcStatus status;
+    status.set_code(static_cast<int>(s.code()));
+    status.set_message(std::string(s.message()));
+    status.add_details()->PackFrom(marks);
+    details = status.SerializeAsString();
   }
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()), details);
 }
@@ -32,12 +36,13 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
 inline absl::Status FromGrpcStatus(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   absl::Status out(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  for (absl::string_view line : absl::StrSplit(s.error_details(), '\n')) {
-    if (line == kFinalStatusDetails) {
-      out = Final(out);
-    } else if (absl::ConsumePrefix(&line, kFieldDetailsPrefix)) {
-      out = WithField(out, line);
-    }
+  v1::RpcStatus status;
+  if (s.error_details().empty() || !status.ParseFromString(s.error_details())) return out;
+  for (const google::protobuf::Any& detail : status.details()) {
+    v1::ErrorMarks marks;
+    if (!detail.UnpackTo(&marks)) continue;
+    if (marks.final()) out = Final(out);
+    if (!marks.field().empty()) out = WithField(out, marks.field());
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // How much of a range of this process's memory the kernel backs with huge pages, read from
 // /proc/self/smaps: AnonHugePages for anonymous memory, FilePmdMapped (and ShmemPmdMapped) for a
-// file's pages, Private_Hugetlb and Shared_Hugetlb for hugetlbfs pages (which Rss leaves out). This is how walsh reports the weights' huge-page share: measured, never assumed
+// file's pages, Private_Hugetlb and Shared_Hugetlb for hugetlbfs pages (which Rss leaves out).
+// This is how walsh reports the weights' huge-page share: measured, never assumed
 // (docs/operations.md "Weights in memory"). A mapping's pages count only once resident, so the
 // share of file-backed weights grows as a run touches them.
 #ifndef WALSH_COMMON_HUGE_PAGE_SHARE_H_

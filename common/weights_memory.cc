@@ -46,6 +46,65 @@ absl::StatusOr<WeightsMemoryChoice> ChooseHugetlbPool(int64_t file_bytes, const 
       GB(file_bytes), pools.empty() ? "no pools in /sys/kernel/mm/hugepages" : pools));
 }
 
+// The cgroup (v2) directory of this process, "" where there is none.
+std::string CgroupDir() {
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroup, line)) {
+    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
+  }
+  return "";
+}
+
+// A cgroup's room under one limit: max - current, -1 where the limit is "max" or absent.
+int64_t CgroupRoom(const std::string& max_path, const std::string& current_path) {
+  std::ifstream max_file(max_path), current_file(current_path);
+  std::string max_text;
+  int64_t max = 0, current = 0;
+  if (max_file >> max_text && absl::SimpleAtoi(max_text, &max) && current_file >> current) {
+    return std::max<int64_t>(0, max - current);
+  }
+  return -1;
+}
+
+// hugetlb's names for a page size in the cgroup's files: "64KB", "2MB", "1GB".
+std::string CgroupPageName(int64_t page_bytes) {
+  if (page_bytes >= (int64_t{1} << 30)) return absl::StrCat(page_bytes >> 30, "GB");
+  if (page_bytes >= (int64_t{1} << 20)) return absl::StrCat(page_bytes >> 20, "MB");
+  return absl::StrCat(page_bytes >> 10, "KB");
+}
+
+std::vector<HugetlbPool> ReadHugetlbPools(const std::string& cgroup_dir) {
+  std::vector<HugetlbPool> pools;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/kernel/mm/hugepages", error)) {
+    const std::string file_name = entry.path().filename().native();
+    absl::string_view name = file_name;
+    int64_t kb = 0;
+    if (!absl::ConsumePrefix(&name, "hugepages-") || !absl::ConsumeSuffix(&name, "kB") ||
+        !absl::SimpleAtoi(name, &kb)) {
+      continue;
+    }
+    HugetlbPool pool;
+    pool.page_bytes = kb * 1024;
+    // Free pages already promised to a mapping (reserved, not yet faulted) are not free for us.
+    std::ifstream free_file(entry.path() / "free_hugepages"),
+        reserved_file(entry.path() / "resv_hugepages");
+    int64_t reserved = 0;
+    if (!(free_file >> pool.free_pages)) continue;
+    if (reserved_file >> reserved)
+      pool.free_pages = std::max<int64_t>(0, pool.free_pages - reserved);
+    if (!cgroup_dir.empty()) {
+      const std::string base = cgroup_dir + "/hugetlb." + CgroupPageName(pool.page_bytes);
+      pool.cgroup_room_bytes = CgroupRoom(base + ".max", base + ".current");
+    }
+    pools.push_back(pool);
+  }
+  std::sort(pools.begin(), pools.end(),
+            [](const HugetlbPool& a, const HugetlbPool& b) { return a.page_bytes > b.page_bytes; });
+  return pools;
+}
+
 }  // namespace
 
 bool ParseWeightsMemory(absl::string_view text, WeightsMemory* out) {
@@ -80,63 +139,6 @@ int64_t HugetlbPool::free_bytes() const {
   const int64_t pool = free_pages * page_bytes;
   return cgroup_room_bytes < 0 ? pool : std::min(pool, cgroup_room_bytes);
 }
-
-namespace {
-
-// The cgroup (v2) directory of this process, "" where there is none.
-std::string CgroupDir() {
-  std::ifstream cgroup("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(cgroup, line)) {
-    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
-  }
-  return "";
-}
-
-// A cgroup's room under one limit: max - current, -1 where the limit is "max" or absent.
-int64_t CgroupRoom(const std::string& max_path, const std::string& current_path) {
-  std::ifstream max_file(max_path), current_file(current_path);
-  std::string max_text;
-  int64_t max = 0, current = 0;
-  if (max_file >> max_text && absl::SimpleAtoi(max_text, &max) && current_file >> current) {
-    return std::max<int64_t>(0, max - current);
-  }
-  return -1;
-}
-
-// hugetlb's names for a page size in the cgroup's files: "2MB", "1GB".
-std::string CgroupPageName(int64_t page_bytes) {
-  return page_bytes >= (int64_t{1} << 30) ? absl::StrCat(page_bytes >> 30, "GB")
-                                          : absl::StrCat(page_bytes >> 20, "MB");
-}
-
-std::vector<HugetlbPool> ReadHugetlbPools(const std::string& cgroup_dir) {
-  std::vector<HugetlbPool> pools;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/sys/kernel/mm/hugepages", error)) {
-    const std::string file_name = entry.path().filename().native();
-    absl::string_view name = file_name;
-    int64_t kb = 0;
-    if (!absl::ConsumePrefix(&name, "hugepages-") || !absl::ConsumeSuffix(&name, "kB") ||
-        !absl::SimpleAtoi(name, &kb)) {
-      continue;
-    }
-    HugetlbPool pool;
-    pool.page_bytes = kb * 1024;
-    std::ifstream free_file(entry.path() / "free_hugepages");
-    if (!(free_file >> pool.free_pages)) continue;
-    if (!cgroup_dir.empty()) {
-      const std::string base = cgroup_dir + "/hugetlb." + CgroupPageName(pool.page_bytes);
-      pool.cgroup_room_bytes = CgroupRoom(base + ".max", base + ".current");
-    }
-    pools.push_back(pool);
-  }
-  std::sort(pools.begin(), pools.end(),
-            [](const HugetlbPool& a, const HugetlbPool& b) { return a.page_bytes > b.page_bytes; });
-  return pools;
-}
-
-}  // namespace
 
 HostMemory ReadHostMemory() {
   HostMemory host;

@@ -44,7 +44,8 @@ const char* WeightsMemoryName(WeightsMemory m);
 // /sys/kernel/mm/transparent_hugepage/enabled, "" when unknown) and the memory available in
 // bytes: MemAvailable, or less where this process's cgroup (v2) has less room under memory.max.
 // Each hugetlbfs pool (/sys/kernel/mm/hugepages/hugepages-<size>kB): its page size and free
-// pages, the free bytes capped by this cgroup's hugetlb.<size>.max less its usage.
+// pages (free_hugepages less those reserved by other mappings), the free bytes capped by this
+// cgroup's hugetlb.<size>.max less its usage.
 struct HugetlbPool {
   int64_t page_bytes = 0;
   int64_t free_pages = 0;

@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(const Option
   parts->buffer_budget = std::make_unique<BufferBudget>("the gateway", o.buffers.max_total);
   parts->metrics = std::make_unique<GatewayMetrics>(parts->registry, parts->pool.get(),
                                                     parts->buffer_budget.get());
-  parts->http_metrics = std::make_unique<HttpMetrics>(parts->registry, "walsh_openai");
+  parts->http_metrics = std::make_unique<HttpMetrics>(parts->registry, "walsh_gateway_http");
   AddProcessMetrics(parts->registry);
   auto metrics_server = MetricsHttpServer::Start(o.metrics_listen, &parts->registry);
   if (!metrics_server.ok()) {

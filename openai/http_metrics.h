@@ -1,5 +1,5 @@
 // The OpenAI-compatible HTTP face's metrics, named under the serving process's prefix
-// (walsh_openai_*, walsh_worker_http_*): requests by route and status, their duration,
+// (walsh_gateway_http_*, walsh_worker_http_*): requests by route and status, their duration,
 // the streams closed because their client stopped reading, and the image URLs fetched.
 #ifndef WALSH_OPENAI_HTTP_METRICS_H_
 #define WALSH_OPENAI_HTTP_METRICS_H_

@@ -147,7 +147,7 @@ describe("slow clients", () => {
     }
     // Counted when the server has closed each connection, just after its client saw the close.
     await eventually("every 408 to be counted", async () => await metric(gw.metrics_port,
-      'walsh_openai_requests_total{route="/v1/chat/completions",code="408"}') >= 150);
+      'walsh_gateway_http_requests_total{route="/v1/chat/completions",code="408"}') >= 150);
   });
 
   test("a connection that starts no request is closed after the idle timeout", async () => {
@@ -245,12 +245,12 @@ describe("a stream whose client stops reading", () => {
     const { worker, gw, socket } = await unreadStream("tiny-stall",
       ["--http-max-buffered-bytes", "16384", "--http-stall-timeout-seconds", "2"]);
     await eventually("the stalled stream to be closed", async () =>
-      await metric(gw.metrics_port, "walsh_openai_stalled_streams_total") === 1, 60000);
+      await metric(gw.metrics_port, "walsh_gateway_http_stalled_streams_total") === 1, 60000);
     await eventually("the worker's slot to be free", async () =>
       await metric(worker.metrics_port, "walsh_worker_requests_running") === 0 &&
       await metric(gw.metrics_port, "walsh_gateway_inflight_streams") === 0);
     assert.equal(await metric(gw.metrics_port,
-      'walsh_openai_requests_total{route="/v1/chat/completions",code="499"}'), 1);
+      'walsh_gateway_http_requests_total{route="/v1/chat/completions",code="499"}'), 1);
     socket.destroy();
   });
 

@@ -295,7 +295,7 @@ describe("a fleet of walsh-workers behind the HTTP API", () => {
              await metric(gw.metrics_port, "walsh_gateway_inflight_streams") === 0;
     });
     assert.ok(await metric(gw.metrics_port,
-      'walsh_openai_requests_total{route="/v1/chat/completions",code="499"}') >= 1);
+      'walsh_gateway_http_requests_total{route="/v1/chat/completions",code="499"}') >= 1);
   });
 
   test("hanging up on an unstreamed answer frees the worker's slot too", async () => {
@@ -471,7 +471,7 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
       assert.deepEqual(fetched.choices[0].logprobs, inline.choices[0].logprobs, url);
     }
     assert.equal(await metric(gw.metrics_port,
-                              'walsh_openai_image_fetches_total{outcome="ok"}'), 3);
+                              'walsh_gateway_http_image_fetches_total{outcome="ok"}'), 3);
   });
 
   test("an image it cannot take is 400 naming the field", async () => {
@@ -499,7 +499,7 @@ describe("images: image_url parts through the SDK to a worker with a vision proj
            e.message.includes("more than 2 image URLs in one request (--media-fetch-max-images)"));
     for (const [outcome, n] of [["refused", 1], ["failed", 4]]) {
       assert.equal(await metric(gw.metrics_port,
-                                `walsh_openai_image_fetches_total{outcome="${outcome}"}`), n,
+                                `walsh_gateway_http_image_fetches_total{outcome="${outcome}"}`), n,
                    outcome);
     }
     const cases = [

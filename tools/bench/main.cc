@@ -184,9 +184,9 @@ int Decode(int argc, char** argv) {
   const int64_t step_bytes = ProjectionBytes(e.model());
   // The yardstick, measured now, on the cores the engine uses.
   const int cores = static_cast<int>(tp > 1 ? tp : threads);
-  // The yardstick reads through the weights' page size: huge where they were copied into huge
-  // pages, small for the file's mapping (whose page cache may hold some huge: the share printed
-  // after the run says how much).
+  // The yardstick reads through pages like the weights': transparent huge pages (advised) beside
+  // a copy, small pages beside the file's mapping (whose page cache may hold some huge: the share
+  // printed after the run says how much). Beside a hugetlb copy it is THP's, not the pool's.
   const WeightsMemory placed_in = e.model().gguf().memory().memory;
   const YardstickPages yardstick_pages =
       placed_in == WeightsMemory::kMmap ? YardstickPages::kSmall : YardstickPages::kHuge;
@@ -219,7 +219,7 @@ int Decode(int argc, char** argv) {
       {"weight_bytes_per_step", step_bytes},
       {"weights_per_token", step_weights},
       {"read_bandwidth_bytes_per_s", bandwidth},
-      {"read_bandwidth_pages", yardstick_pages == YardstickPages::kHuge ? "2 MiB" : "4 KiB"},
+      {"read_bandwidth_pages", yardstick_pages == YardstickPages::kHuge ? "thp" : "4k"},
       {"int8_peak_macs_per_s", int8_peak},
       {"int8_peak_instruction", int8_peak > 0 ? (vnni ? "vpdpbusd512" : "vpmaddubsw") : ""},
       {"maddubs_peak_macs_per_s", maddubs_peak}};
@@ -240,7 +240,7 @@ int Decode(int argc, char** argv) {
   if (bandwidth > 0) {
     std::printf("read bandwidth, same run: %.1f GB/s (%d thread(s), 4 streams each, %s pages)\n",
                 bandwidth / 1e9, cores,
-                yardstick_pages == YardstickPages::kHuge ? "2 MiB" : "4 KiB");
+                yardstick_pages == YardstickPages::kHuge ? "transparent huge" : "4 KiB");
   }
   if (int8_peak > 0) {
     std::printf(

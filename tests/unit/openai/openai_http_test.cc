@@ -8,10 +8,10 @@
 #include "common/field_error.h"
 #include "common/grpc_status.h"
 #include "common/qwen_chat_template.h"
+#include "gtest/gtest.h"
 #include "openai/api_error.h"
 #include "openai/chat_output_parser.h"
 #include "openai/openai_request.h"
-#include "gtest/gtest.h"
 #include "worker/engine/chat_format.h"
 
 namespace walsh {
@@ -549,6 +549,17 @@ TEST(ApiError, TheFieldCrossesTheGrpcEdge) {
   const ApiError e = ApiErrorOf(back, {{"sampling.", ""}});
   EXPECT_EQ(e.param, "logit_bias[5]");
   EXPECT_EQ(e.message, "logit_bias[5]: 200 is outside");
+  // The details are a google.rpc.Status, as gRPC libraries of other languages decode them.
+  v1::RpcStatus decoded;
+  ASSERT_TRUE(decoded.ParseFromString(wire.error_details()));
+  EXPECT_EQ(decoded.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(decoded.message(), wire.error_message());
+  ASSERT_EQ(decoded.details_size(), 1);
+  EXPECT_EQ(decoded.details(0).type_url(), "type.googleapis.com/walsh.v1.ErrorMarks");
+  // Only the payload names the field here: a message that does not start with it.
+  const absl::Status worded = FromGrpcStatus(ToGrpcStatus(
+      WithField(absl::InvalidArgumentError("a bias past the range"), "sampling.logit_bias[7]")));
+  EXPECT_EQ(ApiErrorOf(worded, {{"sampling.", ""}}).param, "logit_bias[7]");
   // Neither mark: no details; a plain status comes back without payloads.
   EXPECT_EQ(ToGrpcStatus(absl::InternalError("x")).error_details(), "");
   EXPECT_FALSE(IsFinalGrpcStatus(ToGrpcStatus(FieldError("f", "w"))));
