@@ -12,12 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
 #include "constraint/number_range.h"
 #include "constraint/pattern_cursor.h"
 #include "constraint/regex_compiler.h"
 #include "constraint/schema_algebra.h"
 #include "constraint/schema_kinds.h"
+#include "nlohmann/json.hpp"
 
 namespace walsh {
 namespace {

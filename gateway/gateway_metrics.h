@@ -1,4 +1,5 @@
-// The gateway's Prometheus metrics, as its clients see the service (docs/operations.md "Metrics" lists every one).
+// The gateway's Prometheus metrics, as its clients see the service (docs/operations.md "Metrics"
+// lists every one).
 #ifndef WALSH_GATEWAY_GATEWAY_METRICS_H_
 #define WALSH_GATEWAY_GATEWAY_METRICS_H_
 

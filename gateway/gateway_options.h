@@ -5,10 +5,10 @@
 #include <chrono>
 #include <cstdint>
 
-#include "common/stream_writer.h"
 #include "common/api_keys.h"
-#include "gateway/key_limiter.h"
+#include "common/stream_writer.h"
 #include "common/trusted_proxies.h"
+#include "gateway/key_limiter.h"
 
 namespace walsh {
 

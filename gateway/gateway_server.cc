@@ -4,19 +4,19 @@
 #include <cstdio>
 
 #include "absl/strings/str_split.h"
+#include "common/api_keys.h"
 #include "common/json_log.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
 #include "common/probe_server.h"
 #include "common/status_macros.h"
-#include "common/api_keys.h"
 #include "gateway/client_key.h"
 #include "gateway/gateway_service.h"
-#include "openai/openai_server.h"
 #include "gateway/key_limiter.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "openai/openai_server.h"
 
 namespace walsh {
 

@@ -16,8 +16,8 @@
 #include "common/cli_flags.h"
 #include "common/stream_buffer_flags.h"
 #include "common/tls_credentials.h"
-#include "openai/http_flags.h"
 #include "gateway/key_limiter.h"
+#include "openai/http_flags.h"
 
 namespace walsh {
 

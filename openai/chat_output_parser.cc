@@ -2,8 +2,8 @@
 
 #include "absl/types/optional.h"
 #include "common/qwen_chat_template.h"
-#include "openai/json_shape.h"
 #include "nlohmann/json.hpp"
+#include "openai/json_shape.h"
 
 namespace walsh {
 namespace {

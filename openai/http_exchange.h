@@ -16,8 +16,8 @@
 #include "absl/base/thread_annotations.h"
 #include "common/buffer_budget.h"
 #include "common/mutex.h"
-#include "openai/api_error.h"
 #include "nlohmann/json.hpp"
+#include "openai/api_error.h"
 
 struct MHD_Connection;
 

@@ -17,8 +17,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "openai/json_text.h"
 #include "common/trusted_proxies.h"
+#include "openai/json_text.h"
 
 namespace walsh {
 namespace {

@@ -10,11 +10,11 @@
 #include "common/field_error.h"
 #include "common/request_ranges.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "openai/api_error.h"
 #include "openai/json_shape.h"
 #include "openai/media_url.h"
 #include "openai/structured_output.h"
-#include "nlohmann/json.hpp"
 
 namespace walsh {
 namespace {
@@ -47,22 +47,15 @@ const Json* Get(const Json& obj, const char* key) {
   return &*it;
 }
 
-// In [lo, hi], or (lo, hi] when `lo_open`: the message writes the range as the worker does.
-absl::StatusOr<std::optional<double>> Number(const Json& obj, const char* key, double lo, double hi,
-                                             bool lo_open = false) {
+// Inside `range` (common/request_ranges.h): the message writes the range as the worker does.
+absl::StatusOr<std::optional<double>> Number(const Json& obj, const char* key,
+                                             const ValueRange<double>& range) {
   const Json* v = Get(obj, key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) return Refuse(key, absl::StrCat("expected a number, got ", TypeName(*v)));
   const double d = v->get<double>();
-  if (!((lo_open ? d > lo : d >= lo) && d <= hi)) {
-    return Refuse(key, absl::StrCat(d, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
-  }
+  if (!range.Contains(d)) return Refuse(key, absl::StrCat(d, " is outside ", range.ToString()));
   return d;
-}
-
-absl::StatusOr<std::optional<double>> Number(const Json& obj, const char* key,
-                                             const ValueRange<double>& range) {
-  return Number(obj, key, range.lo, range.hi, range.lo_open);
 }
 
 absl::StatusOr<std::optional<int64_t>> Integer(const Json& obj, const char* key, int64_t lo,

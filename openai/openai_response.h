@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "openai/chat_output_parser.h"
 #include "nlohmann/json.hpp"
+#include "openai/chat_output_parser.h"
 #include "walsh/v1/generator.pb.h"
 
 namespace walsh {

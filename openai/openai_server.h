@@ -15,15 +15,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "common/api_keys.h"
+#include "common/mutex.h"
+#include "common/trusted_proxies.h"
+#include "grpcpp/grpcpp.h"
 #include "openai/http_exchange.h"
 #include "openai/http_metrics.h"
 #include "openai/http_server.h"
 #include "openai/media_fetcher.h"
 #include "openai/openai_request.h"
-#include "common/trusted_proxies.h"
-#include "grpcpp/grpcpp.h"
 #include "walsh/v1/generator.grpc.pb.h"
 
 namespace walsh {

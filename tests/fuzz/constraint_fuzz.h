@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/fuzz/fuzz_input.h"
 #include "constraint/compiled_grammar.h"
 #include "constraint/constraint_cache.h"
 #include "constraint/grammar_matcher.h"
 #include "constraint/mask_budget.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace walsh::fuzz {
 

@@ -9,16 +9,16 @@
 #include <vector>
 
 #include "common/cli_flags.h"
-#include "nlohmann/json.hpp"
-#include "tools/bench/report.h"
-#include "tools/bench/stopwatch.h"
 #include "constraint/constraint_cache.h"
 #include "constraint/grammar_matcher.h"
 #include "constraint/mask_prefetcher.h"
-#include "worker/model/tokenizer_trie.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench/report.h"
+#include "tools/bench/stopwatch.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
 #include "worker/model/model_file.h"
+#include "worker/model/tokenizer_trie.h"
 
 namespace walsh {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "walsh/v1/generator.pb.h"
 #include "constraint/constraint_cache.h"
+#include "walsh/v1/generator.pb.h"
 #include "worker/engine/generation.h"
 #include "worker/model/tokenizer.h"
 #include "worker/vision/prompt_images.h"

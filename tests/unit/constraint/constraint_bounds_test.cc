@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "constraint/compiled_grammar.h"
 #include "constraint/constraint_cache.h"
 #include "constraint/grammar_matcher.h"
@@ -18,6 +17,7 @@
 #include "constraint/mask_budget.h"
 #include "constraint/mask_prefetcher.h"
 #include "constraint/regex_compiler.h"
+#include "gtest/gtest.h"
 
 namespace walsh {
 namespace {

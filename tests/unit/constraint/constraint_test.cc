@@ -13,8 +13,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "constraint/compiled_grammar.h"
 #include "constraint/constraint_cache.h"
 #include "constraint/ebnf_parser.h"
@@ -25,6 +23,8 @@
 #include "constraint/packed_stacks.h"
 #include "constraint/regex_compiler.h"
 #include "constraint/utf8_ranges.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "worker/engine/generation.h"
 
 namespace walsh {

@@ -18,8 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "openai/http_flags.h"
 #include "gtest/gtest.h"
+#include "openai/http_flags.h"
 #include "tests/util/test_util.h"
 
 namespace walsh {
