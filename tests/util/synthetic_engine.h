@@ -25,12 +25,17 @@ class SyntheticEngine {
     EXPECT_TRUE((*model)->WritePacked(path_).ok());
   }
 
-  std::unique_ptr<Engine> Make(EngineOptions opts = {}) {
+  // The model loaded and bound, as an engine (or a follower rank) takes it.
+  std::unique_ptr<Model> Load() const {
     auto file = LoadModelFile(path_);
     EXPECT_TRUE(file.ok());
     auto bound = Model::Bind(std::move(*file));
     EXPECT_TRUE(bound.ok());
-    auto engine = Engine::Create(std::move(*bound), opts);
+    return std::move(*bound);
+  }
+
+  std::unique_ptr<Engine> Make(EngineOptions opts = {}) {
+    auto engine = Engine::Create(Load(), opts);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }

@@ -38,9 +38,26 @@ absl::Status BackendGroup::Run(const std::function<absl::Status(int)>& work) {
 }
 
 absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model, const EngineOptions& options,
-                                              const EngineFaults& faults) {
+                                              const EngineFaults& faults,
+                                              ProcessGroup process_group) {
   if (options.tp < 1) return absl::InvalidArgumentError("tensor-parallel ranks must be >= 1");
   BackendGroup group;
+  const bool across = process_group.comm != nullptr;
+  if (across) {
+    if (process_group.comm->size() != options.tp || process_group.rank < 0 ||
+        process_group.rank >= options.tp) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", process_group.rank, " of a process group of ",
+                       process_group.comm->size(), " cannot serve --tp ", options.tp));
+    }
+    if (options.device != Device::kCpu) {
+      return absl::UnimplementedError(
+          "a tensor-parallel group across processes runs on CPU ranks (gloo); CUDA ranks need "
+          "NCCL, which this build does not wire in yet");
+    }
+    group.first_rank_ = process_group.rank;
+    group.comm_ = std::move(process_group.comm);
+  }
   switch (options.device) {
     case Device::kCpu: {
       if (options.isa && !CpuSupports(*options.isa)) {
@@ -50,8 +67,8 @@ absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model, const EngineOp
       }
       const CpuIsa isa = options.isa.value_or(BestCpuIsa());
       group.kernels_ = CpuIsaName(isa);
-      const int ranks = options.tp;
-      if (ranks > 1) {
+      const int ranks = across ? 1 : options.tp;
+      if (!across && ranks > 1) {
         group.comm_ = std::make_unique<CpuCommunicator>(ranks);
         group.threads_ =
             std::make_unique<RankThreads>(ranks, options.collective_timeout * 2, faults.stall_rank);

@@ -18,14 +18,28 @@
 
 namespace walsh {
 
+// This process's place in a tensor-parallel group that spans processes (one rank each): rank
+// `rank` of comm->size(), joined to the others by `comm` (worker/parallel/gloo_communicator.h).
+struct ProcessGroup {
+  int rank = 0;
+  std::unique_ptr<Communicator> comm;
+};
+
 class BackendGroup {
  public:
   BackendGroup(BackendGroup&&) = default;
   BackendGroup& operator=(BackendGroup&&) = default;
   ~BackendGroup();
 
+  // The ranks this process holds: first_rank() .. first_rank() + size() - 1 of ranks().
   int size() const { return static_cast<int>(backends_.size()); }
-  Backend& backend(int rank) const { return *backends_[rank]; }
+  int first_rank() const { return first_rank_; }
+  int ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
+  // Other processes hold some of the ranks (a ProcessGroup): the leader mirrors every backend
+  // operation to them (rank_command.h).
+  bool spans_processes() const { return ranks() > size(); }
+  // The backend of the r-th rank this process holds.
+  Backend& backend(int r) const { return *backends_[r]; }
   // Null at one rank.
   Communicator* communicator() const { return comm_.get(); }
   // "cuda", or the CPU kernels' ISA ("avx2", "scalar", "avx512vnni", "avx512vbmi").
@@ -40,18 +54,22 @@ class BackendGroup {
  private:
   friend absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model,
                                                        const EngineOptions& options,
-                                                       const EngineFaults& faults);
+                                                       const EngineFaults& faults,
+                                                       ProcessGroup process_group);
   BackendGroup() = default;
 
   std::string kernels_;
+  int first_rank_ = 0;
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<Backend>> backends_;
   std::unique_ptr<RankThreads> threads_;  // CPU ranks when there are several
 };
 
-// `model` must outlive the group.
+// `model` must outlive the group. With a process group's communicator, this process holds its one
+// rank (options.tp must be the group's size); otherwise all options.tp ranks.
 absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model, const EngineOptions& options,
-                                              const EngineFaults& faults = {});
+                                              const EngineFaults& faults = {},
+                                              ProcessGroup process_group = {});
 
 }  // namespace walsh
 

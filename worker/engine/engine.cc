@@ -10,11 +10,26 @@
 
 namespace walsh {
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // Followers end their loop; a broken group has nobody to tell.
+  if (group_.spans_processes() && !group_.broken()) {
+    (void)Mirror({.kind = RankCommand::Kind::kStop});
+  }
+}
+
+absl::Status Engine::Mirror(const RankCommand& command) {
+  if (!group_.spans_processes()) return absl::OkStatus();
+  return SendRankCommand(*group_.communicator(), command, options_.collective_timeout);
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> model,
                                                        const EngineOptions& options,
-                                                       const EngineFaults& faults) {
+                                                       const EngineFaults& faults,
+                                                       ProcessGroup process_group) {
+  if (process_group.comm != nullptr && process_group.rank != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", process_group.rank, " follows its group's leader (RankFollower), not an engine"));
+  }
   if (options.threads < 1 || options.threads > 1024) {
     return absl::InvalidArgumentError("engine threads must be 1..1024");
   }
@@ -28,13 +43,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
                      model->config().key_length, ") is not a multiple of 32"));
   }
   ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Build(model->file(), options.tp));
-  ASSIGN_OR_RETURN(BackendGroup group, MakeBackendGroup(*model, options, faults));
+  ASSIGN_OR_RETURN(BackendGroup group,
+                   MakeBackendGroup(*model, options, faults, std::move(process_group)));
   std::unique_ptr<Engine> engine(new Engine(std::move(model), options, std::move(group)));
   engine->plan_ = std::make_unique<ShardPlan>(std::move(plan));
   for (int r = 0; r < engine->group_.size(); ++r) {
     engine->graphs_.push_back(std::make_unique<Qwen35Graph>(
-        *engine->model_, engine->group_.backend(r), options.quantize_activations, *engine->plan_, r,
-        engine->group_.communicator(), options.collective_timeout));
+        *engine->model_, engine->group_.backend(r), options.quantize_activations, *engine->plan_,
+        engine->group_.first_rank() + r, engine->group_.communicator(),
+        options.collective_timeout));
   }
   // Pages and slots from the budgets and the device's room (cache_plan.h).
   const Qwen35Config& c = engine->model_->config();
@@ -63,6 +80,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   engine->kv_ = std::make_unique<KvManager>(caches, options.page_size, page_bytes, slot_bytes,
                                             options.prefix_caching, uses_kv);
   engine->kv_dtype_ = kv_dtype;
+  RETURN_IF_ERROR(engine->Mirror({.kind = RankCommand::Kind::kAllocateCaches,
+                                  .pages = caches.pages,
+                                  .page_size = options.page_size,
+                                  .slots = caches.slots + caches.snapshot_slots,
+                                  .kv_dtype = kv_dtype}));
   for (int r = 0; r < engine->group_.size(); ++r) {
     CacheGeometry g = engine->graphs_[r]->Geometry(caches.pages, options.page_size,
                                                    caches.slots + caches.snapshot_slots);
@@ -101,6 +123,7 @@ absl::Status Engine::ForEachRank(const std::function<absl::Status(Backend&)>& op
 absl::StatusOr<SequenceId> Engine::AddSequence() { return AddSequence({}, nullptr); }
 
 absl::Status Engine::Copy(const CacheCopy& c) {
+  RETURN_IF_ERROR(Mirror({.kind = RankCommand::Kind::kCopy, .copy = c}));
   return ForEachRank([&](Backend& b) -> absl::Status {
     if (c.from_slot < 0) return b.ClearStateSlot(c.to_slot);
     RETURN_IF_ERROR(b.CopyStateSlot(c.from_slot, c.to_slot));
@@ -133,8 +156,7 @@ absl::StatusOr<bool> Engine::Snapshot(SequenceId id, bool speculative) {
 absl::Status Engine::Rollback(SequenceId id, int64_t length) {
   ASSIGN_OR_RETURN(const int32_t plane, kv_->RollbackPlane(id, length));
   if (plane >= 0) {
-    const int32_t slot = kv_->Find(id)->slot;
-    RETURN_IF_ERROR(ForEachRank([&](Backend& b) { return b.CopyStateSlot(plane, slot); }));
+    RETURN_IF_ERROR(Copy({.from_slot = plane, .to_slot = kv_->Find(id)->slot}));
   }
   kv_->Rollback(id, length);
   return absl::OkStatus();
@@ -282,13 +304,17 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
     }
   }
   if (images) plan.embedding_rows = std::move(rows);
-  const absl::Status run =
-      group_.Run([&](int rank) { return graphs_[rank]->Run(plan, &result.logits); });
+  absl::Status run = Mirror({.kind = RankCommand::Kind::kStep, .plan = plan});
+  if (run.ok()) run = group_.Run([&](int r) { return graphs_[r]->Run(plan, &result.logits); });
   if (!run.ok()) {
     // Layers before the failure have advanced their state, so this is never a "nothing
     // changed" RESOURCE_EXHAUSTED (only the reservation above says that), whatever the
     // cause; a lost tensor-parallel rank keeps its DEADLINE_EXCEEDED.
     if (run.code() == absl::StatusCode::kDeadlineExceeded) return run;
+    if (group_.broken()) {
+      return absl::UnavailableError(
+          absl::StrCat("tensor-parallel group lost: ", run.message()));
+    }
     return absl::InternalError(absl::StrCat("forward step failed: ", run.message()));
   }
   for (const SequenceInput& in : batch) kv_->Advance(in);

@@ -27,6 +27,7 @@
 #include "worker/engine/kv_manager.h"
 #include "worker/engine/model.h"
 #include "worker/engine/qwen35_graph.h"
+#include "worker/engine/rank_command.h"
 #include "worker/parallel/shard_plan.h"
 
 namespace walsh {
@@ -45,9 +46,12 @@ struct ForwardResult {
 
 class Engine {
  public:
+  // With a process group, this engine is its leader (rank 0): it mirrors every operation on its
+  // backend to the followers (rank_follower.h) before running it.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model,
                                                         const EngineOptions& options,
-                                                        const EngineFaults& faults = {});
+                                                        const EngineFaults& faults = {},
+                                                        ProcessGroup process_group = {});
   ~Engine();
 
   const Model& model() const { return *model_; }
@@ -58,6 +62,9 @@ class Engine {
   // caches only).
   BackendMemory Memory() const;
   BackendMemory RankMemory(int rank) const { return group_.backend(rank).Memory(); }
+  // The ranks this process holds (all tp of them, or the leader's one of a group across
+  // processes): RankMemory's and backend()'s indices.
+  int local_ranks() const { return group_.size(); }
   int64_t max_context() const { return max_context_; }
   // The memory of the sequences: pages, slots, the prefix cache (kv_manager.h). The scheduler
   // plans admission and reserves each step's pages with it.
@@ -126,6 +133,8 @@ class Engine {
 
  private:
   absl::Status CheckImageInputs(const SequenceInput& in) const;
+  // Sends the command to the ranks other processes hold (none: nothing to do).
+  absl::Status Mirror(const RankCommand& command);
   absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);
   absl::Status Copy(const CacheCopy& copy);
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, BackendGroup group);

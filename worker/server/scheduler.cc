@@ -122,6 +122,13 @@ double Scheduler::StepSeconds() const {
       .count();
 }
 
+absl::Status Scheduler::StepFailure(const absl::Status& s) const {
+  // A lost tensor-parallel rank is the worker's failure, not the request's: the gateway resumes
+  // the stream elsewhere.
+  if (engine_->broken()) return absl::UnavailableError(s.message());
+  return absl::InternalError(s.message());
+}
+
 void Scheduler::Loop() {
   MutexLock l(&mu_);
   for (;;) {
@@ -245,7 +252,13 @@ void Scheduler::Admit() {
       continue;
     }
     auto seq = engine_->AddSequence(r.tokens, &r.prefix);
-    if (!seq.ok()) break;
+    if (!seq.ok()) {
+      // No slot free: it waits. Anything else (a lost tensor-parallel rank) ends it.
+      if (seq.status().code() == absl::StatusCode::kResourceExhausted && !engine_->broken()) break;
+      EndWithStatus(r, StepFailure(seq.status()), "error");
+      waiting_.pop_front();
+      continue;
+    }
     r.sequence = *seq;
     r.fed = static_cast<size_t>(r.prefix.hit_tokens);
     if (r.prefix.outcome != PrefixOutcome::kOff) {
@@ -322,7 +335,7 @@ void Scheduler::UpdateGauges() {
   metrics_->device_memory.gauge({"weights"}).Set(static_cast<double>(m.weights));
   metrics_->device_memory.gauge({"kv_cache"}).Set(static_cast<double>(m.kv_cache));
   metrics_->device_memory.gauge({"state"}).Set(static_cast<double>(m.state));
-  for (int r = 0; r < engine_->tp(); ++r) {
+  for (int r = 0; r < engine_->local_ranks(); ++r) {
     const BackendMemory rm = engine_->RankMemory(r);
     metrics_->rank_cache.gauge({std::to_string(r), "kv_cache"})
         .Set(static_cast<double>(rm.kv_cache));
@@ -538,7 +551,7 @@ void Scheduler::Step() {
   mu_.Lock();
   if (!out.ok()) {
     for (ActiveRequest* r : members) {
-      EndWithStatus(*r, absl::InternalError(out.status().message()), "error");
+      EndWithStatus(*r, StepFailure(out.status()), "error");
     }
     std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
     return;

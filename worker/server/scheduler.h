@@ -84,6 +84,8 @@ class Scheduler {
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The status a request ends with when its step (or its admission) failed.
+  absl::Status StepFailure(const absl::Status& s) const;
   void Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -44,21 +44,6 @@ absl::Status Failed(const std::string& event, const absl::Status& s) {
   return absl::UnavailableError(absl::StrCat(event, ": ", s.message()));
 }
 
-EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context) {
-  EngineOptions eo;
-  eo.threads = static_cast<int>(o.threads);
-  eo.kv_cache_bytes = o.kv_cache_mb << 20;
-  eo.state_bytes = o.state_mb << 20;
-  eo.prefix_caching = !o.no_prefix_caching;
-  eo.prefix_cache_bytes = o.prefix_cache_bytes;
-  eo.max_context = context;
-  eo.tp = static_cast<int>(o.tp);
-  eo.collective_timeout = std::chrono::milliseconds(o.collective_timeout_ms);
-  ParseDevice(o.device, &eo.device);
-  eo.gpu_memory_utilization = o.gpu_memory_utilization;
-  ParseKvCacheDtype(o.kv_cache_dtype, &eo.kv_cache_dtype);
-  return eo;
-}
 
 }  // namespace
 
@@ -183,7 +168,17 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   if (!bound.ok()) return Failed("model_refused", bound.status());
   const EngineOptions eo = EngineOptionsOf(o, context);
   const EngineFaults faults{.stall_rank = static_cast<int>(o.debug_stall_rank)};
-  auto engine = Engine::Create(std::move(*bound), eo, faults);
+  ProcessGroup group;
+  if (o.nnodes > 1) {
+    // The leader: the followers join before the engine's first command reaches them.
+    auto plan = ShardPlan::Build((*bound)->file(), eo.tp);
+    if (!plan.ok()) return Failed("engine_failed", plan.status());
+    auto formed = FormRankGroup(RankGroupOptionsOf(o, fingerprint, plan->DebugString()));
+    if (!formed.ok()) return Failed("rank_group_failed", formed.status());
+    group = *std::move(formed);
+    LogJson("info", "rank_group_formed", {{"rank", 0}, {"size", o.nnodes}});
+  }
+  auto engine = Engine::Create(std::move(*bound), eo, faults, std::move(group));
   if (!engine.ok()) return Failed("engine_failed", engine.status());
   p.engine = std::move(*engine);
   {

@@ -20,6 +20,7 @@
 #include "openai/http_flags.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/ngram_drafter.h"
+#include "worker/server/rank_group.h"
 #include "worker/server/scheduler.h"
 
 namespace walsh {
@@ -58,6 +59,10 @@ class WorkerServer {
     double gpu_memory_utilization = EngineOptions{}.gpu_memory_utilization;
     int64_t tp = 1;
     int64_t collective_timeout_ms = 10000;
+    // A group across processes, one rank each (rank_group.h): 1, or --tp.
+    int64_t nnodes = 1, node_rank = 0;
+    std::string dist_init_addr, dist_host;
+    int64_t dist_timeout_seconds = 300;
     std::string speculative = "off";
     int64_t num_speculative_tokens = NgramDraftOptions{}.max_tokens;
     int64_t speculative_ngram_min = NgramDraftOptions{}.min_match;
@@ -98,6 +103,12 @@ class WorkerServer {
   std::thread watch_;
   bool drained_ = false;
 };
+
+// The engine's options from the worker's flags, for a context of `context` tokens.
+EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context);
+// This process's place in a group across processes (--nnodes, --node-rank, --dist-*).
+RankGroupOptions RankGroupOptionsOf(const WorkerServer::Options& o, std::string fingerprint,
+                                    std::string shard_plan);
 
 }  // namespace walsh
 

@@ -84,7 +84,23 @@ void WorkerServer::Options::Register(FlagSet& flags) {
                "with --device cuda: the share of the GPU's memory to use, (0, 1]");
   flags.String("kv-cache-dtype", &kv_cache_dtype,
                "KV page storage: fp16, q8 or q4 (int8 / 4-bit codes, an fp16 scale per 32 values)");
-  flags.Int("tp", &tp, "tensor-parallel ranks: 1, 2, 4 or 8 in-process CPU ranks (--device cpu)");
+  flags.Int("tp", &tp,
+            "tensor-parallel ranks: 1, 2, 4 or 8 CPU ranks (--device cpu), in this process or one "
+            "per process with --nnodes");
+  flags.Int("nnodes", &nnodes,
+            "processes the tensor-parallel group spans, one rank each: 1 (every rank in this "
+            "process) or --tp");
+  flags.Int("node-rank", &node_rank,
+            "with --nnodes: this process's rank; 0 leads and serves, 1.. follow it and serve "
+            "no requests");
+  flags.String("dist-init-addr", &dist_init_addr,
+               "with --nnodes: host:port of the group's handshake; the leader listens on its "
+               "port, followers dial it");
+  flags.String("dist-host", &dist_host,
+               "with --nnodes: the address the other ranks reach this one on (empty: this host's "
+               "name)");
+  flags.Int("dist-timeout-seconds", &dist_timeout_seconds,
+            "with --nnodes: how long the ranks wait for each other to join");
   flags.Int(
       "collective-timeout-ms", &collective_timeout_ms,
       "a tensor-parallel collective slower than this fails the step; the worker turns NOT_SERVING");
@@ -170,6 +186,24 @@ absl::Status WorkerServer::Options::Validate() const {
         "--gpu-memory-utilization must be in (0, 1] (got ", gpu_memory_utilization, ")"));
   }
   RETURN_IF_ERROR(FlagAtLeast("collective-timeout-ms", collective_timeout_ms, 1));
+  if (nnodes != 1 && nnodes != tp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes must be 1 or --tp (", tp, "): a group across processes holds one rank in each "
+        "(got ", nnodes, ")"));
+  }
+  RETURN_IF_ERROR(FlagWithin("node-rank", node_rank, 0, nnodes - 1));
+  if (nnodes > 1) {
+    if (dist_init_addr.empty()) {
+      return absl::InvalidArgumentError(
+          "--nnodes needs --dist-init-addr, the leader's handshake address (host:port)");
+    }
+    if (d == Device::kCuda) {
+      return absl::InvalidArgumentError(
+          "--nnodes with --device cuda: CUDA ranks across processes need NCCL, which this build "
+          "does not wire in yet; CPU ranks join over gloo");
+    }
+    RETURN_IF_ERROR(FlagAtLeast("dist-timeout-seconds", dist_timeout_seconds, 1));
+  }
   KvCacheDtype dtype;
   if (!ParseKvCacheDtype(kv_cache_dtype, &dtype)) {
     return absl::InvalidArgumentError(
@@ -202,6 +236,33 @@ absl::Status WorkerServer::Options::Validate() const {
         "certificates");
   }
   return absl::OkStatus();
+}
+
+EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context) {
+  EngineOptions eo;
+  eo.threads = static_cast<int>(o.threads);
+  eo.kv_cache_bytes = o.kv_cache_mb << 20;
+  eo.state_bytes = o.state_mb << 20;
+  eo.prefix_caching = !o.no_prefix_caching;
+  eo.prefix_cache_bytes = o.prefix_cache_bytes;
+  eo.max_context = context;
+  eo.tp = static_cast<int>(o.tp);
+  eo.collective_timeout = std::chrono::milliseconds(o.collective_timeout_ms);
+  ParseDevice(o.device, &eo.device);
+  eo.gpu_memory_utilization = o.gpu_memory_utilization;
+  ParseKvCacheDtype(o.kv_cache_dtype, &eo.kv_cache_dtype);
+  return eo;
+}
+
+RankGroupOptions RankGroupOptionsOf(const WorkerServer::Options& o, std::string fingerprint,
+                                    std::string shard_plan) {
+  return {.rank = static_cast<int>(o.node_rank),
+          .size = static_cast<int>(o.nnodes),
+          .init_addr = o.dist_init_addr,
+          .host = o.dist_host,
+          .timeout = std::chrono::seconds(o.dist_timeout_seconds),
+          .contract_fingerprint = std::move(fingerprint),
+          .shard_plan = std::move(shard_plan)};
 }
 
 }  // namespace walsh
