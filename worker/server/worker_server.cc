@@ -44,7 +44,6 @@ absl::Status Failed(const std::string& event, const absl::Status& s) {
   return absl::UnavailableError(absl::StrCat(event, ": ", s.message()));
 }
 
-
 }  // namespace
 
 // Declared in the order they start; destroyed in reverse.
@@ -346,7 +345,8 @@ void WorkerServer::WatchHealth() {
     if (parts_->engine->broken()) {
       SetHealth(*parts_->server, false);
       parts_->http_serving = false;
-      LogJson("error", "tp_group_broken", {{"error", "a collective timed out; not serving"}});
+      LogJson("error", "tp_group_broken",
+              {{"error", "a collective failed (a rank stalled or left); not serving"}});
       return;
     }
     const double step = parts_->scheduler->StepSeconds();

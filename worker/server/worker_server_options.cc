@@ -197,11 +197,6 @@ absl::Status WorkerServer::Options::Validate() const {
       return absl::InvalidArgumentError(
           "--nnodes needs --dist-init-addr, the leader's handshake address (host:port)");
     }
-    if (d == Device::kCuda) {
-      return absl::InvalidArgumentError(
-          "--nnodes with --device cuda: CUDA ranks across processes need NCCL, which this build "
-          "does not wire in yet; CPU ranks join over gloo");
-    }
     RETURN_IF_ERROR(FlagAtLeast("dist-timeout-seconds", dist_timeout_seconds, 1));
   }
   KvCacheDtype dtype;

@@ -59,6 +59,28 @@ TEST(WorkerServerOptions, EveryRangeIsRefusedNamingItsFlag) {
          o.device = "cuda";
          o.tp = 2;
        }},
+      {"--nnodes must be 1 or --tp (2)",
+       [](auto& o) {
+         o.tp = 2;
+         o.nnodes = 4;
+       }},
+      {"--node-rank",
+       [](auto& o) {
+         o.tp = o.nnodes = 2;
+         o.node_rank = 2;
+         o.dist_init_addr = "127.0.0.1:1";
+       }},
+      {"--node-rank", [](auto& o) { o.node_rank = 1; }},
+      {"--nnodes needs --dist-init-addr",
+       [](auto& o) {
+         o.tp = o.nnodes = 2;
+       }},
+      {"--dist-timeout-seconds",
+       [](auto& o) {
+         o.tp = o.nnodes = 2;
+         o.dist_init_addr = "127.0.0.1:1";
+         o.dist_timeout_seconds = 0;
+       }},
       {"--gpu-memory-utilization", [](auto& o) { o.gpu_memory_utilization = 0; }},
       {"--collective-timeout-ms", [](auto& o) { o.collective_timeout_ms = 0; }},
       {"--kv-cache-dtype", [](auto& o) { o.kv_cache_dtype = "fp8"; }},
