@@ -23,16 +23,10 @@ using testing::ChildProcess;
 using testing::WorkerProcess;
 
 std::vector<std::string> GroupFlags(int rank, int size, int port) {
-  return {"--tp",
-          std::to_string(size),
-          "--nnodes",
-          std::to_string(size),
-          "--node-rank",
-          std::to_string(rank),
-          "--dist-init-addr",
-          "127.0.0.1:" + std::to_string(port),
-          "--dist-host",
-          "127.0.0.1"};
+  return {
+      "--tp",        std::to_string(size), "--nnodes",         std::to_string(size),
+      "--node-rank", std::to_string(rank), "--dist-init-addr", "127.0.0.1:" + std::to_string(port),
+      "--dist-host", "127.0.0.1"};
 }
 
 // A follower process (--node-rank 1..), and the metrics port it logged once it joined.
@@ -118,9 +112,8 @@ TEST(RankGroup, TwoProcessesServeTheBitsOfOne) {
   ASSERT_GT(follower_metrics, 0) << group.followers[0]->process->stderr_text();
   WorkerProcess one;
   ASSERT_TRUE(one.ok());
-  for (const auto& [text, temperature] :
-       std::vector<std::pair<std::string, float>>{{"the group of two", 0.0f},
-                                                  {"sampled, with a seed", 0.9f}}) {
+  for (const auto& [text, temperature] : std::vector<std::pair<std::string, float>>{
+           {"the group of two", 0.0f}, {"sampled, with a seed", 0.9f}}) {
     const v1::GenerateRequest req = Request(text, 48, temperature, 17);
     const Scored want = RunScored(*one.Generator(), req);
     const Scored got = RunScored(*group.leader->Generator(), req);
@@ -133,8 +126,8 @@ TEST(RankGroup, TwoProcessesServeTheBitsOfOne) {
         << text;
   }
   // The follower ran the leader's steps and says so.
-  const auto steps =
-      testing::MetricIn(testing::HttpGet(follower_metrics, "/metrics"), "walsh_follower_steps_total");
+  const auto steps = testing::MetricIn(testing::HttpGet(follower_metrics, "/metrics"),
+                                       "walsh_follower_steps_total");
   ASSERT_TRUE(steps.has_value());
   EXPECT_GE(*steps, 96);
 }
@@ -156,13 +149,15 @@ TEST(RankGroup, AFollowerThatDiesEndsStreamsUnavailableAndStopsTheLeaderServing)
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_NE(s.error_message().find("rank 0 of 2"), std::string::npos) << s.error_message();
   auto health = group.leader->Health();
-  EXPECT_TRUE(testing::Eventually([&] {
-    grpc::ClientContext hctx;
-    grpc::health::v1::HealthCheckRequest in;
-    grpc::health::v1::HealthCheckResponse out;
-    return health->Check(&hctx, in, &out).ok() &&
-           out.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
-  }, std::chrono::seconds(10)));
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        grpc::ClientContext hctx;
+        grpc::health::v1::HealthCheckRequest in;
+        grpc::health::v1::HealthCheckResponse out;
+        return health->Check(&hctx, in, &out).ok() &&
+               out.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+      },
+      std::chrono::seconds(10)));
   // What comes later is refused as the worker's failure, not the request's.
   const Scored later = RunScored(*stub, Request("after", 4, 0.0f, 1));
   EXPECT_EQ(later.status.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -220,9 +215,9 @@ TEST(RankGroup, AFollowerWithAnotherModelIsRefusedByName) {
   ASSERT_TRUE((*m)->WritePacked(other).ok());
   const int port = testing::FreePort();
   Follower follower(other, 1, 2, port);
-  std::vector<std::string> argv = {WALSH_WORKER_BIN, "--model", testing::TinyModelPath(),
-                                   "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                   "--dist-timeout-seconds", "3"};
+  std::vector<std::string> argv = {
+      WALSH_WORKER_BIN,   "--model",     testing::TinyModelPath(), "--listen", "127.0.0.1:0",
+      "--metrics-listen", "127.0.0.1:0", "--dist-timeout-seconds", "3"};
   for (std::string& f : GroupFlags(0, 2, port)) argv.push_back(std::move(f));
   ChildProcess leader(argv);
   EXPECT_EQ(follower.process->Wait(std::chrono::seconds(30)), 1);

@@ -26,6 +26,7 @@ const models = {
   "v1/PersistentVolumeClaim": "kubernetes-models/v1/PersistentVolumeClaim",
   "apps/v1/Deployment": "kubernetes-models/apps/v1/Deployment",
   "apps/v1/StatefulSet": "kubernetes-models/apps/v1/StatefulSet",
+  "networking.k8s.io/v1/NetworkPolicy": "kubernetes-models/networking.k8s.io/v1/NetworkPolicy",
   "policy/v1/PodDisruptionBudget": "kubernetes-models/policy/v1/PodDisruptionBudget",
   "autoscaling/v2/HorizontalPodAutoscaler": "kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler",
   "monitoring.coreos.com/v1/PodMonitor": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor",
@@ -68,6 +69,20 @@ for (const overlay of overlays) {
   const objects = YAML.parseAllDocuments(rendered).map((d) => d.toJS()).filter(Boolean);
   for (const o of objects) {
     const key = `${o.apiVersion}/${o.kind}`;
+    if (key === "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet") {
+      // Its CRD has no offline schema here: its two pod templates validate as Kubernetes' own.
+      const { PodTemplate } = await import("kubernetes-models/v1/PodTemplate");
+      const t = o.spec.leaderWorkerTemplate;
+      for (const [which, template] of [["leader", t.leaderTemplate], ["worker", t.workerTemplate]]) {
+        try {
+          new PodTemplate({ metadata: { name: which }, template }).validate();
+          check(true, `${overlay}: LeaderWorkerSet ${which} template valid`);
+        } catch (e) {
+          check(false, `${overlay}: LeaderWorkerSet ${which} template invalid: ${e.message}`);
+        }
+      }
+      continue;
+    }
     if (crdSchemas[key]) {
       const validate = crdSchemas[key];
       check(validate(o), `${overlay}: ${o.kind}/${o.metadata.name} valid against its CRD: ` +
@@ -86,7 +101,12 @@ for (const overlay of overlays) {
   }
 
   const find = (kind, name) => objects.find((o) => o.kind === kind && o.metadata.name === name);
-  const worker = find("StatefulSet", "walsh-worker");
+  // A LeaderWorkerSet's leaders are the workers the gateway sees; its followers are checked
+  // with the group below.
+  const lws = find("LeaderWorkerSet", "walsh-worker");
+  const worker = lws
+    ? { spec: { template: lws.spec.leaderWorkerTemplate.leaderTemplate, serviceName: "walsh-worker" } }
+    : find("StatefulSet", "walsh-worker");
   const gateway = find("Deployment", "walsh-gateway");
   const headless = find("Service", "walsh-worker");
   const gwService = find("Service", "walsh-gateway");
@@ -179,11 +199,41 @@ for (const overlay of overlays) {
   const wArgs = expand(wc.args);
   const tp = Number(flag(wArgs, "tp"));
   const gpus = wc.resources.limits?.["nvidia.com/gpu"];
+  const nnodes = Number(flag(wArgs, "nnodes") ?? 1);
   if (flag(wArgs, "device") === "cuda") {
     check(Number(gpus) === tp && Number(wc.resources.requests["nvidia.com/gpu"]) === tp,
           `${overlay}: nvidia.com/gpu requests and limits (${gpus}) equal --tp ${tp}`);
   } else {
-    check(gpus === undefined && tp === 1, `${overlay}: CPU workers request no GPU and run --tp 1`);
+    check(gpus === undefined && tp === nnodes,
+          `${overlay}: CPU workers request no GPU and hold one rank each (--tp ${tp}, --nnodes ${nnodes})`);
+  }
+  if (lws) {
+    // One rank per pod: the group's size is --nnodes and --tp; the leader is rank 0 and listens on
+    // the handshake port its followers dial; each follower's rank is its worker index.
+    const t = lws.spec.leaderWorkerTemplate;
+    const fc = t.workerTemplate.spec.containers[0];
+    const fArgs = expand(fc.args);
+    check(t.size === nnodes && Number(flag(fArgs, "nnodes")) === nnodes && Number(flag(fArgs, "tp")) === tp,
+          `${overlay}: the group size (${t.size}) is --nnodes and --tp of leader and followers`);
+    check(flag(wArgs, "node-rank") === "0" && flag(fArgs, "node-rank") === "$(LWS_WORKER_INDEX)",
+          `${overlay}: the leader is rank 0 and each follower its worker index`);
+    const init = flag(wArgs, "dist-init-addr");
+    check(init?.startsWith("$(LWS_LEADER_ADDRESS):") && flag(fArgs, "dist-init-addr") === init &&
+          wc.ports.some((p) => p.containerPort === portOf(init)),
+          `${overlay}: followers dial the leader's handshake port (${init}), which its container exposes`);
+    check(flag(fArgs, "model") === flag(wArgs, "model") && !flag(fArgs, "listen"),
+          `${overlay}: followers load the leader's model and serve no gRPC`);
+    check(t.workerTemplate.metadata.labels["app.kubernetes.io/name"] !== "walsh-worker",
+          `${overlay}: the headless worker Service (the gateway's) selects leaders only`);
+    check(t.restartPolicy === "RecreateGroupOnPodRestart", `${overlay}: a group restarts as one`);
+    const policy = objects.find((o) => o.kind === "NetworkPolicy");
+    const member = t.leaderTemplate.metadata.labels["walsh.dev/rank-group"];
+    check(policy && member && t.workerTemplate.metadata.labels["walsh.dev/rank-group"] === member &&
+          policy.spec.podSelector.matchLabels["walsh.dev/rank-group"] === member,
+          `${overlay}: a NetworkPolicy keeps the group's ports to its members`);
+    const hpa = find("HorizontalPodAutoscaler", "walsh-worker");
+    check(!hpa || hpa.spec.scaleTargetRef.kind === "LeaderWorkerSet",
+          `${overlay}: the worker autoscaler scales the groups`);
   }
   // An InferencePool selects the worker pods on their own HTTP port (--http-listen).
   const pool = objects.find((o) => o.kind === "InferencePool");
@@ -207,9 +257,6 @@ for (const overlay of overlays) {
         `${overlay}: the model is mounted read-only at /models and passed by flag`);
 }
 
-// The LeaderWorkerSet example parses (its CRD has no offline schema here).
-const lws = YAML.parse(readFileSync(path.join(src, "deploy/k8s/examples/leaderworkerset.yaml"), "utf8"));
-check(lws.kind === "LeaderWorkerSet", "examples/leaderworkerset.yaml parses");
 
 // Dockerfiles: lint, and every path copied from the build stage is something the build makes.
 const require = createRequire(import.meta.url);

@@ -312,8 +312,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
     // cause; a lost tensor-parallel rank keeps its DEADLINE_EXCEEDED.
     if (run.code() == absl::StatusCode::kDeadlineExceeded) return run;
     if (group_.broken()) {
-      return absl::UnavailableError(
-          absl::StrCat("tensor-parallel group lost: ", run.message()));
+      return absl::UnavailableError(absl::StrCat("tensor-parallel group lost: ", run.message()));
     }
     return absl::InternalError(absl::StrCat("forward step failed: ", run.message()));
   }

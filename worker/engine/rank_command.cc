@@ -106,8 +106,8 @@ absl::Status GetPlan(Reader& r, StepPlan* p) {
   }
   for (int32_t s : p->seq_of_token) {
     if (s < 0 || static_cast<size_t>(s) >= sequences) {
-      return absl::DataLossError(absl::StrCat("rank command: token of sequence ", s, " of ",
-                                              sequences));
+      return absl::DataLossError(
+          absl::StrCat("rank command: token of sequence ", s, " of ", sequences));
     }
   }
   for (int32_t t : p->logit_tokens) {

@@ -28,9 +28,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     context->connectFullMesh(store, device);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(context), rank, size));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("rank ", rank, " of ", size,
-                                               " could not join its tensor-parallel group: ",
-                                               e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", rank, " of ", size, " could not join its tensor-parallel group: ", e.what()));
   }
 }
 
@@ -42,20 +41,20 @@ GlooCommunicator::~GlooCommunicator() = default;
 template <typename F>
 absl::Status GlooCommunicator::Guard(const char* what, int rank, F&& collective) {
   if (rank != rank_) {
-    return absl::InternalError(absl::StrCat("rank ", rank, " called the communicator of rank ",
-                                            rank_));
+    return absl::InternalError(
+        absl::StrCat("rank ", rank, " called the communicator of rank ", rank_));
   }
   if (broken()) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", rank_, ": the tensor-parallel group is broken by an earlier failure"));
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", rank_, ": the tensor-parallel group is broken by an earlier failure"));
   }
   try {
     collective();
     return absl::OkStatus();
   } catch (const std::exception& e) {
     broken_.store(true, std::memory_order_release);
-    return absl::UnavailableError(absl::StrCat("rank ", rank_, " of ", size_, ": ", what,
-                                               " failed: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank_, " of ", size_, ": ", what, " failed: ", e.what()));
   }
 }
 
@@ -72,8 +71,8 @@ absl::Status GlooCommunicator::AllGatherInPlace(int rank, float* buffer,
                                                 const std::vector<size_t>& counts,
                                                 std::chrono::milliseconds timeout) {
   if (offsets.size() != static_cast<size_t>(size_) || counts.size() != offsets.size()) {
-    return absl::InternalError(absl::StrCat("all-gather of ", offsets.size(), " parts over ",
-                                            size_, " ranks"));
+    return absl::InternalError(
+        absl::StrCat("all-gather of ", offsets.size(), " parts over ", size_, " ranks"));
   }
   // gloo gathers rank after rank into one range: the parts must tile it in rank order.
   for (int r = 1; r < size_; ++r) {

@@ -16,14 +16,15 @@ absl::StatusOr<std::unique_ptr<FollowerServer>> FollowerServer::Start(
     const WorkerServer::Options& o) {
   std::unique_ptr<FollowerServer> f(new FollowerServer());
   AddProcessMetrics(f->registry_);
-  Gauge& rank = f->registry_.AddGauge("walsh_follower_rank",
-                                      "this follower's rank in its tensor-parallel group")
-                    .gauge();
+  Gauge& rank =
+      f->registry_
+          .AddGauge("walsh_follower_rank", "this follower's rank in its tensor-parallel group")
+          .gauge();
   rank.Set(static_cast<double>(o.node_rank));
-  Counter& steps = f->registry_
-                       .AddCounter("walsh_follower_steps_total",
-                                   "steps this follower ran for its leader")
-                       .counter();
+  Counter& steps =
+      f->registry_
+          .AddCounter("walsh_follower_steps_total", "steps this follower ran for its leader")
+          .counter();
   // Scrapes run one at a time (under the registry's lock), from the metrics server's thread.
   FollowerServer* self = f.get();
   f->registry_.AddCollector([self, &steps] {

@@ -27,8 +27,8 @@ int Follow(const WorkerServer::Options& options, TerminationSignals& signals) {
     LogJson("error", "follower_failed", {{"error", std::string(follower.status().message())}});
     return 1;
   }
-  LogJson("info", "following", {{"rank", options.node_rank},
-                                {"metrics_port", (*follower)->metrics_port()}});
+  LogJson("info", "following",
+          {{"rank", options.node_rank}, {"metrics_port", (*follower)->metrics_port()}});
   absl::Status served;
   std::atomic<bool> done{false};
   std::thread serve([&] {

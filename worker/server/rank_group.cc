@@ -76,8 +76,8 @@ class LeaderStore final : public gloo::rendezvous::Store {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, message);
     };
     if (in.size() != leader_.size) {
-      return refuse(absl::StrCat("it is one of ", in.size(), " ranks, the leader's group of ",
-                                 leader_.size));
+      return refuse(
+          absl::StrCat("it is one of ", in.size(), " ranks, the leader's group of ", leader_.size));
     }
     if (in.rank() < 1 || in.rank() >= leader_.size) {
       return refuse(absl::StrCat("ranks 1..", leader_.size - 1, " follow"));
@@ -112,10 +112,9 @@ class LeaderStore final : public gloo::rendezvous::Store {
     for (int r = 1; r < leader_.size; ++r) {
       if (!joined_.contains(r)) missing.push_back(r);
     }
-    return absl::DeadlineExceededError(
-        absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "), " did not join within ",
-                     leader_.timeout.count(), " ms",
-                     refusals_.empty() ? "" : absl::StrCat("; ", refusals_.back())));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank(s) ", absl::StrJoin(missing, ", "), " did not join within ", leader_.timeout.count(),
+        " ms", refusals_.empty() ? "" : absl::StrCat("; ", refusals_.back())));
   }
 
  private:
@@ -187,8 +186,8 @@ class RemoteStore final : public gloo::rendezvous::Store {
   }
   static void Check(const grpc::Status& s, const char* what, const std::string& key) {
     if (!s.ok()) {
-      throw std::runtime_error(absl::StrCat("the leader's store could not ", what, " '", key,
-                                            "': ", s.error_message()));
+      throw std::runtime_error(
+          absl::StrCat("the leader's store could not ", what, " '", key, "': ", s.error_message()));
     }
   }
   std::vector<std::string> Get(const std::vector<std::string>& keys,
@@ -216,9 +215,8 @@ absl::StatusOr<std::string> PortOf(const std::string& addr) {
   return addr.substr(colon + 1);
 }
 
-absl::StatusOr<ProcessGroup> Connected(
-    absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm, int rank,
-    std::chrono::milliseconds timeout) {
+absl::StatusOr<ProcessGroup> Connected(absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm,
+                                       int rank, std::chrono::milliseconds timeout) {
   if (!comm.ok()) return comm.status();
   // Every rank connected to every other before the handshake may stop.
   if (absl::Status s = (*comm)->Barrier(rank, timeout); !s.ok()) return s;
@@ -244,9 +242,9 @@ absl::StatusOr<ProcessGroup> Lead(const RankGroupOptions& o) {
   const auto deadline = Clock::now() + o.timeout;
   absl::Status joined = store.WaitForFollowers(deadline);
   absl::StatusOr<ProcessGroup> group =
-      joined.ok() ? Connected(GlooCommunicator::Connect(store, 0, o.size, o.host, o.timeout), 0,
-                              o.timeout)
-                  : absl::StatusOr<ProcessGroup>(joined);
+      joined.ok()
+          ? Connected(GlooCommunicator::Connect(store, 0, o.size, o.host, o.timeout), 0, o.timeout)
+          : absl::StatusOr<ProcessGroup>(joined);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return group;
 }

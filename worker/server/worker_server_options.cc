@@ -187,9 +187,11 @@ absl::Status WorkerServer::Options::Validate() const {
   }
   RETURN_IF_ERROR(FlagAtLeast("collective-timeout-ms", collective_timeout_ms, 1));
   if (nnodes != 1 && nnodes != tp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nnodes must be 1 or --tp (", tp, "): a group across processes holds one rank in each "
-        "(got ", nnodes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nnodes must be 1 or --tp (", tp,
+                     "): a group across processes holds one rank in each "
+                     "(got ",
+                     nnodes, ")"));
   }
   RETURN_IF_ERROR(FlagWithin("node-rank", node_rank, 0, nnodes - 1));
   if (nnodes > 1) {

@@ -116,8 +116,7 @@ TEST(RankCommand, DamageIsRefusedNamingWhat) {
             std::string::npos);
   bad = Step();
   bad.plan.pos_of_token.pop_back();
-  EXPECT_EQ(DecodeRankCommand(EncodeRankCommand(bad)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeRankCommand(EncodeRankCommand(bad)).status().code(), absl::StatusCode::kDataLoss);
   bad = Step();
   bad.plan.seq_pages.pop_back();
   EXPECT_NE(DecodeRankCommand(EncodeRankCommand(bad)).status().message().find("page tables"),

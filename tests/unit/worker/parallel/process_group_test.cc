@@ -26,8 +26,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // `ranks` communicators joined through one in-memory store, each connected on its own thread.
-std::vector<std::unique_ptr<GlooCommunicator>> Join(gloo::rendezvous::HashStore& store,
-                                                    int ranks) {
+std::vector<std::unique_ptr<GlooCommunicator>> Join(gloo::rendezvous::HashStore& store, int ranks) {
   std::vector<std::future<absl::StatusOr<std::unique_ptr<GlooCommunicator>>>> joining;
   for (int r = 0; r < ranks; ++r) {
     joining.push_back(std::async(std::launch::async, [&store, r, ranks] {
@@ -89,9 +88,8 @@ TEST(GlooCommunicator, CollectivesGiveTheInProcessBits) {
     }
     return gloo[r]->Barrier(r, milliseconds(20000));
   });
-  auto local_status = OnEveryRank(kRanks, [&](int r) {
-    return run(local, r, reduced_local[r], gathered_local[r]);
-  });
+  auto local_status = OnEveryRank(
+      kRanks, [&](int r) { return run(local, r, reduced_local[r], gathered_local[r]); });
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_TRUE(gloo_status[r].ok()) << gloo_status[r];
     ASSERT_TRUE(local_status[r].ok()) << local_status[r];
@@ -151,9 +149,8 @@ class LoopbackGroup {
           RankFollower::Create(model.Load(), options, {.rank = r, .comm = std::move(comms[r])});
       EXPECT_TRUE(follower.ok()) << follower.status();
       if (!follower.ok()) return;
-      serving_.push_back(std::async(std::launch::async, [f = *std::move(follower)] {
-        return f->Serve();
-      }));
+      serving_.push_back(
+          std::async(std::launch::async, [f = *std::move(follower)] { return f->Serve(); }));
     }
     auto engine =
         Engine::Create(model.Load(), options, {}, {.rank = 0, .comm = std::move(comms[0])});
@@ -247,7 +244,8 @@ TEST(ProcessGroup, ALeaderWhoseFollowerLeftFailsNamingTheBroadcast) {
   auto comms = Join(store, 2);
   ASSERT_NE(comms[1], nullptr);
   comms[1].reset();
-  auto engine = Engine::Create(model.Load(), {.tp = 2}, {}, {.rank = 0, .comm = std::move(comms[0])});
+  auto engine =
+      Engine::Create(model.Load(), {.tp = 2}, {}, {.rank = 0, .comm = std::move(comms[0])});
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnavailable) << engine.status();
   EXPECT_NE(engine.status().message().find("broadcast failed"), std::string::npos)
@@ -258,10 +256,12 @@ TEST(ProcessGroup, PlacesThatDoNotFitAreRefused) {
   testing::SyntheticEngine model("tiny");
   gloo::rendezvous::HashStore store;
   auto comms = Join(store, 2);
-  auto follower = Engine::Create(model.Load(), {.tp = 2}, {}, {.rank = 1, .comm = std::move(comms[1])});
+  auto follower =
+      Engine::Create(model.Load(), {.tp = 2}, {}, {.rank = 1, .comm = std::move(comms[1])});
   EXPECT_NE(follower.status().message().find("follows its group's leader"), std::string::npos)
       << follower.status();
-  auto wrong_tp = Engine::Create(model.Load(), {.tp = 4}, {}, {.rank = 0, .comm = std::move(comms[0])});
+  auto wrong_tp =
+      Engine::Create(model.Load(), {.tp = 4}, {}, {.rank = 0, .comm = std::move(comms[0])});
   EXPECT_NE(wrong_tp.status().message().find("cannot serve --tp 4"), std::string::npos)
       << wrong_tp.status();
 }

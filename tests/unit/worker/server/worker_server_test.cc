@@ -71,10 +71,7 @@ TEST(WorkerServerOptions, EveryRangeIsRefusedNamingItsFlag) {
          o.dist_init_addr = "127.0.0.1:1";
        }},
       {"--node-rank", [](auto& o) { o.node_rank = 1; }},
-      {"--nnodes needs --dist-init-addr",
-       [](auto& o) {
-         o.tp = o.nnodes = 2;
-       }},
+      {"--nnodes needs --dist-init-addr", [](auto& o) { o.tp = o.nnodes = 2; }},
       {"--dist-timeout-seconds",
        [](auto& o) {
          o.tp = o.nnodes = 2;
