@@ -16,8 +16,15 @@ __global__ void ConvKernel(GdnLayerParams p, StepView step, GdnStateView st, con
   const int64_t first = step.seq_first_token[seq], count = step.seq_token_count[seq];
   for (int64_t t = first; t < first + count; ++t) {
     float* ut = u + t * conv_dim;
+    const int32_t plane = step.plane_of_token != nullptr ? step.plane_of_token[t] : -1;
+    float* plane_state =
+        plane >= 0 ? st.state + plane * st.slot_stride + st.layer_offset : nullptr;
     for (int64_t ch = threadIdx.x; ch < conv_dim; ch += blockDim.x) {
       ut[ch] = GdnConvChannel(p, qkv + t * conv_dim, conv_state, ch);
+      // The window of this channel after token t, as the CPU backend copies it.
+      for (int64_t k = 0; plane_state != nullptr && k + 1 < p.conv_kernel; ++k) {
+        plane_state[k * conv_dim + ch] = conv_state[k * conv_dim + ch];
+      }
     }
     __syncthreads();
     for (int64_t h = threadIdx.x; h < 2 * p.n_k; h += blockDim.x) {
@@ -49,12 +56,23 @@ __global__ void RecurrenceKernel(GdnLayerParams p, StepView step, GdnStateView s
     const float* kk = ut + p.key_dim() + kh * hd;
     const float* vv = ut + 2 * p.key_dim() + h * hd;
     float* o = out + t * inner + h * hd;
+    const int32_t plane = step.plane_of_token != nullptr ? step.plane_of_token[t] : -1;
+    float* plane_S = plane >= 0 ? st.state + plane * st.slot_stride + st.layer_offset +
+                                      st.conv_floats
+                                : nullptr;
     for (int64_t j = warp; j < hd; j += warps) {
       float* Sj = S + (h * hd + j) * hd;
       const float pred = WarpCombineLanes(GdnDecayPredictLane(Sj, kk, decay, hd, lane));
       const float delta = beta * (vv[j] - pred);
       const float acc = WarpCombineLanes(GdnUpdateOutputLane(Sj, kk, qq, delta, hd, lane));
       if (lane == 0) o[j] = row_norm * acc;
+      if (plane_S != nullptr) {
+        // Row j after token t, into the plane: the lanes' own elements (as the lane functions
+        // wrote them), once the warp is done with the row.
+        __syncwarp();
+        float* Pj = plane_S + (h * hd + j) * hd;
+        for (int64_t i = lane; i < hd; i += kSumLanes) Pj[i] = Sj[i];
+      }
     }
     __syncthreads();
     if (warp == 0) {

@@ -118,6 +118,9 @@ struct StepView {
   // Image steps (docs/vision.md §4): per token its t, h and w rotary positions; null for a step
   // of text alone, where every stream is the token's position.
   const int32_t* rope_of_token = nullptr;
+  // A speculative step: per token a state slot that receives its sequence's GDN state as it is
+  // after that token (-1: none); null for a step without planes.
+  const int32_t* plane_of_token = nullptr;
 };
 
 // One rank's heads: n_head query heads from q_head_begin, n_head_kv KV heads from

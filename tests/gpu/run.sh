@@ -123,7 +123,7 @@ build_engine() {
     -DCMAKE_PREFIX_PATH="$kit/kit" -DICU_ROOT="$kit/kit" >"$out/build.log" 2>&1 &&
     cmake --build "$build" -j "$(nproc)" --target walsh-bench walsh-mkmodel gpu_check \
       cuda_engine_test cuda_vision_encoder_test peer_conformance_test engine_schedule_test \
-      prefix_cache_test \
+      prefix_cache_test nccl_communicator_test \
       >>"$out/build.log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
@@ -158,7 +158,9 @@ kernels() {
 
 conformance() {
   if [ "$mode" = device ]; then
-    WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_engine_test" --gtest_brief=1 || return 1
+    # CUDA ranks over NCCL have a step of their own (8), with NCCL's environment.
+    WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_engine_test" --gtest_brief=1 \
+      --gtest_filter="-$tensor_parallel_filter" || return 1
     WALSH_REQUIRE_CUDA=1 "$build/tests/cuda_vision_encoder_test" --gtest_brief=1
     return
   fi
@@ -195,6 +197,44 @@ memcheck() {
     "$build/tests/cuda_engine_test" --gtest_filter="$memcheck_filter" --gtest_brief=1 || return 1
   WALSH_REQUIRE_CUDA=1 "$sanitizer" --tool memcheck --error-exitcode 1 \
     "$build/tests/cuda_vision_encoder_test" --gtest_filter="$vision_memcheck_filter" --gtest_brief=1
+}
+
+# NCCL from the machine's Python wheel (nvidia-nccl: nvidia/nccl/lib/libnccl.so.2), unless
+# WALSH_NCCL_LIBRARY names one already; empty when there is none.
+nccl_library() {
+  if [ -n "${WALSH_NCCL_LIBRARY:-}" ]; then
+    echo "$WALSH_NCCL_LIBRARY"
+    return
+  fi
+  local python
+  for python in python3 /usr/bin/python3; do
+    command -v "$python" >/dev/null || continue
+    "$python" -c 'import os, nvidia.nccl as n
+for d in n.__path__:
+    p = os.path.join(d, "lib", "libnccl.so.2")
+    if os.path.exists(p): print(p); break' 2>/dev/null && return
+  done
+}
+
+# CUDA ranks over NCCL in one process: TP 2 and 4 on this one GPU (NCCL 2.30's multi-rank mode,
+# with NVLS off and few CTAs, as projects that share a GPU between ranks set it), logits
+# bit-identical to one CUDA rank and to the CPU; then the communicator's own logic against the
+# fake NCCL.
+tensor_parallel_filter='Ranks/CudaTensorParallel.*'
+tensor_parallel() {
+  "$build/tests/nccl_communicator_test" --gtest_brief=1 || return 1
+  if [ "$mode" = dry-run ]; then
+    echo "dry run: would run $tensor_parallel_filter with NCCL_MULTI_RANK_GPU_ENABLE=1 on the device"
+    "$build/tests/cuda_engine_test" --gtest_brief=1 --gtest_filter="$tensor_parallel_filter"
+    return
+  fi
+  local library
+  library=$(nccl_library)
+  [ -n "$library" ] || { echo "no libnccl.so.2: neither WALSH_NCCL_LIBRARY nor the nvidia-nccl wheel"; return 1; }
+  echo "NCCL: $library"
+  WALSH_NCCL_LIBRARY=$library NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_NVLS_ENABLE=0 NCCL_MAX_CTAS=4 \
+    WALSH_REQUIRE_NCCL=1 WALSH_REQUIRE_CUDA=1 \
+    "$build/tests/cuda_engine_test" --gtest_brief=1 --gtest_filter="$tensor_parallel_filter"
 }
 
 # 27B-shape synthetic models made there: TTFT for 2,048 tokens, decode at batch 1 and 16. A
@@ -256,6 +296,8 @@ fi
 if [ -x "$build/tests/gpu_check" ]; then
   step "3. kernels: CUDA = CPU bit for bit, bandwidth over 4 weight copies, sweep" 120 kernels
   step "4. conformance: logits, KL, schedule invariance, prefix cache" 120 conformance
+  # Run fifth, numbered 8: the steps' numbers name them (--only) and predate it.
+  step "8. tensor parallel over NCCL on one GPU: TP 2 and 4 = one rank" 60 tensor_parallel
   if [ "$perf" = 1 ]; then
     [ -z "$only" ] || [ "$only" = 5 ] && say "-- 5. memcheck: not run (--perf)"
   else

@@ -146,6 +146,10 @@ class Backend {
   virtual int64_t cache_bytes_available() const { return INT64_MAX; }
   // Whether steps may carry image inputs (StepPlan's rope_of_token and embedding_of_token).
   virtual bool takes_image_inputs() const { return false; }
+  // A device backend's device and the stream it computes on (a cudaStream_t), where a rank's
+  // collectives join its ops; the CPU has neither (-1, null).
+  virtual int device() const { return -1; }
+  virtual void* device_stream() const { return nullptr; }
 
   // Caches: allocated once, zeroed; a state slot is cleared before a new sequence uses it.
   virtual absl::Status AllocateCaches(const CacheGeometry& geometry) = 0;

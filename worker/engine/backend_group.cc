@@ -1,31 +1,88 @@
 #include "worker/engine/backend_group.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/isa.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/parallel/cpu_communicator.h"
+#include "worker/parallel/nccl_communicator.h"
 #ifdef WALSH_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "worker/engine/cuda_backend.h"
+#include "worker/parallel/nccl_api.h"
+#include "worker/parallel/nccl_cuda_devices.h"
 #endif
 
 namespace walsh {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model& model,
-                                                         const EngineOptions& options) {
+                                                         const EngineOptions& options, int device,
+                                                         double memory_share) {
   if (!options.quantize_activations) {
     return absl::UnimplementedError(
-        "--device cuda needs int8 activations; --no-activation-quant is a CPU debug mode");
+        "--no-activation-quant with --device cuda: never offered. fp32 activations are the CPU's "
+        "debug reference for the int8 path (products over decoded weights); the CUDA backend is "
+        "proven against the CPU's int8 path bit for bit, so compare with --device cpu instead");
   }
 #ifdef WALSH_HAVE_CUDA
-  return CudaBackend::Create(model, options.cuda_device, options.gpu_memory_utilization,
-                             options.profile);
+  return CudaBackend::Create(model, device, memory_share, options.profile);
 #else
   (void)model;
+  (void)device;
+  (void)memory_share;
   return absl::FailedPreconditionError(
       "--device cuda: this build has no CUDA backend (configure with nvcc present, "
       "-DWALSH_CUDA=ON)");
+#endif
+}
+
+// The visible CUDA devices (0 without CUDA).
+int CudaDeviceCount() {
+#ifdef WALSH_HAVE_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+#else
+  return 0;
+#endif
+}
+
+// CUDA ranks: rank r on visible device (first + r) mod the devices there are, so ranks share
+// devices only where there are fewer than ranks (NCCL then needs NCCL_MULTI_RANK_GPU_ENABLE=1);
+// ranks on one device split --gpu-memory-utilization between them. Their collectives run over
+// NCCL on each rank's compute stream.
+absl::Status MakeCudaRanks(const Model& model, const EngineOptions& options,
+                           std::vector<std::unique_ptr<Backend>>& backends,
+                           std::unique_ptr<Communicator>& comm) {
+  const int ranks = options.tp;
+  const int devices = std::max(1, CudaDeviceCount());
+  std::vector<int> device_of(ranks);
+  std::vector<int> sharing(devices, 0);
+  for (int r = 0; r < ranks; ++r) {
+    device_of[r] = (options.cuda_device + r) % devices;
+    ++sharing[device_of[r]];
+  }
+  std::vector<NcclCommunicator::Rank> places;
+  for (int r = 0; r < ranks; ++r) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Backend> b,
+                     MakeCudaBackend(model, options, device_of[r],
+                                     options.gpu_memory_utilization / sharing[device_of[r]]));
+    places.push_back({b->device(), b->device_stream()});
+    backends.push_back(std::move(b));
+  }
+  if (ranks == 1) return absl::OkStatus();
+#ifdef WALSH_HAVE_CUDA
+  ASSIGN_OR_RETURN(const nccl::Api* api, nccl::LoadApi());
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> nccl,
+                   NcclCommunicator::Create(*api, MakeCudaNcclDevices(), std::move(places)));
+  comm = std::move(nccl);
+  return absl::OkStatus();
+#else
+  (void)comm;
+  return absl::InternalError("CUDA ranks in a build without CUDA");
 #endif
 }
 
@@ -82,11 +139,13 @@ absl::StatusOr<BackendGroup> MakeBackendGroup(const Model& model, const EngineOp
       return group;
     }
     case Device::kCuda: {
-      RETURN_IF_ERROR(CheckDeviceTp(Device::kCuda, options.tp));
+      if (!faults.unproven_cuda_tp) RETURN_IF_ERROR(CheckDeviceTp(Device::kCuda, options.tp));
       group.kernels_ = "cuda";
-      auto backend = MakeCudaBackend(model, options);
-      if (!backend.ok()) return backend.status();
-      group.backends_.push_back(std::move(*backend));
+      RETURN_IF_ERROR(MakeCudaRanks(model, options, group.backends_, group.comm_));
+      if (options.tp > 1) {
+        group.threads_ = std::make_unique<RankThreads>(options.tp, options.collective_timeout * 2,
+                                                       faults.stall_rank);
+      }
       return group;
     }
   }

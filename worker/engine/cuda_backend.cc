@@ -257,13 +257,6 @@ absl::StatusOr<Tensor> CudaBackend::Activation(int slot, int64_t rows, int64_t c
 
 absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   // The engine may be driven from another thread than the one that made it.
-  for (int32_t plane : plan.plane_of_token) {
-    if (plane >= 0) {
-      return absl::UnimplementedError(
-          "speculative verification (GatedDeltaNet state planes) is not built for --device cuda "
-          "yet");
-    }
-  }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
   // The previous step's copies must be done before its host arrays are rewritten (and before
   // the activation memory it outgrew is freed).
@@ -284,6 +277,12 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
                      " M-RoPE positions and ", plan.embedding_of_token.size(),
                      " image row indices; it needs 3 and 1 per token, or none"));
   }
+  if (!plan.plane_of_token.empty() && plan.plane_of_token.size() != plan.tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda: a step of ", n, " tokens brings ",
+                                                   plan.plane_of_token.size(),
+                                                   " state planes; it needs 1 per token, or none"));
+  }
+  h.plane_of_token = plan.plane_of_token;
   h.rope_of_token = plan.rope_of_token;
   h.image_row_of_token = plan.embedding_of_token;
   h.image_rows = plan.embedding_rows;
@@ -326,7 +325,8 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
                 at_pages = image.Add(h.pages), at_score_offset = image.Add(h.score_offset),
                 at_rope = image.Add(h.rope_of_token), at_tokens = image.Add(h.tokens),
                 at_logit_rows = image.Add(h.logit_rows),
-                at_image_row_of_token = image.Add(h.image_row_of_token);
+                at_image_row_of_token = image.Add(h.image_row_of_token),
+                at_plane = image.Add(h.plane_of_token);
   const int64_t at_image_rows =
       h.replaces_rows ? image.Add(*h.image_rows) : image.Add<float>(nullptr, 0);
   RETURN_IF_ERROR(pinned_step_.Reserve(image.bytes(), "the step's inputs"));
@@ -347,6 +347,7 @@ absl::Status CudaBackend::BeginStep(const StepPlan& plan) {
   step_.pages = at(at_pages);
   step_.score_offset = reinterpret_cast<const int64_t*>(d + at_score_offset);
   step_.rope_of_token = h.rope_of_token.empty() ? nullptr : at(at_rope);
+  step_.plane_of_token = h.plane_of_token.empty() ? nullptr : at(at_plane);
   d_tokens_ = at(at_tokens);
   d_logit_rows_ = at(at_logit_rows);
   d_image_row_of_token_ = at(at_image_row_of_token);

@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   bool takes_image_inputs() const override { return true; }
+  int device() const override { return device_; }
+  void* device_stream() const override { return stream_; }
   BackendMemory Memory() const override;
   int64_t cache_bytes_available() const override { return cache_room_; }
   absl::Status AllocateCaches(const CacheGeometry& geometry) override;
@@ -136,6 +138,7 @@ class CudaBackend final : public Backend {
     std::vector<int64_t> score_offset;
     // An image step's inputs (StepPlan): rotary streams, and the rows that replace embeddings.
     std::vector<int32_t> rope_of_token, image_row_of_token;
+    std::vector<int32_t> plane_of_token;  // a speculative step's GDN state planes
     std::shared_ptr<const std::vector<float>> image_rows;
     bool replaces_rows = false;  // some token's embedding is an image row
   } host_step_;

@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
                                .kv_pages = options.kv_pages,
                                .state_slots = options.state_slots,
                                .snapshot_bytes = snapshots ? options.prefix_cache_bytes : 0,
-                               .room = engine->group_.backend(0).cache_bytes_available()},
+                               .room = engine->CacheRoom()},
                               page_bytes, slot_bytes));
   engine->kv_ = std::make_unique<KvManager>(caches, options.page_size, page_bytes, slot_bytes,
                                             options.prefix_caching, uses_kv);
@@ -101,6 +101,15 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options, Backe
       max_context_(options.max_context > 0
                        ? std::min(options.max_context, model_->config().context_length)
                        : model_->config().context_length) {}
+
+int64_t Engine::CacheRoom() const {
+  // Every rank allocates its share of the same pages and slots: the tightest rank decides.
+  int64_t room = INT64_MAX;
+  for (int r = 0; r < group_.size(); ++r) {
+    room = std::min(room, group_.backend(r).cache_bytes_available());
+  }
+  return room;
+}
 
 BackendMemory Engine::Memory() const {
   BackendMemory total;

@@ -133,6 +133,8 @@ class Engine {
 
  private:
   absl::Status CheckImageInputs(const SequenceInput& in) const;
+  // Bytes the caches may take on the tightest rank this process holds.
+  int64_t CacheRoom() const;
   // Sends the command to the ranks other processes hold (none: nothing to do).
   absl::Status Mirror(const RankCommand& command);
   absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);

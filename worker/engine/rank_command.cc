@@ -25,7 +25,7 @@ class Writer {
   template <typename T>
   void PutVector(const std::vector<T>& v) {
     Put<uint64_t>(v.size());
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string Take() { return std::move(out_); }
 
@@ -49,7 +49,7 @@ class Reader {
     RETURN_IF_ERROR(Get(&n));
     if (n > in_.size() / sizeof(T)) return Short();
     v->resize(n);
-    std::memcpy(v->data(), in_.data(), n * sizeof(T));
+    if (n > 0) std::memcpy(v->data(), in_.data(), n * sizeof(T));
     in_.remove_prefix(n * sizeof(T));
     return absl::OkStatus();
   }

@@ -224,7 +224,8 @@ absl::Status WorkerServer::Options::Validate() const {
   if (speculative != "off" && d == Device::kCuda) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--speculative ", speculative,
-        " needs GatedDeltaNet state planes, which are not built for --device cuda yet"));
+        " with --device cuda: the GatedDeltaNet state planes on the device are built but not yet "
+        "proven bit-identical on a GPU (docs/gpu.md)"));
   }
   if (!http.listen.empty() && !tls.client_ca.empty()) {
     // The gRPC port admits only certified clients; an HTTP face beside it would admit anyone.

@@ -3,10 +3,13 @@
 // identical and the pooled mean KL within 1e-5 even if bits ever differ, schedule invariance on
 // the GPU, image inputs (rows and M-RoPE positions), and the peer fixtures' greedy tokens. Skips
 // where no CUDA device answers.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
@@ -16,6 +19,7 @@
 #include "tools/mkmodel/synthetic_model.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/image_prompt.h"
+#include "worker/parallel/nccl_api.h"
 
 namespace walsh {
 namespace {
@@ -44,7 +48,7 @@ double MeanKl(const std::vector<float>& p, const std::vector<float>& q, int64_t 
 
 std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
                                    KvCacheDtype kv = KvCacheDtype::kFp16,
-                                   OpProfile* profile = nullptr) {
+                                   OpProfile* profile = nullptr, int tp = 1) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
   auto bound = Model::Bind(std::move(*file));
@@ -55,7 +59,9 @@ std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
   opts.kv_cache_bytes = int64_t{64} << 20;
   opts.state_bytes = int64_t{64} << 20;
   opts.profile = profile;
-  auto engine = Engine::Create(std::move(*bound), opts);
+  opts.tp = tp;
+  // CUDA ranks before a device has proven them: this check's engines only (CheckDeviceTp).
+  auto engine = Engine::Create(std::move(*bound), opts, {.unproven_cuda_tp = tp > 1});
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
 }
@@ -307,6 +313,110 @@ TEST_P(CudaEngine, ImageInputsMatchTheCpuBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
                          ::testing::Values("tiny_pq2_0", "tiny_ptq1_0", "small_pq2_0", "peer",
                                            "tiny_pq2_0_q8kv", "small_pq2_0_q4kv"));
+
+// Speculative verification on CUDA (GatedDeltaNet state planes on the device): steps of four
+// drafts, alternately all right, half right and all wrong, each rolled back to what greedy
+// decoding keeps; every kept position's logits equal plain CPU decoding's bit for bit.
+TEST_P(CudaEngine, SpeculativeStepsEqualPlainDecoding) {
+  auto cpu = MakeEngine(path_, Device::kCpu, kv_);
+  auto gpu = MakeEngine(path_, Device::kCuda, kv_);
+  ASSERT_TRUE(cpu && gpu);
+  const int64_t vocab = cpu->model().config().vocab_size;
+  std::mt19937 gen(29);
+  std::vector<int32_t> prompt(21);
+  for (int32_t& id : prompt) id = static_cast<int32_t>(gen() % vocab);
+  // The reference: the prompt, then 24 greedy tokens, with the logits of every position.
+  const FedRun ref = Feed(*cpu, prompt, prompt.size(), 24);
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), ref.greedy.begin(), ref.greedy.end());
+  auto seq = gpu->AddSequence();
+  ASSERT_TRUE(seq.ok());
+  ASSERT_TRUE(gpu->Forward({{*seq, {prompt.begin(), prompt.end() - 1}}}).ok());
+  std::vector<float> plain_rows;  // the reference's rows from the last prompt token on
+  {
+    auto again = cpu->AddSequence();
+    ASSERT_TRUE(again.ok());
+    auto out = cpu->Forward({{*again, tokens, /*all_logits=*/true}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    plain_rows = out->logits;
+    ASSERT_TRUE(cpu->RemoveSequence(*again).ok());
+  }
+  int step = 0;
+  for (int64_t pos = static_cast<int64_t>(prompt.size()) - 1;
+       pos + 5 < static_cast<int64_t>(tokens.size()); ++step) {
+    const int right = step % 3 == 0 ? 4 : step % 3 == 1 ? 2 : 0;
+    std::vector<int32_t> input = {tokens[pos]};
+    for (int j = 0; j < 4; ++j) {
+      const int32_t truth = tokens[pos + 1 + j];
+      input.push_back(j < right ? truth : static_cast<int32_t>((truth + 1) % vocab));
+    }
+    auto out = gpu->Forward({{*seq, input, /*all_logits=*/true, /*keep_states=*/true}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    int kept = 0;
+    while (kept < 4 && Argmax(out->RowLogits(kept), vocab) == input[kept + 1]) ++kept;
+    EXPECT_EQ(kept, right) << "step " << step;
+    for (int j = 0; j <= kept; ++j) {
+      EXPECT_EQ(0, std::memcmp(out->RowLogits(j), plain_rows.data() + (pos + j) * vocab,
+                               vocab * sizeof(float)))
+          << "position " << pos + j << ", step " << step;
+    }
+    ASSERT_TRUE(gpu->Rollback(*seq, pos + 1 + kept).ok());
+    pos += 1 + kept;
+  }
+  EXPECT_GE(step, 4);
+}
+
+// CUDA ranks over NCCL (worker/parallel/nccl_communicator.h) in one process, on as many devices
+// as there are (ranks share one where there are fewer: tests/gpu/run.sh sets
+// NCCL_MULTI_RANK_GPU_ENABLE=1): logits bit-identical to one CUDA rank and to the CPU, through
+// chunked prefill and greedy decode. With WALSH_REQUIRE_NCCL=1 (the GPU check) a missing NCCL
+// fails instead of skipping.
+class CudaTensorParallel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CudaTensorParallel, RanksOverNcclGiveTheBitsOfOne) {
+  SKIP_WITHOUT_CUDA();
+  if (auto api = nccl::LoadApi(); !api.ok()) {
+    const char* required = std::getenv("WALSH_REQUIRE_NCCL");
+    if (required != nullptr && std::string(required) == "1") FAIL() << api.status();
+    GTEST_SKIP() << api.status();
+  }
+  const auto& [preset, tp] = GetParam();
+  testing::TempDir dir;
+  auto m = SyntheticModel::Create({.preset = preset, .format = TernaryFormat::kPq2_0, .seed = 5});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string path = dir.File("m.gguf");
+  ASSERT_TRUE((*m)->WritePacked(path).ok());
+  auto cpu = MakeEngine(path, Device::kCpu);
+  auto one = MakeEngine(path, Device::kCuda);
+  auto ranks = MakeEngine(path, Device::kCuda, KvCacheDtype::kFp16, nullptr, tp);
+  ASSERT_TRUE(cpu && one && ranks);
+  std::mt19937 gen(23);
+  std::vector<int32_t> ids(37);
+  for (int32_t& id : ids) id = static_cast<int32_t>(gen() % cpu->model().config().vocab_size);
+  const FedRun want = Feed(*cpu, ids, 16, 8);
+  auto timed = [&](Engine& e, FedRun* run) {
+    (void)Feed(e, ids, 16, 8);  // warm: uploads, NCCL's first collectives
+    const auto start = std::chrono::steady_clock::now();
+    *run = Feed(e, ids, 16, 8);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  FedRun single, got;
+  const double one_s = timed(*one, &single), tp_s = timed(*ranks, &got);
+  // 3 prefill chunks and 8 decode steps; the difference over their layers is what the
+  // collectives cost (with TP's ranks sharing this GPU's bandwidth: not a speed-up).
+  const int64_t layers = cpu->model().config().block_count;
+  std::printf("cuda tp %d (%s): 11 steps in %.3f s, one rank %.3f s; %.1f us more per layer-step\n",
+              tp, preset.c_str(), tp_s, one_s, 1e6 * (tp_s - one_s) / (11.0 * layers));
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  EXPECT_EQ(0, std::memcmp(got.logits.data(), single.logits.data(), got.logits.size() * 4));
+  EXPECT_EQ(0, std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * 4));
+  EXPECT_EQ(got.greedy, want.greedy);
+  EXPECT_FALSE(ranks->broken());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaTensorParallel,
+                         ::testing::Combine(::testing::Values("tiny", "small"),
+                                            ::testing::Values(2, 4)));
 
 // The CUDA step profile (worker/engine/cuda_op_timeline.h): every launch of the steps charged its
 // device time, the products among them (on the small preset both layouts), and the profile
