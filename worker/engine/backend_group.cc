@@ -40,13 +40,17 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model& model,
 #endif
 }
 
-// The visible CUDA devices (0 without CUDA).
-int CudaDeviceCount() {
+// The visible CUDA devices.
+absl::StatusOr<int> CudaDeviceCount() {
 #ifdef WALSH_HAVE_CUDA
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: no CUDA device answers (", cudaGetErrorString(e), ")"));
+  }
+  return n;
 #else
-  return 0;
+  return absl::FailedPreconditionError("--device cuda: this build has no CUDA backend");
 #endif
 }
 
@@ -58,11 +62,21 @@ absl::Status MakeCudaRanks(const Model& model, const EngineOptions& options,
                            std::vector<std::unique_ptr<Backend>>& backends,
                            std::unique_ptr<Communicator>& comm) {
   const int ranks = options.tp;
-  const int devices = std::max(1, CudaDeviceCount());
+  if (options.cuda_device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.cuda_device));
+  }
+  int devices = 1;
+  if (ranks > 1) {
+    ASSIGN_OR_RETURN(devices, CudaDeviceCount());
+    if (options.cuda_device < 0 || options.cuda_device >= devices) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA device ", options.cuda_device, " of the ", devices, " visible"));
+    }
+  }
   std::vector<int> device_of(ranks);
-  std::vector<int> sharing(devices, 0);
+  std::vector<int> sharing(std::max(devices, options.cuda_device + 1), 0);
   for (int r = 0; r < ranks; ++r) {
-    device_of[r] = (options.cuda_device + r) % devices;
+    device_of[r] = ranks > 1 ? (options.cuda_device + r) % devices : options.cuda_device;
     ++sharing[device_of[r]];
   }
   std::vector<NcclCommunicator::Rank> places;

@@ -60,9 +60,11 @@ class BackendGroup {
 
   std::string kernels_;
   int first_rank_ = 0;
-  std::unique_ptr<Communicator> comm_;
+  // Destroyed in reverse: the rank threads, then the communicator (NCCL's use the backends'
+  // streams), then the backends.
   std::vector<std::unique_ptr<Backend>> backends_;
-  std::unique_ptr<RankThreads> threads_;  // CPU ranks when there are several
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<RankThreads> threads_;  // ranks when there are several in this process
 };
 
 // `model` must outlive the group. With a process group's communicator, this process holds its one

@@ -13,7 +13,11 @@ namespace {
 
 // A command's header: what it is and how many bytes follow (a follower learns the length first).
 constexpr uint32_t kMagic = 0x574c5331;  // "WLS1"
-constexpr uint64_t kMaxCommandBytes = uint64_t{1} << 32;
+// The largest a step's command grows (an image step's rows included) is tens of MiB.
+constexpr uint64_t kMaxCommandBytes = uint64_t{1} << 30;
+// Cache sizes a leader may ask for: indices fit int32, a page holds at most 2^20 positions.
+constexpr int64_t kMaxCacheUnits = INT32_MAX;
+constexpr int64_t kMaxPageSize = int64_t{1} << 20;
 
 class Writer {
  public:
@@ -158,8 +162,9 @@ absl::StatusOr<RankCommand> DecodeRankCommand(absl::string_view bytes) {
       RETURN_IF_ERROR(r.Get(&c.page_size));
       RETURN_IF_ERROR(r.Get(&c.slots));
       RETURN_IF_ERROR(r.Get(&dtype));
-      if (dtype > static_cast<uint32_t>(KvCacheDtype::kF32) || c.pages < 0 || c.page_size < 1 ||
-          c.slots < 0) {
+      if (dtype > static_cast<uint32_t>(KvCacheDtype::kF32) || c.pages < 0 ||
+          c.pages > kMaxCacheUnits || c.page_size < 1 || c.page_size > kMaxPageSize ||
+          c.slots < 0 || c.slots > kMaxCacheUnits) {
         return absl::DataLossError("rank command: cache sizes out of range");
       }
       c.kv_dtype = static_cast<KvCacheDtype>(dtype);

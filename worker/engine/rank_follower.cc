@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -39,12 +40,11 @@ RankFollower::RankFollower(std::unique_ptr<Model> model, const EngineOptions& op
 
 absl::Status RankFollower::Serve() {
   for (;;) {
-    ASSIGN_OR_RETURN(const RankCommand command,
-                     ReceiveRankCommand(*group_.communicator(), rank(), kIdleWait));
-    if (command.kind == RankCommand::Kind::kStop) return absl::OkStatus();
-    if (absl::Status s = Carry(command); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("rank ", rank(), ": ", s.message()));
-    }
+    absl::StatusOr<RankCommand> command =
+        ReceiveRankCommand(*group_.communicator(), rank(), kIdleWait);
+    absl::Status s = command.ok() ? Carry(*command) : command.status();
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("rank ", rank(), ": ", s.message()));
+    if (command->kind == RankCommand::Kind::kStop) return absl::OkStatus();
   }
 }
 
@@ -84,6 +84,29 @@ absl::Status RankFollower::CheckTokens(const StepPlan& plan) const {
   for (int32_t p : plan.rope_of_token) {
     if (p < 0) return absl::DataLossError("the leader sent a negative rope position");
   }
+  // As the engine lays a step out: each sequence's tokens together, sequence after sequence,
+  // every sequence in its own slot, and no plane on a slot the step reads.
+  for (size_t t = 0; t < plan.seq_of_token.size(); ++t) {
+    const int32_t s = plan.seq_of_token[t], before = t == 0 ? 0 : plan.seq_of_token[t - 1];
+    if (s != before && s != before + 1) {
+      return absl::DataLossError("the leader sent a step whose sequences' tokens are not in order");
+    }
+  }
+  const size_t sequences = plan.seq_slots.size();
+  if (!plan.seq_of_token.empty() &&
+      static_cast<size_t>(plan.seq_of_token.back()) + 1 != sequences) {
+    return absl::DataLossError("the leader sent a step with a sequence of no tokens");
+  }
+  absl::flat_hash_set<int32_t> live(plan.seq_slots.begin(), plan.seq_slots.end());
+  if (live.size() != sequences) {
+    return absl::DataLossError("the leader sent two sequences in one state slot");
+  }
+  for (int32_t plane : plan.plane_of_token) {
+    if (live.contains(plane)) {
+      return absl::DataLossError(
+          absl::StrCat("the leader sent state plane ", plane, ", a slot the step reads"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -97,6 +120,24 @@ absl::Status RankFollower::Carry(const RankCommand& c) {
       if (pages_ >= 0) return absl::FailedPreconditionError("the caches are allocated already");
       CacheGeometry g = graph_->Geometry(c.pages, c.page_size, c.slots);
       g.kv_dtype = c.kv_dtype;
+      const bool kv_quantized = c.kv_dtype == KvCacheDtype::kQ8 || c.kv_dtype == KvCacheDtype::kQ4;
+      if (kv_quantized && model_->config().key_length % kKvGroup != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the leader asked for ", KvCacheDtypeName(c.kv_dtype),
+                         " KV pages, which this model's "
+                         "head width (",
+                         model_->config().key_length, ") cannot hold"));
+      }
+      // The sizes the backend will multiply out, checked for overflow (and kept under 16 TiB).
+      int64_t kv_bytes = 0, state_bytes = 0;
+      constexpr int64_t kLimit = int64_t{1} << 44;
+      if (__builtin_mul_overflow(g.page_bytes(), g.pages, &kv_bytes) ||
+          __builtin_mul_overflow(g.slot_floats() * int64_t{4}, g.slots, &state_bytes) ||
+          kv_bytes > kLimit || state_bytes > kLimit) {
+        return absl::DataLossError(absl::StrCat("the leader asked for ", c.pages, " pages of ",
+                                                c.page_size, " positions and ", c.slots,
+                                                " state slots: more than any cache holds"));
+      }
       RETURN_IF_ERROR(backend.AllocateCaches(g));
       pages_ = c.pages;
       page_size_ = c.page_size;

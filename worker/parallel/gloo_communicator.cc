@@ -91,9 +91,9 @@ absl::Status GlooCommunicator::AllGatherInPlace(int rank, float* buffer,
 
 absl::Status GlooCommunicator::AllReduceSum(int rank, float* buffer, size_t count,
                                             std::chrono::milliseconds timeout) {
-  gathered_.assign(count * size_, 0.0f);
-  std::copy(buffer, buffer + count, gathered_.begin() + count * rank_);
   const absl::Status s = Guard("all-reduce", rank, [&] {
+    gathered_.assign(count * size_, 0.0f);
+    std::copy(buffer, buffer + count, gathered_.begin() + count * rank_);
     gloo::AllgathervOptions opts(context_);
     opts.setOutput(gathered_.data(), std::vector<size_t>(size_, count));
     opts.setTimeout(timeout);

@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   std::unique_ptr<NcclCommunicator> c(
       new NcclCommunicator(api, std::move(devices), std::move(ranks), version));
   const int n = c->size();
+  // Every device answers before the group starts: a group that inits only some of its ranks
+  // would wait for the others in NCCL's bootstrap.
   for (int r = 0; r < n; ++r) {
+    RETURN_IF_ERROR(c->devices_->Select(c->ranks_[r].device));
     ASSIGN_OR_RETURN(void* scratch, c->devices_->Scratch(c->ranks_[r].device, sizeof(float)));
     c->scratch_.push_back(scratch);
   }
@@ -40,13 +43,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::UnavailableError(absl::StrCat("ncclGetUniqueId failed: ", api.GetErrorString(r)));
   }
   c->comms_.assign(n, nullptr);
-  api.GroupStart();
-  nccl::Result init = nccl::kSuccess;
+  nccl::Result init = api.GroupStart();
   for (int r = 0; r < n && init == nccl::kSuccess; ++r) {
-    if (absl::Status s = c->devices_->Select(c->ranks_[r].device); !s.ok()) {
-      api.GroupEnd();
-      return s;
-    }
+    (void)c->devices_->Select(c->ranks_[r].device);  // answered above
     init = api.CommInitRank(&c->comms_[r], n, id, r);
   }
   const nccl::Result ended = api.GroupEnd();
@@ -65,21 +64,33 @@ NcclCommunicator::NcclCommunicator(const nccl::Api& api, std::unique_ptr<NcclDev
       devices_(std::move(devices)),
       ranks_(std::move(ranks)),
       version_(version),
-      watches_(ranks_.size()) {}
+      state_(ranks_.size()) {}
 
 NcclCommunicator::~NcclCommunicator() {
   bool aborted;
+  std::vector<bool> gone(comms_.size());
   {
     MutexLock l(&mu_);
     stop_ = true;
     aborted = aborted_;
+    for (size_t r = 0; r < comms_.size(); ++r) gone[r] = state_[r].comm_aborted;
     cv_.SignalAll();
   }
   if (watchdog_.joinable()) watchdog_.join();
-  if (aborted) return;  // ncclCommAbort freed them
-  for (nccl::Comm comm : comms_) {
-    if (comm != nullptr) api_.CommDestroy(comm);
+  // No rank is inside NCCL now (the engine's steps are over). An aborted group's communicators
+  // not aborted yet are; a whole group's are destroyed in one NCCL group, since one thread holds
+  // every rank and destroying them one by one could wait on ranks not yet destroyed.
+  if (aborted) {
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      if (comms_[r] != nullptr && !gone[r]) (void)api_.CommAbort(comms_[r]);
+    }
+    return;
   }
+  (void)api_.GroupStart();
+  for (nccl::Comm comm : comms_) {
+    if (comm != nullptr) (void)api_.CommDestroy(comm);
+  }
+  (void)api_.GroupEnd();
 }
 
 bool NcclCommunicator::broken() const {
@@ -91,10 +102,10 @@ void NcclCommunicator::Watchdog() {
   MutexLock l(&mu_);
   while (!stop_) {
     Clock::time_point earliest = Clock::time_point::max();
-    for (const Watch& w : watches_) {
-      if (w.pending && !w.fired) earliest = std::min(earliest, w.deadline);
+    for (const RankState& s : state_) {
+      if (s.pending && !s.fired) earliest = std::min(earliest, s.deadline);
     }
-    if (earliest == Clock::time_point::max()) {
+    if (aborted_ || earliest == Clock::time_point::max()) {
       cv_.Wait(&mu_);
       continue;
     }
@@ -103,78 +114,113 @@ void NcclCommunicator::Watchdog() {
       cv_.WaitWithTimeout(&mu_, absl::FromChrono(earliest - now));
       continue;
     }
-    for (Watch& w : watches_) {
-      if (w.pending && w.deadline <= now) w.fired = true;
+    // A collective passed its deadline: the group is aborted, every pending wait ends.
+    aborted_ = broken_ = true;
+    std::vector<nccl::Comm> abort;
+    for (size_t r = 0; r < state_.size(); ++r) {
+      RankState& s = state_[r];
+      if (s.pending) s.fired = true;
+      if (!s.inside && !s.comm_aborted) {
+        s.comm_aborted = true;
+        abort.push_back(comms_[r]);
+      }
     }
-    if (!aborted_) {
-      aborted_ = broken_ = true;
-      mu_.Unlock();
-      // Ends every rank's kernels, the hung one's included; their waits then return.
-      for (nccl::Comm comm : comms_) api_.CommAbort(comm);
-      mu_.Lock();
-    }
+    mu_.Unlock();
+    // Ends the kernels of every rank outside NCCL, the hung one's included; a rank inside NCCL
+    // aborts its own on leaving (LeaveNccl).
+    for (nccl::Comm comm : abort) api_.CommAbort(comm);
+    mu_.Lock();
+    cv_.SignalAll();
   }
 }
 
-absl::Status NcclCommunicator::Begin(int rank, const char* what) {
+bool NcclCommunicator::EnterNccl(int rank) {
+  MutexLock l(&mu_);
+  if (aborted_) return false;
+  state_[rank].inside = true;
+  return true;
+}
+
+void NcclCommunicator::LeaveNccl(int rank) {
+  bool abort = false;
+  {
+    MutexLock l(&mu_);
+    RankState& s = state_[rank];
+    s.inside = false;
+    if (aborted_ && !s.comm_aborted) abort = s.comm_aborted = true;
+  }
+  if (abort) api_.CommAbort(comms_[rank]);
+}
+
+absl::Status NcclCommunicator::Fail(int rank, const char* what, const std::string& why) {
+  MutexLock l(&mu_);
+  broken_ = true;
+  state_[rank].pending = false;
+  return absl::UnavailableError(
+      absl::StrCat("rank ", rank, " of ", size(), ": NCCL ", what, " failed: ", why));
+}
+
+absl::Status NcclCommunicator::Collective(int rank, const char* what,
+                                          std::chrono::milliseconds timeout,
+                                          const std::function<nccl::Result()>& enqueue) {
   if (rank < 0 || rank >= size()) {
     return absl::InternalError(absl::StrCat(what, " from rank ", rank, " of ", size()));
   }
   {
+    // Armed before enqueuing: an enqueue that blocks (NCCL connects lazily, at a group's first
+    // collective) is under the deadline too.
     MutexLock l(&mu_);
     if (broken_) {
       return absl::UnavailableError(absl::StrCat(
           "rank ", rank, ": the tensor-parallel group is broken by an earlier failure"));
     }
-  }
-  return devices_->Select(ranks_[rank].device);
-}
-
-absl::Status NcclCommunicator::Fail(int rank, const char* what, nccl::Result result) {
-  MutexLock l(&mu_);
-  broken_ = true;
-  return absl::UnavailableError(absl::StrCat("rank ", rank, " of ", size(), ": NCCL ", what,
-                                             " failed: ", api_.GetErrorString(result)));
-}
-
-absl::Status NcclCommunicator::Finish(int rank, const char* what, nccl::Result enqueued,
-                                      std::chrono::milliseconds timeout) {
-  if (enqueued != nccl::kSuccess) return Fail(rank, what, enqueued);
-  {
-    MutexLock l(&mu_);
-    watches_[rank] = {Clock::now() + timeout, true, false};
+    state_[rank].deadline = Clock::now() + timeout;
+    state_[rank].pending = true;
+    state_[rank].fired = false;
     cv_.SignalAll();
   }
-  const absl::Status synced = devices_->Synchronize(ranks_[rank].stream);
-  bool fired;
+  if (absl::Status s = devices_->Select(ranks_[rank].device); !s.ok()) {
+    return Fail(rank, what, std::string(s.message()));
+  }
+  nccl::Result enqueued = nccl::kSuccess;
+  if (EnterNccl(rank)) {
+    enqueued = enqueue();
+    LeaveNccl(rank);
+  }
+  const absl::Status synced =
+      enqueued == nccl::kSuccess ? devices_->Synchronize(ranks_[rank].stream) : absl::OkStatus();
+  bool fired, aborted;
   {
     MutexLock l(&mu_);
-    watches_[rank].pending = false;
-    fired = watches_[rank].fired;
+    state_[rank].pending = false;
+    fired = state_[rank].fired;
+    aborted = aborted_;
   }
-  if (fired) {
-    return absl::DeadlineExceededError(absl::StrCat("rank ", rank, " of ", size(), ": NCCL ", what,
-                                                    " did not complete within ", timeout.count(),
-                                                    " ms; the group's communicators were aborted"));
+  if (fired || aborted) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", rank, " of ", size(), ": NCCL ", what,
+                     fired ? absl::StrCat(" did not complete within ", timeout.count(), " ms")
+                           : std::string(" was cut short"),
+                     "; the group's communicators were aborted at a collective's deadline"));
   }
+  if (enqueued != nccl::kSuccess) return Fail(rank, what, api_.GetErrorString(enqueued));
   nccl::Result async = nccl::kSuccess;
-  api_.CommGetAsyncError(comms_[rank], &async);
-  if (async != nccl::kSuccess && async != nccl::kInProgress) return Fail(rank, what, async);
-  if (!synced.ok()) {
-    MutexLock l(&mu_);
-    broken_ = true;
-    return absl::UnavailableError(
-        absl::StrCat("rank ", rank, " of ", size(), ": NCCL ", what, ": ", synced.message()));
+  if (EnterNccl(rank)) {
+    api_.CommGetAsyncError(comms_[rank], &async);
+    LeaveNccl(rank);
   }
+  if (async != nccl::kSuccess && async != nccl::kInProgress) {
+    return Fail(rank, what, api_.GetErrorString(async));
+  }
+  if (!synced.ok()) return Fail(rank, what, std::string(synced.message()));
   return absl::OkStatus();
 }
 
 absl::Status NcclCommunicator::Barrier(int rank, std::chrono::milliseconds timeout) {
-  RETURN_IF_ERROR(Begin(rank, "barrier"));
-  return Finish(rank, "barrier",
-                api_.AllReduce(scratch_[rank], scratch_[rank], 1, nccl::kFloat32, nccl::kSum,
-                               comms_[rank], ranks_[rank].stream),
-                timeout);
+  return Collective(rank, "barrier", timeout, [&] {
+    return api_.AllReduce(scratch_[rank], scratch_[rank], 1, nccl::kFloat32, nccl::kSum,
+                          comms_[rank], ranks_[rank].stream);
+  });
 }
 
 absl::Status NcclCommunicator::AllGatherInPlace(int rank, float* buffer,
@@ -185,15 +231,16 @@ absl::Status NcclCommunicator::AllGatherInPlace(int rank, float* buffer,
     return absl::InternalError(
         absl::StrCat("all-gather of ", offsets.size(), " parts over ", size(), " ranks"));
   }
-  RETURN_IF_ERROR(Begin(rank, "all-gather"));
   // Each rank's part broadcast from it, in one group: uneven parts, copies only.
-  nccl::Result enqueued = api_.GroupStart();
-  for (int r = 0; r < size() && enqueued == nccl::kSuccess; ++r) {
-    enqueued = api_.Broadcast(buffer + offsets[r], buffer + offsets[r], counts[r], nccl::kFloat32,
-                              r, comms_[rank], ranks_[rank].stream);
-  }
-  const nccl::Result ended = api_.GroupEnd();
-  return Finish(rank, "all-gather", enqueued != nccl::kSuccess ? enqueued : ended, timeout);
+  return Collective(rank, "all-gather", timeout, [&] {
+    nccl::Result enqueued = api_.GroupStart();
+    for (int r = 0; r < size() && enqueued == nccl::kSuccess; ++r) {
+      enqueued = api_.Broadcast(buffer + offsets[r], buffer + offsets[r], counts[r], nccl::kFloat32,
+                                r, comms_[rank], ranks_[rank].stream);
+    }
+    const nccl::Result ended = api_.GroupEnd();
+    return enqueued != nccl::kSuccess ? enqueued : ended;
+  });
 }
 
 absl::Status NcclCommunicator::AllReduceSum(int, float*, size_t, std::chrono::milliseconds) {
@@ -206,11 +253,10 @@ absl::Status NcclCommunicator::Broadcast(int rank, int root, void* buffer, size_
   if (root < 0 || root >= size()) {
     return absl::InternalError(absl::StrCat("broadcast from rank ", root, " of ", size()));
   }
-  RETURN_IF_ERROR(Begin(rank, "broadcast"));
-  return Finish(
-      rank, "broadcast",
-      api_.Broadcast(buffer, buffer, bytes, nccl::kUint8, root, comms_[rank], ranks_[rank].stream),
-      timeout);
+  return Collective(rank, "broadcast", timeout, [&] {
+    return api_.Broadcast(buffer, buffer, bytes, nccl::kUint8, root, comms_[rank],
+                          ranks_[rank].stream);
+  });
 }
 
 }  // namespace walsh

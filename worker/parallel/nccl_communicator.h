@@ -17,7 +17,9 @@
 #define WALSH_WORKER_PARALLEL_NCCL_COMMUNICATOR_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,13 +72,17 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator(const nccl::Api& api, std::unique_ptr<NcclDevices> devices,
                    std::vector<Rank> ranks, nccl::Version version);
-  // Before a collective: the rank's device current, the group whole.
-  absl::Status Begin(int rank, const char* what) ABSL_LOCKS_EXCLUDED(mu_);
-  // After enqueuing it (`enqueued`: NCCL's answer): waits for the rank's stream under the
-  // watchdog's deadline and names what went wrong.
-  absl::Status Finish(int rank, const char* what, nccl::Result enqueued,
-                      std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Fail(int rank, const char* what, nccl::Result result) ABSL_LOCKS_EXCLUDED(mu_);
+  // One collective of `rank`: armed under the watchdog's deadline before anything is enqueued,
+  // `enqueue` inside NCCL (skipped once the group is aborted), then a wait on the rank's stream.
+  absl::Status Collective(int rank, const char* what, std::chrono::milliseconds timeout,
+                          const std::function<nccl::Result()>& enqueue) ABSL_LOCKS_EXCLUDED(mu_);
+  // A rank's thread marks itself inside an NCCL call; false (and no call) once the group is
+  // aborted. On leaving, it aborts its own communicator if the group was aborted meanwhile:
+  // the watchdog aborts only communicators whose rank is outside NCCL, so none is freed under a
+  // call.
+  bool EnterNccl(int rank) ABSL_LOCKS_EXCLUDED(mu_);
+  void LeaveNccl(int rank) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Fail(int rank, const char* what, const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   void Watchdog() ABSL_LOCKS_EXCLUDED(mu_);
 
   const nccl::Api& api_;
@@ -86,13 +92,16 @@ class NcclCommunicator final : public Communicator {
   std::vector<nccl::Comm> comms_;
   std::vector<void*> scratch_;  // a float per rank, for the barrier
 
-  struct Watch {
+  struct RankState {
     std::chrono::steady_clock::time_point deadline;
-    bool pending = false, fired = false;
+    bool pending = false;       // a collective armed and not yet waited out
+    bool fired = false;         // the group was aborted while it was pending
+    bool inside = false;        // the rank's thread is inside an NCCL call
+    bool comm_aborted = false;  // its communicator is aborted (freed by NCCL)
   };
   mutable Mutex mu_;
   CondVar cv_;
-  std::vector<Watch> watches_ ABSL_GUARDED_BY(mu_);
+  std::vector<RankState> state_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -47,13 +47,14 @@ class LeaderStore final : public gloo::rendezvous::Store {
     }
   }
 
-  // Whether every key was set by `deadline`.
+  // Whether every key was set by `deadline` (false at once once the store is closed).
   bool WaitFor(const std::vector<std::string>& keys, Clock::time_point deadline) {
     MutexLock l(&mu_);
     for (;;) {
       bool all = true;
       for (const std::string& k : keys) all = all && values_.contains(k);
       if (all) return true;
+      if (closed_) return false;
       const auto left = deadline - Clock::now();
       if (left <= left.zero()) return false;
       cv_.WaitWithTimeout(&mu_, absl::FromChrono(left));
@@ -99,10 +100,11 @@ class LeaderStore final : public gloo::rendezvous::Store {
     return grpc::Status::OK;
   }
 
-  // OK once every follower joined; otherwise names the ranks missing and any refusal.
+  // OK once every follower joined; otherwise, at the first refusal (a refused rank does not
+  // come back) or the deadline, names the ranks missing and why.
   absl::Status WaitForFollowers(Clock::time_point deadline) {
     MutexLock l(&mu_);
-    while (static_cast<int>(joined_.size()) < leader_.size - 1) {
+    while (static_cast<int>(joined_.size()) < leader_.size - 1 && refusals_.empty()) {
       const auto left = deadline - Clock::now();
       if (left <= left.zero()) break;
       cv_.WaitWithTimeout(&mu_, absl::FromChrono(left));
@@ -112,9 +114,20 @@ class LeaderStore final : public gloo::rendezvous::Store {
     for (int r = 1; r < leader_.size; ++r) {
       if (!joined_.contains(r)) missing.push_back(r);
     }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rank(s) ", absl::StrJoin(missing, ", "), " did not join within ", leader_.timeout.count(),
-        " ms", refusals_.empty() ? "" : absl::StrCat("; ", refusals_.back())));
+    if (!refusals_.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "),
+                                                        " did not join: ", refusals_.front()));
+    }
+    return absl::DeadlineExceededError(absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "),
+                                                    " did not join within ",
+                                                    leader_.timeout.count(), " ms"));
+  }
+
+  // Ends every wait: the handshake is over.
+  void Close() {
+    MutexLock l(&mu_);
+    closed_ = true;
+    cv_.SignalAll();
   }
 
  private:
@@ -124,6 +137,7 @@ class LeaderStore final : public gloo::rendezvous::Store {
   std::map<std::string, std::vector<char>> values_ ABSL_GUARDED_BY(mu_);
   std::set<int> joined_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> refusals_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class RankGroupService final : public v1::RankGroup::Service {
@@ -245,6 +259,7 @@ absl::StatusOr<ProcessGroup> Lead(const RankGroupOptions& o) {
       joined.ok()
           ? Connected(GlooCommunicator::Connect(store, 0, o.size, o.host, o.timeout), 0, o.timeout)
           : absl::StatusOr<ProcessGroup>(joined);
+  store.Close();  // a follower's StoreGet still waiting returns now, so Shutdown does not wait
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return group;
 }

@@ -221,6 +221,28 @@ std::vector<float> Script(Engine& e, testing::SyntheticEngine& m) {
   return all;
 }
 
+// Without prefix caching: a checkpoint, steps after it undone, then the same steps again.
+std::vector<float> CheckpointScript(Engine& e, testing::SyntheticEngine& m) {
+  std::vector<float> all;
+  auto take = [&](const absl::StatusOr<ForwardResult>& out) {
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) all.insert(all.end(), out->logits.begin(), out->logits.end());
+  };
+  const std::vector<int32_t> prompt = m.Tokens(19, 6);
+  auto a = e.AddSequence();
+  EXPECT_TRUE(a.ok());
+  take(e.Forward({{*a, prompt, true}}));
+  EXPECT_TRUE(e.Checkpoint(*a).ok());
+  take(e.Forward({{*a, {3, 4}, true}}));
+  EXPECT_TRUE(e.RestoreCheckpoint(*a).ok());
+  take(e.Forward({{*a, {3, 4}, true}}));
+  EXPECT_TRUE(e.Checkpoint(*a).ok());
+  take(e.Forward({{*a, {5}}}));
+  EXPECT_TRUE(e.DropCheckpoint(*a).ok());
+  EXPECT_TRUE(e.RemoveSequence(*a).ok());
+  return all;
+}
+
 void CheckBitIdentical(int ranks) {
   testing::SyntheticEngine model("tiny");
   const EngineOptions options{.page_size = 8};
@@ -233,6 +255,15 @@ void CheckBitIdentical(int ranks) {
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
   EXPECT_FALSE(group.leader()->broken());
   for (const absl::Status& s : group.Close()) EXPECT_TRUE(s.ok()) << s;
+
+  const EngineOptions uncached{.page_size = 8, .prefix_caching = false};
+  auto plain = model.Make(uncached);
+  const std::vector<float> want_restored = CheckpointScript(*plain, model);
+  LoopbackGroup checkpoints(model, {.page_size = 8, .prefix_caching = false, .tp = ranks});
+  ASSERT_NE(checkpoints.leader(), nullptr);
+  const std::vector<float> restored = CheckpointScript(*checkpoints.leader(), model);
+  ASSERT_EQ(restored.size(), want_restored.size());
+  EXPECT_EQ(0, std::memcmp(restored.data(), want_restored.data(), restored.size() * 4));
 }
 
 TEST(ProcessGroup, TwoRanksGiveTheBitsOfOne) { CheckBitIdentical(2); }
