@@ -18,8 +18,8 @@
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
 #include "worker/engine/image_prompt.h"
-#include "worker/server/draft_backoff.h"
 #include "worker/server/snapshot_policy.h"
+#include "worker/speculative/draft_backoff.h"
 
 namespace walsh {
 

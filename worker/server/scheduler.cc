@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
 #include "worker/server/scheduling_policy.h"
+#include "worker/speculative/verification.h"
 
 namespace walsh {
 namespace {
@@ -343,6 +344,7 @@ void Scheduler::UpdateGauges() {
   }
 }
 
+// plan -> draft -> batch -> reserve -> forward (and verify) -> commit.
 void Scheduler::Step() {
   only_held_ = false;
   DropFinished();
@@ -352,23 +354,40 @@ void Scheduler::Step() {
   SampleDeferred();
   UpdateGauges();
   if (running_.empty()) return;
+  StepWork w = PlanStep();
+  DraftStep(w);
+  BatchStep(w);
+  metrics_->held_requests.Set(static_cast<double>(w.held));
+  if (w.batch.empty()) {
+    only_held_ = w.held + w.awaiting_masks > 0;  // a ready mask wakes the loop too
+    return;
+  }
+  if (!ReserveStep(w)) return;
+  DeliverEvents();  // what DropFinished and Admit decided, before the step's wait
+  mu_.Unlock();
+  RunStep(w);
+  mu_.Lock();
+  if (!w.out.ok()) {
+    for (ActiveRequest* r : w.members) EndWithStatus(*r, StepFailure(w.out.status()), "error");
+    std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
+    return;
+  }
+  CommitStep(w);
+}
 
-  // Build the batch: decode tokens first (with their drafts), then prefill chunks, within the
-  // token budget.
+Scheduler::StepWork Scheduler::PlanStep() {
+  StepWork w;
+  // Decode tokens first (with their drafts), then prefill chunks, within the token budget.
   const bool speculate = options_.speculative_tokens > 0 && options_.drafter != nullptr &&
                          static_cast<int64_t>(running_.size()) <= options_.speculative_max_batch;
   // A speculative step keeps a state plane per draft, from the free state slots (as
   // UpdateGauges just read them).
   int64_t planes_free = engine_stats_.state_slots_total - engine_stats_.state_slots_used;
-  std::vector<BatchCandidate> candidates;
-  std::vector<DraftRequest> asks;
-  std::vector<size_t> asked;  // asks[j] drafts for running_[asked[j]]
-  int64_t held = 0, awaiting_masks = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     ActiveRequest& r = *running_[i];
     if (!r.deferred_logits.empty()) {  // waits for its mask (SampleDeferred)
-      ++awaiting_masks;
-      candidates.push_back({.remaining = 0, .decode = false, .until_snapshot = -1});
+      ++w.awaiting_masks;
+      w.candidates.push_back({.remaining = 0, .decode = false, .until_snapshot = -1});
       continue;
     }
     while (!r.snapshot_points.empty() &&
@@ -378,121 +397,113 @@ void Scheduler::Step() {
     const int64_t remaining = static_cast<int64_t>(r.tokens.size() - r.fed);
     const bool decode = remaining == 1 && !r.generation->output().empty();
     if (decode && !r.sink->HasRoom()) {  // its client has not read: no more output for now
-      ++held;
-      candidates.push_back({.remaining = 0, .decode = false, .until_snapshot = -1});
+      ++w.held;
+      w.candidates.push_back({.remaining = 0, .decode = false, .until_snapshot = -1});
       continue;
     }
     if (const int64_t limit = decode && speculate ? DraftLimit(r, planes_free) : 0; limit > 0) {
-      asks.push_back({.key = r.arrival, .tokens = r.tokens, .max_tokens = limit});
-      asked.push_back(i);
+      w.asks.push_back({.key = r.arrival, .tokens = r.tokens, .max_tokens = limit});
+      w.asked.push_back(i);
       planes_free -= limit;
     }
-    candidates.push_back(
+    w.candidates.push_back(
         {.remaining = remaining,
          .decode = decode,
          .until_snapshot = r.snapshot_points.empty()
                                ? -1
                                : r.snapshot_points.front().position - static_cast<int64_t>(r.fed)});
   }
-  std::vector<std::vector<int32_t>> drafts(running_.size());
-  if (!asks.empty()) {
+  return w;
+}
+
+void Scheduler::DraftStep(StepWork& w) {
+  w.drafts.assign(running_.size(), {});
+  if (!w.asks.empty()) {
     // A draft model runs steps of its own: not under the lock. Only this thread touches the
     // running requests' tokens.
     DeliverEvents();  // what DropFinished and Admit decided goes out first
     mu_.Unlock();
-    std::vector<std::vector<int32_t>> proposed = options_.drafter->Draft(asks);
+    std::vector<std::vector<int32_t>> proposed = options_.drafter->Draft(w.asks);
     mu_.Lock();
     const int64_t vocab = engine_->model().config().vocab_size;
-    for (size_t j = 0; j < asks.size() && j < proposed.size(); ++j) {
-      // A drafter's guess never fails a step: it ends at its first token out of the vocabulary.
-      auto end = std::find_if(proposed[j].begin(), proposed[j].end(),
-                              [&](int32_t t) { return t < 0 || t >= vocab; });
-      proposed[j].erase(end, proposed[j].end());
-      proposed[j].resize(std::min(proposed[j].size(), static_cast<size_t>(asks[j].max_tokens)));
-      drafts[asked[j]] = std::move(proposed[j]);
+    for (size_t j = 0; j < w.asks.size() && j < proposed.size(); ++j) {
+      w.drafts[w.asked[j]] = TrimDraft(std::move(proposed[j]), vocab, w.asks[j].max_tokens);
     }
   }
-  // Every decode's own token comes first; drafts share what the budget leaves after them.
-  int64_t draft_budget = options_.max_batch_tokens;
-  for (const BatchCandidate& c : candidates) draft_budget -= c.decode ? 1 : 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const int64_t n = std::clamp<int64_t>(draft_budget, 0, static_cast<int64_t>(drafts[i].size()));
-    drafts[i].resize(static_cast<size_t>(n));
-    draft_budget -= n;
-    candidates[i].remaining += n;
-  }
-  const std::vector<int64_t> take = PlanBatch(candidates, options_.max_batch_tokens);
-  std::vector<SequenceInput> batch;
-  std::vector<ActiveRequest*> members;
-  std::vector<std::vector<int32_t>> member_drafts;
+  std::vector<bool> decode;
+  for (const BatchCandidate& c : w.candidates) decode.push_back(c.decode);
+  const std::vector<int64_t> kept = ShareDraftBudget(options_.max_batch_tokens, decode, w.drafts);
+  for (size_t i = 0; i < w.candidates.size(); ++i) w.candidates[i].remaining += kept[i];
+}
+
+void Scheduler::BatchStep(StepWork& w) {
+  const std::vector<int64_t> take = PlanBatch(w.candidates, options_.max_batch_tokens);
   for (size_t pass = 0; pass < 2; ++pass) {  // the engine sees decodes first, as planned
     for (size_t i = 0; i < running_.size(); ++i) {
-      if (take[i] == 0 || candidates[i].decode != (pass == 0)) continue;
+      if (take[i] == 0 || w.candidates[i].decode != (pass == 0)) continue;
       ActiveRequest& r = *running_[i];
-      if (candidates[i].decode && !drafts[i].empty()) {
+      if (w.candidates[i].decode && !w.drafts[i].empty()) {
         // The token sampled last, then the drafts the budget leaves room for: verified at once.
-        std::vector<int32_t> d(drafts[i].begin(), drafts[i].begin() + (take[i] - 1));
+        std::vector<int32_t> d(w.drafts[i].begin(), w.drafts[i].begin() + (take[i] - 1));
         std::vector<int32_t> input = {r.tokens[r.fed]};
         input.insert(input.end(), d.begin(), d.end());
-        batch.push_back({*r.sequence, std::move(input), /*all_logits=*/!d.empty(),
-                         /*keep_states=*/!d.empty()});
-        member_drafts.push_back(std::move(d));
+        w.batch.push_back({*r.sequence, std::move(input), /*all_logits=*/!d.empty(),
+                           /*keep_states=*/!d.empty()});
+        w.member_drafts.push_back(std::move(d));
       } else {
-        batch.push_back(
+        w.batch.push_back(
             {*r.sequence,
              std::vector<int32_t>(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + take[i]),
              false});
-        member_drafts.emplace_back();
+        w.member_drafts.emplace_back();
       }
-      if (r.images) AttachImageInputs(*r.images, static_cast<int64_t>(r.fed), batch.back());
-      members.push_back(&r);
+      if (r.images) AttachImageInputs(*r.images, static_cast<int64_t>(r.fed), w.batch.back());
+      w.members.push_back(&r);
     }
   }
-  metrics_->held_requests.Set(static_cast<double>(held));
-  if (batch.empty()) {
-    only_held_ = held + awaiting_masks > 0;  // a ready mask wakes the loop too
-    return;
-  }
+}
+
+bool Scheduler::ReserveStep(StepWork& w) {
   // The step's pages (and a speculative step's state planes) are reserved before it runs, so it
   // cannot run out of them mid-way. When the pool cannot give them, the last to arrive gives way
   // and the next step is planned again; a request running alone that outgrows the whole pool
   // ends.
-  absl::Status reserved = engine_->kv().Reserve(batch);
+  absl::Status reserved = engine_->kv().Reserve(w.batch);
   if (!reserved.ok()) {
     // Drafts are never worth a preemption: the step runs without them if that fits.
     bool drafted = false;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (member_drafts[i].empty()) continue;
-      batch[i] = {batch[i].id, {batch[i].tokens[0]}, false, false};
-      member_drafts[i].clear();
+    for (size_t i = 0; i < w.batch.size(); ++i) {
+      if (w.member_drafts[i].empty()) continue;
+      w.batch[i] = {w.batch[i].id, {w.batch[i].tokens[0]}, false, false};
+      w.member_drafts[i].clear();
       drafted = true;
     }
-    if (drafted) reserved = engine_->kv().Reserve(batch);
+    if (drafted) reserved = engine_->kv().Reserve(w.batch);
   }
-  if (!reserved.ok()) {
-    if (Preempt()) {
-      preempted_this_step_ = true;
-      return;
-    }
-    for (ActiveRequest* r : members) {
-      EndWithStatus(*r,
-                    absl::ResourceExhaustedError(absl::StrCat(
-                        "the request outgrew the KV cache (", engine_->kv().total_pages(),
-                        " pages of ", engine_->page_size(), " tokens): ", reserved.message())),
-                    "error");
-    }
-    std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
-    return;
+  if (reserved.ok()) return true;
+  if (Preempt()) {
+    preempted_this_step_ = true;
+    return false;
   }
+  for (ActiveRequest* r : w.members) {
+    EndWithStatus(*r,
+                  absl::ResourceExhaustedError(absl::StrCat(
+                      "the request outgrew the KV cache (", engine_->kv().total_pages(),
+                      " pages of ", engine_->page_size(), " tokens): ", reserved.message())),
+                  "error");
+  }
+  std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
+  return false;
+}
 
-  DeliverEvents();  // what DropFinished and Admit decided, before the step's wait
-  mu_.Unlock();
+void Scheduler::RunStep(StepWork& w) {
+  const size_t n = w.members.size();
   // Members whose input reaches their last token: this step samples them.
-  std::vector<bool> samples(members.size());
-  for (size_t i = 0; i < members.size(); ++i) {
-    ActiveRequest& r = *members[i];
-    samples[i] = r.fed + batch[i].tokens.size() - member_drafts[i].size() == r.tokens.size();
-    if (samples[i] && options_.mask_prefetcher != nullptr) {
+  w.samples.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    ActiveRequest& r = *w.members[i];
+    w.samples[i] = r.fed + w.batch[i].tokens.size() - w.member_drafts[i].size() == r.tokens.size();
+    if (w.samples[i] && options_.mask_prefetcher != nullptr) {
       r.generation->PrefetchMask(*options_.mask_prefetcher, [waker = mask_waker_] {
         MutexLock l(&waker->mu);
         if (waker->scheduler != nullptr) waker->scheduler->Wake();
@@ -500,98 +511,78 @@ void Scheduler::Step() {
     }
   }
   const auto step_start = Clock::now();
-  absl::StatusOr<ForwardResult> out = engine_->Forward(batch);
-  const double step_seconds = Since(step_start);
-  // Sampling, logprobs, detokenizing and stop rules run outside the lock too: only this thread
-  // touches a running request's generation and the engine (other threads only flag a
-  // cancellation). A speculative member samples row by row while the model's own sample equals
-  // the draft, exactly as plain decoding would sample those positions, then rolls back to what
-  // it kept.
-  std::vector<std::vector<GeneratedToken>> sampled(members.size());
-  std::vector<absl::Status> rolled_back(members.size());
-  std::vector<absl::Status> sampling(members.size());
-  std::vector<bool> deferred(members.size());
-  if (out.ok()) {
-    size_t row = 0;
-    for (size_t i = 0; i < members.size(); ++i) {
-      ActiveRequest& r = *members[i];
-      const size_t rows = batch[i].all_logits ? batch[i].tokens.size() : 1;
-      // A mask still computing holds up its own request, not the step: its logits wait for it.
-      // (A speculative member's later rows need masks after its first token's: it waits.)
-      deferred[i] = samples[i] && member_drafts[i].empty() && !r.generation->MaskReady();
-      if (deferred[i]) {
-        r.deferred_logits.assign(out->RowLogits(row), out->RowLogits(row) + out->vocab);
-      } else if (samples[i]) {
-        for (size_t j = 0; j < rows; ++j) {
-          absl::StatusOr<GeneratedToken> drawn =
-              r.generation->Advance(out->RowLogits(row + j), out->vocab);
-          if (!drawn.ok()) {
-            sampling[i] = drawn.status();
-            break;
-          }
-          sampled[i].push_back(*std::move(drawn));
-          const GeneratedToken& t = sampled[i].back();
-          if (t.finish != FinishReason::kNone || j >= member_drafts[i].size() ||
-              t.id != member_drafts[i][j]) {
-            break;
-          }
-        }
-      }
-      if (batch[i].keep_states) {
-        rolled_back[i] =
-            engine_->Rollback(*r.sequence, static_cast<int64_t>(r.fed + sampled[i].size()));
-      }
-      row += rows;
-    }
-  }
-  if (!out.ok()) {
-    // Their requests end below, under the lock: a mask still computing is not waited for there.
-    for (ActiveRequest* r : members) r->generation->DropPrefetchedMask();
-  }
-  mu_.Lock();
-  if (!out.ok()) {
-    for (ActiveRequest* r : members) {
-      EndWithStatus(*r, StepFailure(out.status()), "error");
-    }
-    std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
+  w.out = engine_->Forward(w.batch);
+  w.seconds = Since(step_start);
+  w.sampled.assign(n, {});
+  w.rolled_back.assign(n, absl::OkStatus());
+  w.sampling.assign(n, absl::OkStatus());
+  w.deferred.assign(n, false);
+  if (!w.out.ok()) {
+    // Their requests end under the lock: a mask still computing is not waited for there.
+    for (ActiveRequest* r : w.members) r->generation->DropPrefetchedMask();
     return;
   }
-  metrics_->step_duration.Observe(step_seconds);
+  // Sampling, logprobs, detokenizing and stop rules run outside the lock too: only this thread
+  // touches a running request's generation and the engine (other threads only flag a
+  // cancellation). A speculative member keeps what verification accepted and rolls back the
+  // rest.
+  size_t row = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ActiveRequest& r = *w.members[i];
+    const size_t rows = w.batch[i].all_logits ? w.batch[i].tokens.size() : 1;
+    // A mask still computing holds up its own request, not the step: its logits wait for it.
+    // (A speculative member's later rows need masks after its first token's: it waits.)
+    w.deferred[i] = w.samples[i] && w.member_drafts[i].empty() && !r.generation->MaskReady();
+    if (w.deferred[i]) {
+      r.deferred_logits.assign(w.out->RowLogits(row), w.out->RowLogits(row) + w.out->vocab);
+    } else if (w.samples[i]) {
+      w.sampling[i] = SampleWhileDraftsHold(*r.generation, w.out->RowLogits(row), w.out->vocab,
+                                            rows, w.member_drafts[i], &w.sampled[i]);
+    }
+    if (w.batch[i].keep_states) {
+      w.rolled_back[i] =
+          engine_->Rollback(*r.sequence, static_cast<int64_t>(r.fed + w.sampled[i].size()));
+    }
+    row += rows;
+  }
+}
+
+void Scheduler::RecordVerified(ActiveRequest& r, const std::vector<int32_t>& drafts,
+                               const std::vector<GeneratedToken>& sampled) {
+  const size_t accepted = AcceptedDrafts(sampled, drafts);
+  metrics_->spec_drafts.Inc();
+  metrics_->spec_draft_tokens.Inc(static_cast<double>(drafts.size()));
+  metrics_->spec_accepted_tokens.Inc(static_cast<double>(accepted));
+  for (size_t j = 0; j < accepted; ++j) {
+    metrics_->spec_accepted_at.counter({std::to_string(j + 1)}).Inc();
+  }
+  RecordVerification(r.draft_backoff, static_cast<int64_t>(drafts.size()),
+                     static_cast<int64_t>(accepted), options_.speculative_min_acceptance);
+}
+
+void Scheduler::CommitStep(StepWork& w) {
+  metrics_->step_duration.Observe(w.seconds);
   int64_t step_tokens = 0;
-  for (const auto& b : batch) step_tokens += static_cast<int64_t>(b.tokens.size());
+  for (const auto& b : w.batch) step_tokens += static_cast<int64_t>(b.tokens.size());
   metrics_->batch_size.Observe(static_cast<double>(step_tokens));
 
   int64_t generated = 0;
-  for (size_t i = 0; i < members.size(); ++i) {
-    ActiveRequest& r = *members[i];
-    if (!sampling[i].ok()) {
-      EndSamplingFailed(r, sampling[i]);
+  for (size_t i = 0; i < w.members.size(); ++i) {
+    ActiveRequest& r = *w.members[i];
+    if (!w.sampling[i].ok()) {
+      EndSamplingFailed(r, w.sampling[i]);
       continue;
     }
-    if (!rolled_back[i].ok()) {
-      EndWithStatus(r, absl::InternalError(rolled_back[i].message()), "error");
+    if (!w.rolled_back[i].ok()) {
+      EndWithStatus(r, absl::InternalError(w.rolled_back[i].message()), "error");
       continue;
     }
-    if (deferred[i]) metrics_->constraint_deferred.Inc();
-    const std::vector<int32_t>& d = member_drafts[i];
-    if (!d.empty()) {
-      // Every sample but the last matched its draft; the last did too when a stop rule ended
-      // the run on it.
-      const size_t last = sampled[i].size() - 1;
-      const bool last_matched = last < d.size() && sampled[i][last].id == d[last];
-      const size_t accepted = last + (last_matched ? 1 : 0);
-      metrics_->spec_drafts.Inc();
-      metrics_->spec_draft_tokens.Inc(static_cast<double>(d.size()));
-      metrics_->spec_accepted_tokens.Inc(static_cast<double>(accepted));
-      for (size_t j = 0; j < accepted; ++j) {
-        metrics_->spec_accepted_at.counter({std::to_string(j + 1)}).Inc();
-      }
-      RecordVerification(r.draft_backoff, static_cast<int64_t>(d.size()),
-                         static_cast<int64_t>(accepted), options_.speculative_min_acceptance);
-    }
+    if (w.deferred[i]) metrics_->constraint_deferred.Inc();
+    const std::vector<int32_t>& d = w.member_drafts[i];
+    if (!d.empty()) RecordVerified(r, d, w.sampled[i]);
     // A speculative member kept the sampled token and the accepted drafts: one per token it
     // sampled. A plain one fed its whole input.
-    const size_t fed_now = d.empty() ? batch[i].tokens.size() : sampled[i].size();
+    const size_t fed_now = d.empty() ? w.batch[i].tokens.size() : w.sampled[i].size();
     if (r.fed < r.prompt.size()) {
       metrics_->prompt_tokens.Inc(
           static_cast<double>(std::min(r.fed + fed_now, r.prompt.size()) - r.fed));
@@ -611,7 +602,7 @@ void Scheduler::Step() {
       outbox_.push_back([sink = r.sink, started] { sink->Started(started); });
       r.started_sent = true;
     }
-    generated += Emit(r, sampled[i]);
+    generated += Emit(r, w.sampled[i]);
   }
   metrics_->generation_tokens.Inc(static_cast<double>(generated));
   token_times_.emplace_back(Clock::now(), generated);

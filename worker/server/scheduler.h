@@ -27,10 +27,11 @@
 #include "absl/status/status.h"
 #include "common/mutex.h"
 #include "constraint/mask_prefetcher.h"
-#include "worker/engine/drafter.h"
 #include "worker/engine/engine.h"
 #include "worker/server/active_request.h"
+#include "worker/server/scheduling_policy.h"
 #include "worker/server/worker_metrics.h"
+#include "worker/speculative/drafter.h"
 
 namespace walsh {
 
@@ -86,7 +87,41 @@ class Scheduler {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // The status a request ends with when its step (or its admission) failed.
   absl::Status StepFailure(const absl::Status& s) const;
+  // One step's work from planning to commit (Step, below).
+  struct StepWork {
+    std::vector<BatchCandidate> candidates;    // per running request
+    std::vector<DraftRequest> asks;            // what the drafter is asked
+    std::vector<size_t> asked;                 // asks[j] drafts for running_[asked[j]]
+    std::vector<std::vector<int32_t>> drafts;  // per running request, cut to the budget
+    int64_t held = 0, awaiting_masks = 0;
+    std::vector<SequenceInput> batch;  // the engine's step, and whose each entry is
+    std::vector<ActiveRequest*> members;
+    std::vector<std::vector<int32_t>> member_drafts;
+    // From the forward pass on, per member:
+    absl::StatusOr<ForwardResult> out;
+    double seconds = 0;
+    std::vector<bool> samples, deferred;
+    std::vector<std::vector<GeneratedToken>> sampled;
+    std::vector<absl::Status> sampling, rolled_back;
+  };
+  // plan -> draft -> batch -> reserve -> forward (and verify) -> commit.
   void Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each running request's candidacy for the step, and the drafts to ask for.
+  StepWork PlanStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the drafter (with mu_ released) and shares the budget between the drafts.
+  void DraftStep(StepWork& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The engine's batch: decodes (and their drafts) first, then prefill chunks.
+  void BatchStep(StepWork& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step's pages and planes, dropping drafts, then preempting, when they cannot be had;
+  // false when the step does not run.
+  bool ReserveStep(StepWork& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The forward pass, sampling and verification, with mu_ released.
+  void RunStep(StepWork& w) ABSL_LOCKS_EXCLUDED(mu_);
+  // What the step fed, sampled and verified: counted, streamed, snapshotted.
+  void CommitStep(StepWork& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordVerified(ActiveRequest& r, const std::vector<int32_t>& drafts,
+                      const std::vector<GeneratedToken>& sampled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Preempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

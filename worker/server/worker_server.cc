@@ -17,11 +17,11 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "openai/http_metrics.h"
 #include "openai/openai_server.h"
-#include "worker/engine/ngram_drafter.h"
 #include "worker/model/tokenizer_trie.h"
-#include "worker/server/drafter_setup.h"
 #include "worker/server/model_info.h"
 #include "worker/server/services.h"
+#include "worker/speculative/drafter_setup.h"
+#include "worker/speculative/ngram_drafter.h"
 #include "worker/vision/prompt_images.h"
 #include "worker/vision/vision_model.h"
 

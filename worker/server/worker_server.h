@@ -19,9 +19,9 @@
 #include "constraint/mask_budget.h"
 #include "openai/http_flags.h"
 #include "worker/engine/engine_options.h"
-#include "worker/engine/ngram_drafter.h"
 #include "worker/server/rank_group.h"
 #include "worker/server/scheduler.h"
+#include "worker/speculative/ngram_drafter.h"
 
 namespace walsh {
 

@@ -4,9 +4,9 @@
 #include "common/status_macros.h"
 #include "common/weights_memory.h"
 #include "worker/engine/engine_options.h"
-#include "worker/engine/ngram_drafter.h"
-#include "worker/server/drafter_setup.h"
 #include "worker/server/worker_server.h"
+#include "worker/speculative/drafter_setup.h"
+#include "worker/speculative/ngram_drafter.h"
 
 namespace walsh {
 

@@ -24,8 +24,8 @@
 #include "tests/util/eventually.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
-#include "worker/engine/draft_model_drafter.h"
-#include "worker/engine/ngram_drafter.h"
+#include "worker/speculative/draft_model_drafter.h"
+#include "worker/speculative/ngram_drafter.h"
 
 namespace walsh {
 namespace {

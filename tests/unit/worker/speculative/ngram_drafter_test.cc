@@ -1,5 +1,5 @@
 // Prompt-lookup drafting (ngram_drafter.h): what is drafted, from where, and what is refused.
-#include "worker/engine/ngram_drafter.h"
+#include "worker/speculative/ngram_drafter.h"
 
 #include "gtest/gtest.h"
 

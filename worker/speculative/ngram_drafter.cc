@@ -1,4 +1,4 @@
-#include "worker/engine/ngram_drafter.h"
+#include "worker/speculative/ngram_drafter.h"
 
 #include <algorithm>
 

@@ -2,8 +2,8 @@
 // drafter only guesses: the scheduler keeps a drafted token only when the target model's own
 // sample at that position equals it, so no drafter can change an output, only how many steps it
 // takes. Called from the scheduler's thread alone.
-#ifndef WALSH_WORKER_ENGINE_DRAFTER_H_
-#define WALSH_WORKER_ENGINE_DRAFTER_H_
+#ifndef WALSH_WORKER_SPECULATIVE_DRAFTER_H_
+#define WALSH_WORKER_SPECULATIVE_DRAFTER_H_
 
 #include <cstdint>
 #include <vector>
@@ -33,4 +33,4 @@ class Drafter {
 
 }  // namespace walsh
 
-#endif  // WALSH_WORKER_ENGINE_DRAFTER_H_
+#endif  // WALSH_WORKER_SPECULATIVE_DRAFTER_H_

@@ -2,7 +2,7 @@
 // steps after it had never run (bit for bit), and a drafter whose draft model is the target
 // itself drafts the target's own greedy tokens at every step, whatever the target accepted
 // before. A draft model whose vocabulary differs is refused, naming the difference.
-#include "worker/engine/draft_model_drafter.h"
+#include "worker/speculative/draft_model_drafter.h"
 
 #include <cstring>
 

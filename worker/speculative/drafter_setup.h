@@ -1,16 +1,16 @@
 // The drafter a --speculative value names (docs/speculative_decoding.md): none for "off", prompt
 // lookup for "ngram", a draft model for "draft:FILE".
-#ifndef WALSH_WORKER_SERVER_DRAFTER_SETUP_H_
-#define WALSH_WORKER_SERVER_DRAFTER_SETUP_H_
+#ifndef WALSH_WORKER_SPECULATIVE_DRAFTER_SETUP_H_
+#define WALSH_WORKER_SPECULATIVE_DRAFTER_SETUP_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/drafter.h"
 #include "worker/engine/engine.h"
-#include "worker/engine/ngram_drafter.h"
+#include "worker/speculative/drafter.h"
+#include "worker/speculative/ngram_drafter.h"
 
 namespace walsh {
 
@@ -33,4 +33,4 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterSetup& setup,
 
 }  // namespace walsh
 
-#endif  // WALSH_WORKER_SERVER_DRAFTER_SETUP_H_
+#endif  // WALSH_WORKER_SPECULATIVE_DRAFTER_SETUP_H_

@@ -6,8 +6,8 @@
 // it drafts again from the minimum rate; a rate back above halfway between the minimum and 1
 // ends the run of pauses. Pure bookkeeping: it never changes an output, only how many steps it
 // takes.
-#ifndef WALSH_WORKER_SERVER_DRAFT_BACKOFF_H_
-#define WALSH_WORKER_SERVER_DRAFT_BACKOFF_H_
+#ifndef WALSH_WORKER_SPECULATIVE_DRAFT_BACKOFF_H_
+#define WALSH_WORKER_SPECULATIVE_DRAFT_BACKOFF_H_
 
 #include <cstdint>
 
@@ -29,4 +29,4 @@ void RecordVerification(DraftBackoff& backoff, int64_t drafted, int64_t accepted
 
 }  // namespace walsh
 
-#endif  // WALSH_WORKER_SERVER_DRAFT_BACKOFF_H_
+#endif  // WALSH_WORKER_SPECULATIVE_DRAFT_BACKOFF_H_

@@ -1,11 +1,11 @@
-#include "worker/server/drafter_setup.h"
+#include "worker/speculative/drafter_setup.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
-#include "worker/engine/draft_model_drafter.h"
 #include "worker/model/model_file.h"
+#include "worker/speculative/draft_model_drafter.h"
 
 namespace walsh {
 

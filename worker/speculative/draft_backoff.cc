@@ -1,4 +1,4 @@
-#include "worker/server/draft_backoff.h"
+#include "worker/speculative/draft_backoff.h"
 
 #include <algorithm>
 

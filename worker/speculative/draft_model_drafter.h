@@ -7,8 +7,8 @@
 // token per step, all requests batched again. Before its second draft token a sequence takes a
 // checkpoint (Engine::Checkpoint), so the drafts the target rejects are undone at the next step
 // by restoring it, with no replay. A request the draft engine has no room for drafts nothing.
-#ifndef WALSH_WORKER_ENGINE_DRAFT_MODEL_DRAFTER_H_
-#define WALSH_WORKER_ENGINE_DRAFT_MODEL_DRAFTER_H_
+#ifndef WALSH_WORKER_SPECULATIVE_DRAFT_MODEL_DRAFTER_H_
+#define WALSH_WORKER_SPECULATIVE_DRAFT_MODEL_DRAFTER_H_
 
 #include <cstdint>
 #include <memory>
@@ -16,8 +16,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/drafter.h"
 #include "worker/engine/engine.h"
+#include "worker/speculative/drafter.h"
 
 namespace walsh {
 
@@ -73,4 +73,4 @@ class DraftModelDrafter final : public Drafter {
 
 }  // namespace walsh
 
-#endif  // WALSH_WORKER_ENGINE_DRAFT_MODEL_DRAFTER_H_
+#endif  // WALSH_WORKER_SPECULATIVE_DRAFT_MODEL_DRAFTER_H_

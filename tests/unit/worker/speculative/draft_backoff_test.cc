@@ -1,6 +1,6 @@
 // A request's drafting back-off (draft_backoff.h): rejected drafts pause it for 4, 8, ... 64
 // decode steps; accepted ones keep it drafting, and a recovered rate ends the run of pauses.
-#include "worker/server/draft_backoff.h"
+#include "worker/speculative/draft_backoff.h"
 
 #include "gtest/gtest.h"
 

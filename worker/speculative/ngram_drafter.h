@@ -4,15 +4,15 @@
 // its input (code edits, quotes, summaries) drafts well; anything else drafts nothing, and the
 // step is a plain decode step. Pure: the verification that keeps the output exact is the
 // engine's (Engine::Rollback).
-#ifndef WALSH_WORKER_ENGINE_NGRAM_DRAFTER_H_
-#define WALSH_WORKER_ENGINE_NGRAM_DRAFTER_H_
+#ifndef WALSH_WORKER_SPECULATIVE_NGRAM_DRAFTER_H_
+#define WALSH_WORKER_SPECULATIVE_NGRAM_DRAFTER_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "worker/engine/drafter.h"
+#include "worker/speculative/drafter.h"
 
 namespace walsh {
 
@@ -42,4 +42,4 @@ class NgramDrafter final : public Drafter {
 
 }  // namespace walsh
 
-#endif  // WALSH_WORKER_ENGINE_NGRAM_DRAFTER_H_
+#endif  // WALSH_WORKER_SPECULATIVE_NGRAM_DRAFTER_H_
