@@ -24,20 +24,10 @@ using testing::ChildProcess;
 using testing::GatewayProcess;
 using testing::RunGenerate;
 using testing::StreamResult;
+using testing::TextRequest;
 using testing::WorkerProcess;
 
 using testing::kMemoryIsMeaningful;
-
-v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, float temperature,
-                            uint64_t seed) {
-  v1::GenerateRequest r;
-  r.set_text(text);
-  r.mutable_stopping()->set_max_tokens(max_tokens);
-  r.mutable_stopping()->set_ignore_eos(true);
-  r.mutable_sampling()->set_temperature(temperature);
-  r.mutable_sampling()->set_seed(seed);
-  return r;
-}
 
 // A Generate through the gateway that also reports which worker served it.
 struct Routed {
@@ -86,7 +76,8 @@ TEST(Gateway, SixtyFourStreamsEqualDirectAndSpread) {
   std::vector<v1::GenerateRequest> reqs;
   std::vector<StreamResult> expected;
   for (int i = 0; i < 64; ++i) {
-    reqs.push_back(Request("stream " + std::to_string(i % 16), 12, i % 2 ? 0.0f : 0.9f, 100 + i));
+    reqs.push_back(
+        TextRequest("stream " + std::to_string(i % 16), 12, i % 2 ? 0.0f : 0.9f, 100 + i));
     expected.push_back(RunGenerate(*direct, reqs.back()));
   }
   auto stub = gw.Stub();
@@ -117,7 +108,7 @@ TEST(Gateway, PrefixAffinityKeepsAPrefixOnOneWorker) {
     std::set<std::string> seen;
     for (int i = 0; i < 8; ++i) {
       const Routed r =
-          RunRouted(*stub, Request(prefix + "question " + std::to_string(i % 2), 4, 0, 1));
+          RunRouted(*stub, TextRequest(prefix + "question " + std::to_string(i % 2), 4, 0, 1));
       ASSERT_TRUE(r.result.status.ok());
       seen.insert(r.worker);
     }
@@ -129,7 +120,7 @@ TEST(Gateway, PrefixAffinityKeepsAPrefixOnOneWorker) {
   auto sstub = sgw.Stub();
   std::set<std::string> seen;
   for (int i = 0; i < 8; ++i) {
-    seen.insert(RunRouted(*sstub, Request("different prompt " + std::to_string(i), 4, 0, 1),
+    seen.insert(RunRouted(*sstub, TextRequest("different prompt " + std::to_string(i), 4, 0, 1),
                           {{"x-walsh-session", "user-42"}})
                     .worker);
   }
@@ -181,7 +172,7 @@ TEST(Gateway, KillingAWorkerMidStreamLosesNoToken) {
   std::mt19937 gen(11);
   for (int round = 0; round < 20; ++round) {
     const v1::GenerateRequest req =
-        Request("migrate " + std::to_string(round), 60, round % 2 ? 0.0f : 0.8f, 900 + round);
+        TextRequest("migrate " + std::to_string(round), 60, round % 2 ? 0.0f : 0.8f, 900 + round);
     // The reference: the same request straight to a live worker, no failure.
     size_t live = 0;
     const StreamResult expected = RunGenerate(*pool.workers[live]->Generator(), req);
@@ -263,7 +254,7 @@ TEST(Gateway, DoomedPromptsDoNotFlapHealth) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 16; ++i) {
     threads.emplace_back([&, i] {
-      v1::GenerateRequest r = Request("", 4, 0.0f, 1);
+      v1::GenerateRequest r = TextRequest("", 4, 0.0f, 1);
       r.set_text(i % 2 ? lorem : letters);
       doomed[i] = RunGenerate(*stub, r).status;
     });
@@ -271,7 +262,7 @@ TEST(Gateway, DoomedPromptsDoNotFlapHealth) {
   for (int i = 0; i < 40; ++i) {
     threads.emplace_back([&, i] {
       std::this_thread::sleep_for(std::chrono::milliseconds(25 * i));
-      small[i] = RunRouted(*stub, Request("small " + std::to_string(i), 4, 0.0f, 1));
+      small[i] = RunRouted(*stub, TextRequest("small " + std::to_string(i), 4, 0.0f, 1));
     });
   }
   for (auto& t : threads) t.join();
@@ -313,22 +304,22 @@ TEST(Gateway, DiscoveryHealthAndFingerprints) {
   GatewayProcess gw({a.target(), late});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
-  EXPECT_EQ(RunRouted(*stub, Request("one", 3, 0, 1)).worker, a.target());
+  EXPECT_EQ(RunRouted(*stub, TextRequest("one", 3, 0, 1)).worker, a.target());
   // A worker that starts after the gateway is picked up.
   WorkerProcess b({"--listen", late, "--drain-grace-seconds", "10"});
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(gw.WaitForWorkers(2));
   std::set<std::string> seen;
   for (int i = 0; i < 20; ++i)
-    seen.insert(RunRouted(*stub, Request("spread " + std::to_string(i), 2, 0, 1)).worker);
+    seen.insert(RunRouted(*stub, TextRequest("spread " + std::to_string(i), 2, 0, 1)).worker);
   EXPECT_EQ(seen.size(), 2u);
   // A worker that goes NOT_SERVING (draining, with a stream still open on it) leaves routing.
-  std::thread hold([&] { (void)RunGenerate(*b.Generator(), Request("long", 3000, 0, 1)); });
+  std::thread hold([&] { (void)RunGenerate(*b.Generator(), TextRequest("long", 3000, 0, 1)); });
   EXPECT_TRUE(testing::WaitForRunning(*b.Worker(), 1));
   b.process().Signal(SIGTERM);
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_worker_healthy{worker=\"" + late + "\"}", 0));
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(RunRouted(*stub, Request("after drain " + std::to_string(i), 2, 0, 1)).worker,
+    EXPECT_EQ(RunRouted(*stub, TextRequest("after drain " + std::to_string(i), 2, 0, 1)).worker,
               a.target());
   }
   b.process().Signal(SIGKILL);
@@ -349,13 +340,13 @@ TEST(Gateway, DiscoveryHealthAndFingerprints) {
           .has_value());
   auto stub2 = gw2.Stub();
   for (int i = 0; i < 10; ++i) {
-    const Routed r = RunRouted(*stub2, Request("mixed " + std::to_string(i), 2, 0, 1));
+    const Routed r = RunRouted(*stub2, TextRequest("mixed " + std::to_string(i), 2, 0, 1));
     EXPECT_TRUE(r.worker == a.target() || r.worker == c.target());
   }
   // Exactly one of the two serves (the first one the pool saw defines the model).
   std::set<std::string> served;
   for (int i = 0; i < 10; ++i)
-    served.insert(RunRouted(*stub2, Request("m" + std::to_string(i), 2, 0, 1)).worker);
+    served.insert(RunRouted(*stub2, TextRequest("m" + std::to_string(i), 2, 0, 1)).worker);
   EXPECT_EQ(served.size(), 1u);
 }
 
@@ -365,10 +356,10 @@ TEST(Gateway, ClientErrorsNeverOpenABreakerAndCancelPropagates) {
   ASSERT_TRUE(gw.WaitForWorkers(3));
   auto stub = gw.Stub();
   const std::map<std::string, std::string> auth = {{"authorization", "Bearer sekret"}};
-  EXPECT_EQ(RunRouted(*stub, Request("no key", 2, 0, 1)).result.status.error_code(),
+  EXPECT_EQ(RunRouted(*stub, TextRequest("no key", 2, 0, 1)).result.status.error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   for (int i = 0; i < 12; ++i) {
-    v1::GenerateRequest bad = Request("x", 2, 0, 1);
+    v1::GenerateRequest bad = TextRequest("x", 2, 0, 1);
     bad.mutable_sampling()->set_top_p(5);
     const Routed r = RunRouted(*stub, bad, auth);
     EXPECT_EQ(r.result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -389,7 +380,7 @@ TEST(Gateway, ClientErrorsNeverOpenABreakerAndCancelPropagates) {
     threads.emplace_back([&, i] {
       grpc::ClientContext ctx;
       ctx.AddMetadata("authorization", "Bearer sekret");
-      auto reader = stub->Generate(&ctx, Request("cancel " + std::to_string(i), 1000, 0, 1));
+      auto reader = stub->Generate(&ctx, TextRequest("cancel " + std::to_string(i), 1000, 0, 1));
       v1::GenerateResponse resp;
       int n = 0;
       while (reader->Read(&resp) && n < 3 + i) n += resp.tokens().tokens_size();
@@ -445,14 +436,15 @@ TEST(Gateway, DnsDiscoveryAndDrain) {
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(j["grpc_port"].get<int>()),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Generator::NewStub(channel);
-  const Routed r = RunRouted(*stub, Request("via dns", 4, 0, 1));
+  const Routed r = RunRouted(*stub, TextRequest("via dns", 4, 0, 1));
   ASSERT_TRUE(r.result.status.ok()) << r.result.status.error_message();
   EXPECT_EQ(r.worker, "127.0.0.1:" + port);
   // SIGTERM: NOT_SERVING, in-flight streams finish, exit 0.
   std::vector<Routed> results(3);
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i)
-    threads.emplace_back([&, i] { results[i] = RunRouted(*stub, Request("drain", 300, 0, 1)); });
+    threads.emplace_back(
+        [&, i] { results[i] = RunRouted(*stub, TextRequest("drain", 300, 0, 1)); });
   // All three admitted by the gateway (not one of them still on its way) before the signal.
   const int metrics_port = j["metrics_port"].get<int>();
   const bool all_in = testing::Eventually(
@@ -550,7 +542,7 @@ void ExpectPlaintextProbeOnly(const std::string& probe) {
         << probe << " '" << service << "'";
   }
   const StreamResult generate =
-      RunGenerate(*v1::Generator::NewStub(channel), Request("not here", 2, 0.0f, 1));
+      RunGenerate(*v1::Generator::NewStub(channel), TextRequest("not here", 2, 0.0f, 1));
   EXPECT_EQ(generate.status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
@@ -567,7 +559,7 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
   ASSERT_TRUE(w.ok()) << w.process().stderr_text();
   ExpectPlaintextProbeOnly(worker_probe);
   const std::string target = "127.0.0.1:" + std::to_string(w.grpc_port());
-  v1::GenerateRequest req = Request("secure", 4, 0.0f, 3);
+  v1::GenerateRequest req = TextRequest("secure", 4, 0.0f, 3);
 
   // Plaintext, and TLS without a client certificate: refused by the worker.
   auto plain =
@@ -722,7 +714,7 @@ TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
                       const std::string& scheme = "Bearer ") {
     grpc::ClientContext ctx;
     ctx.AddMetadata("authorization", scheme + key);
-    auto reader = stub->Generate(&ctx, Request("limits", tokens, 0.0f, 1));
+    auto reader = stub->Generate(&ctx, TextRequest("limits", tokens, 0.0f, 1));
     v1::GenerateResponse r;
     while (reader->Read(&r)) {
     }
@@ -771,12 +763,12 @@ TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
   GatewayProcess gw({w.target()}, {"--max-inflight", "1", "--max-queue", "1"});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
-  std::thread hold([&] { (void)RunGenerate(*stub, Request("hold the slot", 1500, 0.0f, 1)); });
+  std::thread hold([&] { (void)RunGenerate(*stub, TextRequest("hold the slot", 1500, 0.0f, 1)); });
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", 1));
   {  // queued behind it, then cancelled by its deadline
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-    auto reader = stub->Generate(&ctx, Request("queued", 4, 0.0f, 2));
+    auto reader = stub->Generate(&ctx, TextRequest("queued", 4, 0.0f, 2));
     v1::GenerateResponse r;
     while (reader->Read(&r)) {
     }
@@ -784,7 +776,7 @@ TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
   }
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_queue_depth", 0));
   // The queue has room again while the first stream still runs.
-  const StreamResult next = RunGenerate(*stub, Request("next", 2, 0.0f, 3));
+  const StreamResult next = RunGenerate(*stub, TextRequest("next", 2, 0.0f, 3));
   EXPECT_NE(next.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << next.status.error_message();
   EXPECT_TRUE(next.status.ok()) << next.status.error_message();
@@ -797,7 +789,7 @@ TEST(WorkerSecurity, ResumeWithoutPromptIdsIsRefused) {
   ASSERT_TRUE(w.ok());
   grpc::ClientContext ctx;
   v1::ResumeRequest q;
-  *q.mutable_request() = Request("resume me", 4, 0.0f, 1);
+  *q.mutable_request() = TextRequest("resume me", 4, 0.0f, 1);
   auto reader = w.Worker()->Resume(&ctx, q);
   v1::GenerateResponse r;
   while (reader->Read(&r)) {
@@ -819,7 +811,7 @@ TEST(GatewayAdmission, AClientThatStopsReadingHoldsItsWorkerThenIsCancelled) {
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = testing::NonReadingStub(gw.target());
   grpc::ClientContext ctx;
-  v1::GenerateRequest req = Request("never read", 3000, 0.0f, 1);
+  v1::GenerateRequest req = TextRequest("never read", 3000, 0.0f, 1);
   req.set_logprobs(20);
   req.mutable_stopping()->set_ignore_eos(true);
   auto reader = stub->Generate(&ctx, req);
@@ -868,7 +860,7 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   // 200 tokens with 20 logprobs, about 45 KB a stream: more than the clients' 16 KiB windows.
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 200; ++i) {
-    requests.push_back(Request("unread " + std::to_string(i), 200, 0.8f, 100 + i));
+    requests.push_back(TextRequest("unread " + std::to_string(i), 200, 0.8f, 100 + i));
     requests.back().set_logprobs(20);
   }
   // The warm-up serves only the memory bound, which sanitizers make meaningless.
@@ -939,7 +931,7 @@ TEST(GatewayAdmission, NewStreamsAreRefusedPastTheBufferedTotal) {
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>>> readers;
   for (int i = 0; i < 2; ++i) {
-    v1::GenerateRequest req = Request("hold " + std::to_string(i), 3000, 0.0f, 1);
+    v1::GenerateRequest req = TextRequest("hold " + std::to_string(i), 3000, 0.0f, 1);
     req.set_logprobs(20);
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     readers.push_back(stub->Generate(contexts.back().get(), req));
@@ -949,7 +941,7 @@ TEST(GatewayAdmission, NewStreamsAreRefusedPastTheBufferedTotal) {
   for (int i = 0; i < 300 && refused.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    refused = RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1));
+    refused = RunGenerate(*gw.Stub(), TextRequest("one more", 4, 0.0f, 1));
   }
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
@@ -963,7 +955,7 @@ TEST(GatewayAdmission, NewStreamsAreRefusedPastTheBufferedTotal) {
     EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
-  EXPECT_TRUE(RunGenerate(*gw.Stub(), Request("one more", 4, 0.0f, 1)).status.ok());
+  EXPECT_TRUE(RunGenerate(*gw.Stub(), TextRequest("one more", 4, 0.0f, 1)).status.ok());
 }
 
 // A string field that is not UTF-8 (the C++ client serializes it anyway) gets INVALID_ARGUMENT
@@ -986,7 +978,7 @@ TEST(Gateway, AWorkerRestartedWithAnotherModelIsRefused) {
   GatewayProcess gw({address});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
-  EXPECT_TRUE(RunRouted(*stub, Request("before", 2, 0, 1)).result.status.ok());
+  EXPECT_TRUE(RunRouted(*stub, TextRequest("before", 2, 0, 1)).result.status.ok());
   first->process().Signal(SIGKILL);
   first.reset();
   testing::TempDir dir;
@@ -1001,7 +993,7 @@ TEST(Gateway, AWorkerRestartedWithAnotherModelIsRefused) {
                       },
                       std::chrono::seconds(10))
                   .has_value());
-  const Routed after = RunRouted(*stub, Request("after", 2, 0, 1));
+  const Routed after = RunRouted(*stub, TextRequest("after", 2, 0, 1));
   EXPECT_EQ(after.result.status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << "served by " << after.worker;
 }

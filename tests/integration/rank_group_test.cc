@@ -20,6 +20,7 @@ namespace walsh {
 namespace {
 
 using testing::ChildProcess;
+using testing::TextRequest;
 using testing::WorkerProcess;
 
 std::vector<std::string> GroupFlags(int rank, int size, int port) {
@@ -66,18 +67,6 @@ struct Group {
   std::vector<std::unique_ptr<Follower>> followers;
 };
 
-v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens, float temperature,
-                            uint64_t seed) {
-  v1::GenerateRequest r;
-  r.set_text(text);
-  r.mutable_stopping()->set_max_tokens(max_tokens);
-  r.mutable_stopping()->set_ignore_eos(true);
-  r.mutable_sampling()->set_temperature(temperature);
-  r.mutable_sampling()->set_seed(seed);
-  r.set_logprobs(5);
-  return r;
-}
-
 // Every token's id, log-probability and top-5 (id and log-probability), in order.
 struct Scored {
   grpc::Status status;
@@ -114,7 +103,7 @@ TEST(RankGroup, TwoProcessesServeTheBitsOfOne) {
   ASSERT_TRUE(one.ok());
   for (const auto& [text, temperature] : std::vector<std::pair<std::string, float>>{
            {"the group of two", 0.0f}, {"sampled, with a seed", 0.9f}}) {
-    const v1::GenerateRequest req = Request(text, 48, temperature, 17);
+    const v1::GenerateRequest req = TextRequest(text, 48, temperature, 17, 5);
     const Scored want = RunScored(*one.Generator(), req);
     const Scored got = RunScored(*group.leader->Generator(), req);
     ASSERT_TRUE(want.status.ok()) << want.status.error_message();
@@ -137,7 +126,7 @@ TEST(RankGroup, AFollowerThatDiesEndsStreamsUnavailableAndStopsTheLeaderServing)
   ASSERT_TRUE(group.leader->ok()) << group.leader->process().stderr_text();
   auto stub = group.leader->Generator();
   grpc::ClientContext ctx;
-  auto reader = stub->Generate(&ctx, Request("a long one", 4000, 0.0f, 1));
+  auto reader = stub->Generate(&ctx, TextRequest("a long one", 4000, 0.0f, 1, 5));
   v1::GenerateResponse resp;
   int tokens = 0;
   while (tokens < 5 && reader->Read(&resp)) tokens += resp.tokens().tokens_size();
@@ -159,7 +148,7 @@ TEST(RankGroup, AFollowerThatDiesEndsStreamsUnavailableAndStopsTheLeaderServing)
       },
       std::chrono::seconds(10)));
   // What comes later is refused as the worker's failure, not the request's.
-  const Scored later = RunScored(*stub, Request("after", 4, 0.0f, 1));
+  const Scored later = RunScored(*stub, TextRequest("after", 4, 0.0f, 1, 5));
   EXPECT_EQ(later.status.error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
@@ -173,7 +162,8 @@ TEST(RankGroup, TheGatewayResumesALostGroupsStreamsExactly) {
   auto stub = gw.Stub();
   bool killed = false;
   for (int attempt = 0; attempt < 6 && !killed; ++attempt) {
-    const v1::GenerateRequest req = Request("resume me " + std::to_string(attempt), 80, 0.8f, 5);
+    const v1::GenerateRequest req =
+        TextRequest("resume me " + std::to_string(attempt), 80, 0.8f, 5, 5);
     const Scored want = RunScored(*one.Generator(), req);
     ASSERT_TRUE(want.status.ok());
     grpc::ClientContext ctx;

@@ -75,6 +75,18 @@ bool WorkerProcess::WaitForMetricAtLeast(const std::string& series, double value
                     std::chrono::seconds(seconds));
 }
 
+v1::GenerateRequest TextRequest(const std::string& text, uint32_t max_tokens, float temperature,
+                                uint64_t seed, uint32_t logprobs) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.mutable_stopping()->set_max_tokens(max_tokens);
+  r.mutable_stopping()->set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(temperature);
+  r.mutable_sampling()->set_seed(seed);
+  r.set_logprobs(logprobs);
+  return r;
+}
+
 StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));

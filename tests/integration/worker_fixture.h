@@ -54,6 +54,11 @@ struct StreamResult {
   uint64_t seed = 0;
 };
 
+// A request of `text` for exactly `max_tokens` tokens (EOS ignored), sampled at `temperature`
+// (0: greedy) with `seed`, reporting `logprobs` alternatives per token.
+v1::GenerateRequest TextRequest(const std::string& text, uint32_t max_tokens, float temperature,
+                                uint64_t seed, uint32_t logprobs = 0);
+
 // Runs one Generate to the end.
 StreamResult RunGenerate(v1::Generator::Stub& stub, const v1::GenerateRequest& request);
 
