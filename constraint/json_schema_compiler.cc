@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_shape.h"
 #include "common/status_macros.h"
 #include "constraint/number_range.h"
 #include "constraint/pattern_cursor.h"
@@ -96,28 +97,6 @@ std::string PointerToken(const std::string& s) {
     }
   }
   return out;
-}
-
-int NestingDepth(absl::string_view text) {
-  int depth = 0, max = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max = std::max(max, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max;
 }
 
 constexpr size_t kMaxRefs = 256;
@@ -327,8 +306,7 @@ class SchemaCompiler {
       if (s.contains("const")) {
         bool listed = !s.contains("enum");
         for (const Json& v : values) {
-          listed =
-              listed || nlohmann::json::parse(v.dump()) == nlohmann::json::parse(s["const"].dump());
+          listed = listed || SameJsonValue(v, s["const"]);
         }
         values = listed ? Json::array({s["const"]}) : Json::array();
       }
@@ -873,7 +851,7 @@ absl::StatusOr<Grammar> RootedGrammar(
 }  // namespace
 
 absl::StatusOr<GrammarElement> AddJsonSchema(Grammar& grammar, absl::string_view schema_json) {
-  if (NestingDepth(schema_json) > kMaxSchemaDepth) {
+  if (CheckJsonShape(std::string(schema_json), kMaxSchemaDepth, INT64_MAX) == JsonShape::kTooDeep) {
     return absl::InvalidArgumentError(
         absl::StrCat("json_schema: nested deeper than ", kMaxSchemaDepth, " levels"));
   }

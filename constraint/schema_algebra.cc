@@ -23,11 +23,6 @@ absl::Status OverBudget() {
       absl::StrCat("combining these schemas takes more than ", kMaxSteps, " steps"));
 }
 
-// Values compared as JSON values: member order does not matter.
-bool SameValue(const Json& a, const Json& b) {
-  return nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
-}
-
 absl::Status CannotCombine(const std::string& key) {
   return absl::InvalidArgumentError(absl::StrCat(
       "two different '", key, "' cannot be combined (allOf, or beside $ref or anyOf)"));
@@ -126,7 +121,7 @@ absl::StatusOr<Json> IntersectSchemas(const Json& a_in, const Json& b_in,
       continue;
     }
     const Json va = out[key];
-    if (IsSchemaAnnotation(key) || SameValue(va, vb)) continue;
+    if (IsSchemaAnnotation(key) || SameJsonValue(va, vb)) continue;
     if (key == "type") {
       std::vector<std::string> both;
       for (const std::string& x : Types(a)) {
@@ -157,7 +152,7 @@ absl::StatusOr<Json> IntersectSchemas(const Json& a_in, const Json& b_in,
       const Json ys = key == "const" ? Json::array({vb}) : vb;
       for (const Json& x : xs) {
         for (const Json& y : ys) {
-          if (SameValue(x, y)) values.push_back(x);
+          if (SameJsonValue(x, y)) values.push_back(x);
         }
       }
       if (values.empty()) return Json(false);
@@ -185,7 +180,7 @@ absl::StatusOr<Json> IntersectSchemas(const Json& a_in, const Json& b_in,
   if (out.contains("const") && out.contains("enum")) {
     Json kept = Json::array();
     for (const Json& v : out["enum"]) {
-      if (SameValue(v, out["const"])) kept.push_back(v);
+      if (SameJsonValue(v, out["const"])) kept.push_back(v);
     }
     if (kept.empty()) return Json(false);
     out.erase("const");
@@ -271,7 +266,7 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
       }
     } else if (key == "enum" || key == "const") {
       ok = false;
-      for (const Json& x : key == "const" ? Json::array({k}) : k) ok = ok || SameValue(x, v);
+      for (const Json& x : key == "const" ? Json::array({k}) : k) ok = ok || SameJsonValue(x, v);
     } else if (key == "minimum") {
       ok = !v.is_number() || v.get<double>() >= k.get<double>();
     } else if (key == "maximum") {
@@ -333,6 +328,10 @@ absl::StatusOr<bool> Admits(const Json& s, const Json& v, const SchemaResolver& 
 }
 
 }  // namespace
+
+bool SameJsonValue(const SchemaJson& a, const SchemaJson& b) {
+  return nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
+}
 
 bool IsSchemaAnnotation(const std::string& k) {
   static const auto* s = new std::set<std::string>{

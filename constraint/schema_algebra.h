@@ -23,6 +23,10 @@ using SchemaResolver = std::function<absl::StatusOr<const SchemaJson*>(const std
 absl::StatusOr<SchemaJson> IntersectSchemas(const SchemaJson& a, const SchemaJson& b,
                                             const SchemaResolver& resolve);
 
+// Whether two values are the same JSON value: objects compare without regard to member order
+// (a SchemaJson keeps the order they were written in).
+bool SameJsonValue(const SchemaJson& a, const SchemaJson& b);
+
 // Keywords that only annotate (title, description, $defs, ...): no constraint on a value.
 bool IsSchemaAnnotation(const std::string& keyword);
 

@@ -87,7 +87,7 @@ absl::Status CheckOneOfDisjoint(const SchemaJson& branches, const std::string& a
         bool shared = false;
         for (const SchemaJson& a : *vx) {
           for (const SchemaJson& b : *vy) {
-            shared = shared || nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
+            shared = shared || SameJsonValue(a, b);
           }
         }
         disjoint = disjoint || !shared;

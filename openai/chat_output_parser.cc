@@ -1,9 +1,9 @@
 #include "openai/chat_output_parser.h"
 
 #include "absl/types/optional.h"
+#include "common/json_shape.h"
 #include "common/qwen_chat_template.h"
 #include "nlohmann/json.hpp"
-#include "openai/json_shape.h"
 
 namespace walsh {
 namespace {

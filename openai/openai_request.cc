@@ -8,11 +8,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/field_error.h"
+#include "common/json_shape.h"
 #include "common/request_ranges.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "openai/api_error.h"
-#include "openai/json_shape.h"
 #include "openai/media_url.h"
 #include "openai/structured_output.h"
 

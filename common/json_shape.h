@@ -2,8 +2,8 @@
 // how many values it holds. nlohmann::json copies and prints recursively (a million levels
 // would overflow a thread's stack), and a DOM costs far more than its text (an 8 MiB array of
 // empty objects takes ~300 MB), so untrusted texts are measured first.
-#ifndef WALSH_OPENAI_JSON_SHAPE_H_
-#define WALSH_OPENAI_JSON_SHAPE_H_
+#ifndef WALSH_COMMON_JSON_SHAPE_H_
+#define WALSH_COMMON_JSON_SHAPE_H_
 
 #include <cstdint>
 #include <string>
@@ -20,4 +20,4 @@ JsonShape CheckJsonShape(const std::string& text, int max_depth = kMaxJsonDepth,
 
 }  // namespace walsh
 
-#endif  // WALSH_OPENAI_JSON_SHAPE_H_
+#endif  // WALSH_COMMON_JSON_SHAPE_H_

@@ -1,4 +1,4 @@
-#include "openai/json_shape.h"
+#include "common/json_shape.h"
 
 #include "nlohmann/json.hpp"
 
