@@ -17,8 +17,7 @@ __global__ void ConvKernel(GdnLayerParams p, StepView step, GdnStateView st, con
   for (int64_t t = first; t < first + count; ++t) {
     float* ut = u + t * conv_dim;
     const int32_t plane = step.plane_of_token != nullptr ? step.plane_of_token[t] : -1;
-    float* plane_state =
-        plane >= 0 ? st.state + plane * st.slot_stride + st.layer_offset : nullptr;
+    float* plane_state = plane >= 0 ? st.state + plane * st.slot_stride + st.layer_offset : nullptr;
     for (int64_t ch = threadIdx.x; ch < conv_dim; ch += blockDim.x) {
       ut[ch] = GdnConvChannel(p, qkv + t * conv_dim, conv_state, ch);
       // The window of this channel after token t, as the CPU backend copies it.
@@ -57,9 +56,8 @@ __global__ void RecurrenceKernel(GdnLayerParams p, StepView step, GdnStateView s
     const float* vv = ut + 2 * p.key_dim() + h * hd;
     float* o = out + t * inner + h * hd;
     const int32_t plane = step.plane_of_token != nullptr ? step.plane_of_token[t] : -1;
-    float* plane_S = plane >= 0 ? st.state + plane * st.slot_stride + st.layer_offset +
-                                      st.conv_floats
-                                : nullptr;
+    float* plane_S =
+        plane >= 0 ? st.state + plane * st.slot_stride + st.layer_offset + st.conv_floats : nullptr;
     for (int64_t j = warp; j < hd; j += warps) {
       float* Sj = S + (h * hd + j) * hd;
       const float pred = WarpCombineLanes(GdnDecayPredictLane(Sj, kk, decay, hd, lane));
