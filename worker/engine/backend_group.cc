@@ -9,8 +9,7 @@
 #include "worker/parallel/cpu_communicator.h"
 #include "worker/parallel/nccl_communicator.h"
 #ifdef WALSH_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
+#include "kernels/cuda/device_probe.h"
 #include "worker/engine/cuda_backend.h"
 #include "worker/parallel/nccl_api.h"
 #include "worker/parallel/nccl_cuda_devices.h"
@@ -44,9 +43,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model& model,
 absl::StatusOr<int> CudaDeviceCount() {
 #ifdef WALSH_HAVE_CUDA
   int n = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) {
+  if (const int e = cuda::CountDevices(&n); e != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--device cuda: no CUDA device answers (", cudaGetErrorString(e), ")"));
+        absl::StrCat("--device cuda: no CUDA device answers (", cuda::ErrorString(e), ")"));
   }
   return n;
 #else

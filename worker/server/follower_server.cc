@@ -1,14 +1,10 @@
 #include "worker/server/follower_server.h"
 
-#include <algorithm>
 #include <utility>
 
-#include "common/json_log.h"
 #include "common/weights_memory.h"
 #include "worker/model/model_file.h"
-#include "worker/parallel/shard_plan.h"
 #include "worker/server/model_info.h"
-#include "worker/server/rank_group.h"
 
 namespace walsh {
 
@@ -42,17 +38,13 @@ absl::StatusOr<std::unique_ptr<FollowerServer>> FollowerServer::Start(
   absl::StatusOr<ModelFile> file = LoadModelFile(o.model, WeightsMemoryFor(memory, false), o.mlock);
   if (!file.ok()) return file.status();
   const std::string fingerprint = ContractFingerprint(*file->gguf);
-  const int64_t context = o.max_context > 0 ? std::min(o.max_context, file->config.context_length)
-                                            : file->config.context_length;
+  const int64_t context = ServingContext(o, file->config);
   auto bound = Model::Bind(std::move(*file));
   if (!bound.ok()) return bound.status();
-  const EngineOptions eo = EngineOptionsOf(o, context);
-  auto plan = ShardPlan::Build((*bound)->file(), eo.tp);
-  if (!plan.ok()) return plan.status();
-  auto group = FormRankGroup(RankGroupOptionsOf(o, fingerprint, plan->DebugString()));
+  auto group = JoinRankGroup(o, (*bound)->file(), fingerprint);
   if (!group.ok()) return group.status();
-  LogJson("info", "rank_group_formed", {{"rank", o.node_rank}, {"size", o.nnodes}});
-  auto follower = RankFollower::Create(std::move(*bound), eo, *std::move(group));
+  auto follower =
+      RankFollower::Create(std::move(*bound), EngineOptionsOf(o, context), *std::move(group));
   if (!follower.ok()) return follower.status();
   f->follower_ = *std::move(follower);
   f->serving_.store(f->follower_.get(), std::memory_order_release);

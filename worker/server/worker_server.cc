@@ -159,8 +159,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   }
   std::string fingerprint = ContractFingerprint(*file->gguf);
   const int64_t vocab = file->config.vocab_size;
-  const int64_t context = o.max_context > 0 ? std::min(o.max_context, file->config.context_length)
-                                            : file->config.context_length;
+  const int64_t context = ServingContext(o, file->config);
   v1::ModelInfo info = BuildModelInfo(*file, p.tokenizer.get(), context, o.max_tokens, fingerprint);
   const int64_t hidden_size = file->config.embedding_length;
   auto bound = Model::Bind(std::move(*file));
@@ -170,12 +169,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   ProcessGroup group;
   if (o.nnodes > 1) {
     // The leader: the followers join before the engine's first command reaches them.
-    auto plan = ShardPlan::Build((*bound)->file(), eo.tp);
-    if (!plan.ok()) return Failed("engine_failed", plan.status());
-    auto formed = FormRankGroup(RankGroupOptionsOf(o, fingerprint, plan->DebugString()));
+    auto formed = JoinRankGroup(o, (*bound)->file(), fingerprint);
     if (!formed.ok()) return Failed("rank_group_failed", formed.status());
     group = *std::move(formed);
-    LogJson("info", "rank_group_formed", {{"rank", 0}, {"size", o.nnodes}});
   }
   auto engine = Engine::Create(std::move(*bound), eo, faults, std::move(group));
   if (!engine.ok()) return Failed("engine_failed", engine.status());

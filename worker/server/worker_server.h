@@ -104,11 +104,14 @@ class WorkerServer {
   bool drained_ = false;
 };
 
+// The tokens a request may span: --max-context, capped by the model's (0: the model's).
+int64_t ServingContext(const WorkerServer::Options& o, const Qwen35Config& config);
 // The engine's options from the worker's flags, for a context of `context` tokens.
 EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context);
-// This process's place in a group across processes (--nnodes, --node-rank, --dist-*).
-RankGroupOptions RankGroupOptionsOf(const WorkerServer::Options& o, std::string fingerprint,
-                                    std::string shard_plan);
+// This process's place in a group across processes (--nnodes, --node-rank, --dist-*), once every
+// rank has joined with `file`'s shard plan and `fingerprint` (rank_group.h).
+absl::StatusOr<ProcessGroup> JoinRankGroup(const WorkerServer::Options& o, const ModelFile& file,
+                                           const std::string& fingerprint);
 
 }  // namespace walsh
 

@@ -1,9 +1,13 @@
 // WorkerServer::Options: walsh-worker's flags and their checks.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "common/json_log.h"
 #include "common/request_ranges.h"
 #include "common/status_macros.h"
 #include "common/weights_memory.h"
 #include "worker/engine/engine_options.h"
+#include "worker/parallel/shard_plan.h"
 #include "worker/server/worker_server.h"
 #include "worker/speculative/drafter_setup.h"
 #include "worker/speculative/ngram_drafter.h"
@@ -236,6 +240,10 @@ absl::Status WorkerServer::Options::Validate() const {
   return absl::OkStatus();
 }
 
+int64_t ServingContext(const WorkerServer::Options& o, const Qwen35Config& config) {
+  return o.max_context > 0 ? std::min(o.max_context, config.context_length) : config.context_length;
+}
+
 EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context) {
   EngineOptions eo;
   eo.threads = static_cast<int>(o.threads);
@@ -252,15 +260,19 @@ EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context) {
   return eo;
 }
 
-RankGroupOptions RankGroupOptionsOf(const WorkerServer::Options& o, std::string fingerprint,
-                                    std::string shard_plan) {
-  return {.rank = static_cast<int>(o.node_rank),
-          .size = static_cast<int>(o.nnodes),
-          .init_addr = o.dist_init_addr,
-          .host = o.dist_host,
-          .timeout = std::chrono::seconds(o.dist_timeout_seconds),
-          .contract_fingerprint = std::move(fingerprint),
-          .shard_plan = std::move(shard_plan)};
+absl::StatusOr<ProcessGroup> JoinRankGroup(const WorkerServer::Options& o, const ModelFile& file,
+                                           const std::string& fingerprint) {
+  ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Build(file, static_cast<int>(o.tp)));
+  ASSIGN_OR_RETURN(ProcessGroup group,
+                   FormRankGroup({.rank = static_cast<int>(o.node_rank),
+                                  .size = static_cast<int>(o.nnodes),
+                                  .init_addr = o.dist_init_addr,
+                                  .host = o.dist_host,
+                                  .timeout = std::chrono::seconds(o.dist_timeout_seconds),
+                                  .contract_fingerprint = fingerprint,
+                                  .shard_plan = plan.DebugString()}));
+  LogJson("info", "rank_group_formed", {{"rank", o.node_rank}, {"size", o.nnodes}});
+  return group;
 }
 
 }  // namespace walsh
