@@ -6,13 +6,13 @@
 #include <filesystem>
 
 #include "tools/mkmodel/synthetic_model.h"
-#include "worker/engine/engine.h"
+#include "worker/engine/solo_runner.h"
 
 namespace walsh {
 namespace {
 
-std::unique_ptr<Engine> MakeEngine(const std::string& format, int threads, int64_t* weight_bytes,
-                                   int tp = 1) {
+std::unique_ptr<SoloRunner> MakeEngine(const std::string& format, int threads,
+                                       int64_t* weight_bytes, int tp = 1) {
   const std::string path =
       std::filesystem::temp_directory_path() /
       ("walsh-bench-small-" + format + "-" + std::to_string(::getpid()) + ".gguf");
@@ -29,7 +29,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& format, int threads, int64
   }
   auto bound = Model::Bind(std::move(*file));
   if (!bound.ok()) return nullptr;
-  auto engine = Engine::Create(std::move(*bound), {.threads = threads, .tp = tp});
+  auto engine = SoloRunner::Create(std::move(*bound), {.threads = threads, .tp = tp});
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 

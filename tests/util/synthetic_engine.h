@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
-#include "worker/engine/engine.h"
+#include "worker/engine/solo_runner.h"
 
 namespace walsh::testing {
 
@@ -34,8 +34,8 @@ class SyntheticEngine {
     return std::move(*bound);
   }
 
-  std::unique_ptr<Engine> Make(EngineOptions opts = {}) {
-    auto engine = Engine::Create(Load(), opts);
+  std::unique_ptr<SoloRunner> Make(EngineOptions opts = {}, CacheOptions caches = {}) {
+    auto engine = SoloRunner::Create(Load(), opts, caches);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }

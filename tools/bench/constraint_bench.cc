@@ -15,8 +15,8 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench/report.h"
 #include "tools/bench/stopwatch.h"
-#include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/model/model_file.h"
 #include "worker/model/tokenizer_trie.h"
 
@@ -254,13 +254,13 @@ int ConstraintBenchMain(int argc, char** argv) {
     auto bound = Model::Bind(std::move(*file));
     if (!bound.ok())
       return Fail("walsh-bench constraint", 1, std::string(bound.status().message()));
-    EngineOptions opts;
-    opts.state_slots = batch;
-    opts.kv_pages = batch * (steps * 6 + 64) / opts.page_size + 2 * batch + 2;
-    auto engine = Engine::Create(std::move(*bound), opts);
-    if (!engine.ok())
-      return Fail("walsh-bench constraint", 1, std::string(engine.status().message()));
-    Engine& e = **engine;
+    CacheOptions caches;
+    caches.state_slots = batch;
+    caches.kv_pages = batch * (steps * 6 + 64) / caches.page_size + 2 * batch + 2;
+    auto runner = SoloRunner::Create(std::move(*bound), EngineOptions{}, caches);
+    if (!runner.ok())
+      return Fail("walsh-bench constraint", 1, std::string(runner.status().message()));
+    SoloRunner& e = **runner;
     std::printf("\ndecode steps at batch %lld (%lld steps per block, blocks alternate):\n",
                 static_cast<long long>(batch), static_cast<long long>(steps));
     std::printf(

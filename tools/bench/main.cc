@@ -31,6 +31,7 @@
 #include "tools/bench/stopwatch.h"
 #include "tools/bench/vision_bench.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/solo_runner.h"
 #ifndef WALSH_ENGINE_ONLY
 #include "tools/bench/serve.h"
 #endif
@@ -174,12 +175,15 @@ int Decode(int argc, char** argv) {
   opts.tp = static_cast<int>(tp);
   OpProfile op_profile;
   if (profile) opts.profile = &op_profile;
-  opts.state_slots = max_batch * (1 + speculate);  // a plane per draft
-  opts.kv_pages = (max_batch * (16 + gen_tokens + speculate + 1) + prompt_tokens) / opts.page_size +
-                  2 * max_batch + 2;
-  auto engine = Engine::Create(std::move(*bound), opts);
-  if (!engine.ok()) return Fail("walsh-bench", 1, std::string(engine.status().message()));
-  Engine& e = **engine;
+  CacheOptions caches;
+  caches.state_slots = max_batch * (1 + speculate);  // a plane per draft
+  caches.kv_pages =
+      (max_batch * (16 + gen_tokens + speculate + 1) + prompt_tokens) / caches.page_size +
+      2 * max_batch + 2;
+  auto runner = SoloRunner::Create(std::move(*bound), opts, caches);
+  if (!runner.ok()) return Fail("walsh-bench", 1, std::string(runner.status().message()));
+  SoloRunner& r = **runner;
+  Engine& e = r.engine();
   const int64_t vocab = e.model().config().vocab_size;
   const int64_t step_bytes = ProjectionBytes(e.model());
   // The yardstick, measured now, on the cores the engine uses.
@@ -268,17 +272,17 @@ int Decode(int argc, char** argv) {
   };
 
   {  // One token first, outside the table: it faults every weight page of the mapping in.
-    auto seq = e.AddSequence();
+    auto seq = r.AddSequence();
     if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
     const auto t = std::chrono::steady_clock::now();
-    if (auto out = e.Forward({{*seq, random_tokens(1)}}); !out.ok()) {
+    if (auto out = r.Forward({{*seq, random_tokens(1)}}); !out.ok()) {
       return Fail("walsh-bench", 3, std::string(out.status().message()));
     }
     doc["first_step_seconds"] = Since(t);
-    (void)e.RemoveSequence(*seq);
+    (void)r.RemoveSequence(*seq);
   }
   {  // pp: the whole prompt in chunks, up to its first logits (the time to first token).
-    auto seq = e.AddSequence();
+    auto seq = r.AddSequence();
     if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
     const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
     op_profile.Reset();
@@ -287,7 +291,7 @@ int Decode(int argc, char** argv) {
     for (int64_t i = 0; i < prompt_tokens; i += prefill_chunk, ++steps) {
       std::vector<int32_t> part(prompt.begin() + i,
                                 prompt.begin() + std::min(prompt_tokens, i + prefill_chunk));
-      if (auto out = e.Forward({{*seq, part}}); !out.ok()) {
+      if (auto out = r.Forward({{*seq, part}}); !out.ok()) {
         return Fail("walsh-bench", 3, std::string(out.status().message()));
       }
     }
@@ -295,17 +299,17 @@ int Decode(int argc, char** argv) {
     row("pp" + std::to_string(prompt_tokens), 1, prompt_tokens / s, s / steps,
         steps * static_cast<double>(step_bytes) / s);
     profiles.push_back({"pp" + std::to_string(prompt_tokens), s, steps, op_profile.Entries()});
-    (void)e.RemoveSequence(*seq);
+    (void)r.RemoveSequence(*seq);
   }
   for (int64_t b : batch_sizes) {  // tg: b sequences stepping together
     std::vector<SequenceInput> batch;
     for (int64_t i = 0; i < b; ++i) {
-      auto seq = e.AddSequence();
+      auto seq = r.AddSequence();
       if (!seq.ok()) return Fail("walsh-bench", 3, std::string(seq.status().message()));
       batch.push_back({*seq, random_tokens(16)});
     }
     for (int warm = 0; warm < 2; ++warm) {  // the prompts, then one warm-up decode step
-      if (auto out = e.Forward(batch); !out.ok()) {
+      if (auto out = r.Forward(batch); !out.ok()) {
         return Fail("walsh-bench", 3, std::string(out.status().message()));
       }
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
@@ -314,7 +318,7 @@ int Decode(int argc, char** argv) {
     const auto t = std::chrono::steady_clock::now();
     for (int64_t k = 0; k < gen_tokens; ++k) {
       for (SequenceInput& in : batch) in.tokens = {static_cast<int32_t>(gen() % vocab)};
-      if (auto out = e.Forward(batch); !out.ok()) {
+      if (auto out = r.Forward(batch); !out.ok()) {
         return Fail("walsh-bench", 3, std::string(out.status().message()));
       }
     }
@@ -323,13 +327,13 @@ int Decode(int argc, char** argv) {
         gen_tokens * static_cast<double>(step_bytes) / s);
     profiles.push_back({"tg" + std::to_string(gen_tokens) + " batch " + std::to_string(b), s,
                         gen_tokens, op_profile.Entries()});
-    for (const SequenceInput& in : batch) (void)e.RemoveSequence(in.id);
+    for (const SequenceInput& in : batch) (void)r.RemoveSequence(in.id);
   }
   for (int64_t b : speculate > 0 ? batch_sizes : std::vector<int64_t>{}) {
     // sd: b sequences, each step verifying `speculate` oracle drafts (oracle_speculation.h).
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i = 0; i < b; ++i) prompts.push_back(random_tokens(16));
-    absl::StatusOr<OracleSpeculation> sd = RunOracleSpeculation(e, prompts, speculate, gen_tokens);
+    absl::StatusOr<OracleSpeculation> sd = RunOracleSpeculation(r, prompts, speculate, gen_tokens);
     if (!sd.ok()) return Fail("walsh-bench", 3, std::string(sd.status().message()));
     row("sd" + std::to_string(speculate), b, sd->tokens / sd->seconds, sd->seconds / sd->steps,
         sd->steps * static_cast<double>(step_bytes) / sd->seconds);

@@ -11,7 +11,7 @@ namespace walsh {
 namespace {
 
 // New sequences holding the prompts; `next` gets each one's greedy first token.
-absl::StatusOr<std::vector<SequenceInput>> Prefill(Engine& e,
+absl::StatusOr<std::vector<SequenceInput>> Prefill(SequenceRunner& e,
                                                    const std::vector<std::vector<int32_t>>& prompts,
                                                    std::vector<int32_t>* next) {
   std::vector<SequenceInput> batch;
@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<SequenceInput>> Prefill(Engine& e,
 }  // namespace
 
 absl::StatusOr<OracleSpeculation> RunOracleSpeculation(
-    Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t k, int64_t gen) {
+    SequenceRunner& e, const std::vector<std::vector<int32_t>>& prompts, int64_t k, int64_t gen) {
   const size_t n = prompts.size();
   const int64_t steps = std::max<int64_t>(1, gen / (k + 1));
   // The oracle: each sequence's greedy continuation, one token per step.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/engine.h"
+#include "worker/engine/sequence_runner.h"
 
 namespace walsh {
 
@@ -22,7 +22,8 @@ struct OracleSpeculation {
 // A draft the engine does not accept (its greedy sample differs from plain decoding's) is an
 // error: the engine would not be schedule-invariant.
 absl::StatusOr<OracleSpeculation> RunOracleSpeculation(
-    Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t k, int64_t gen);
+    SequenceRunner& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t k,
+    int64_t gen);
 
 }  // namespace walsh
 

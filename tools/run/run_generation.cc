@@ -18,6 +18,7 @@
 #include "worker/engine/chat_format.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generation.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/model/tokenizer.h"
 
 namespace walsh {
@@ -88,23 +89,24 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const RunOptions& o, const Tokeni
   return ids;
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> EngineFor(ModelFile file, const RunOptions& o,
-                                                  int64_t prompt_tokens) {
+absl::StatusOr<std::unique_ptr<SoloRunner>> RunnerFor(ModelFile file, const RunOptions& o,
+                                                      int64_t prompt_tokens) {
   auto bound = Model::Bind(std::move(file));
   if (!bound.ok()) return ModelError(bound.status().message());
   EngineOptions opts;
   opts.threads = static_cast<int>(o.threads);
   opts.max_context = o.max_context;
-  opts.state_slots = 1;
-  opts.kv_pages = (prompt_tokens + o.max_tokens) / opts.page_size + 2;
+  CacheOptions caches;
+  caches.state_slots = 1;
+  caches.kv_pages = (prompt_tokens + o.max_tokens) / caches.page_size + 2;
   opts.quantize_activations = !o.no_activation_quant;
   opts.tp = static_cast<int>(o.tp);
   opts.device = o.ParsedDevice();
   opts.gpu_memory_utilization = o.gpu_memory_utilization;
   opts.kv_cache_dtype = o.ParsedKvCacheDtype();
-  auto engine = Engine::Create(std::move(*bound), opts);
-  if (!engine.ok()) return ModelError(engine.status().message());
-  return engine;
+  auto runner = SoloRunner::Create(std::move(*bound), opts, caches);
+  if (!runner.ok()) return ModelError(runner.status().message());
+  return runner;
 }
 
 GenerationRequest RequestFor(const RunOptions& o, std::vector<int32_t> prompt,
@@ -133,7 +135,7 @@ GenerationRequest RequestFor(const RunOptions& o, std::vector<int32_t> prompt,
 // Feeds the prompt in chunks; `last` gets the logits after it, `logits_out` (if open) every
 // position's.
 // With images, `prompt` holds their keys (image_prompt.h) and every step their inputs.
-absl::Status Prefill(Engine& engine, SequenceId seq, const std::vector<int32_t>& prompt,
+absl::Status Prefill(SoloRunner& runner, SequenceId seq, const std::vector<int32_t>& prompt,
                      const PromptImages& images, int64_t chunk_size, std::FILE* logits_out,
                      std::vector<float>& last) {
   for (size_t i = 0; i < prompt.size(); i += chunk_size) {
@@ -142,7 +144,7 @@ absl::Status Prefill(Engine& engine, SequenceId seq, const std::vector<int32_t>&
                                           prompt.begin() + std::min(prompt.size(), i + chunk_size)),
                      logits_out != nullptr};
     AttachImageInputs(images, static_cast<int64_t>(i), in);
-    ASSIGN_OR_RETURN(ForwardResult out, engine.Forward({in}));
+    ASSIGN_OR_RETURN(ForwardResult out, runner.Forward({in}));
     if (logits_out != nullptr) {
       std::fwrite(out.logits.data(), sizeof(float), out.logits.size(), logits_out);
     }
@@ -159,7 +161,7 @@ struct Decoded {
 };
 
 // Samples, prints and feeds back tokens until the generation ends or the context is full.
-absl::StatusOr<Decoded> Decode(Engine& engine, SequenceId seq, Generation& gen,
+absl::StatusOr<Decoded> Decode(SoloRunner& runner, SequenceId seq, Generation& gen,
                                const PromptImages& images, std::vector<float>& last,
                                TokenPrinter& printer, bool no_tokens) {
   Decoded d;
@@ -174,7 +176,7 @@ absl::StatusOr<Decoded> Decode(Engine& engine, SequenceId seq, Generation& gen,
     if (d.finish != FinishReason::kNone) break;
     SequenceInput in{seq, {t.id}};
     AttachImageInputs(images, gen.request().prompt.size() + d.tokens - 1, in);
-    auto out = engine.Forward({in});
+    auto out = runner.Forward({in});
     if (!out.ok() && out.status().code() == absl::StatusCode::kOutOfRange) {
       d.finish = FinishReason::kLength;  // the context is full
       break;
@@ -206,15 +208,15 @@ absl::Status RunGeneration(const RunOptions& o) {
     ASSIGN_OR_RETURN(prompt, ImagePromptIds(o, *tokenizer, file->config.embedding_length, &images));
   }
   const int64_t vocab = file->config.vocab_size;
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   EngineFor(std::move(*file), o, static_cast<int64_t>(prompt.size())));
-  const WeightsMemoryChoice& placed = engine->model().gguf().memory();
+  ASSIGN_OR_RETURN(std::unique_ptr<SoloRunner> runner,
+                   RunnerFor(std::move(*file), o, static_cast<int64_t>(prompt.size())));
+  const WeightsMemoryChoice& placed = runner->engine().model().gguf().memory();
   std::fprintf(stderr,
                "walsh-run: %s loaded in %.2f s (weights: %s, %s), %s kernels, %lld threads, "
                "prompt %zu tokens\n",
                o.model.c_str(), Seconds(load_start), WeightsMemoryName(placed.memory),
-               placed.reason.c_str(), engine->kernels().c_str(), static_cast<long long>(o.threads),
-               prompt.size());
+               placed.reason.c_str(), runner->engine().kernels().c_str(),
+               static_cast<long long>(o.threads), prompt.size());
 
   Generation gen(tokenizer.get(), RequestFor(o, prompt, tokenizer.get()));
   std::unique_ptr<std::FILE, FileCloser> logits_out;
@@ -223,12 +225,12 @@ absl::Status RunGeneration(const RunOptions& o) {
     if (!logits_out)
       return absl::InvalidArgumentError("--logits-out: cannot create " + o.logits_out);
   }
-  auto seq = engine->AddSequence();
+  auto seq = runner->AddSequence();
   if (!seq.ok()) return RunError(seq.status());
 
   const auto prefill_start = Clock::now();
   std::vector<float> last(vocab);
-  if (absl::Status s = Prefill(*engine, *seq, KeyImageTokens(prompt, images), images,
+  if (absl::Status s = Prefill(*runner, *seq, KeyImageTokens(prompt, images), images,
                                o.prefill_chunk, logits_out.get(), last);
       !s.ok()) {
     return RunError(s);
@@ -241,7 +243,7 @@ absl::Status RunGeneration(const RunOptions& o) {
   const auto decode_start = Clock::now();
   TokenPrinter printer(o.output, o.logprobs > 0);
   absl::StatusOr<Decoded> decoded =
-      Decode(*engine, *seq, gen, images, last, printer, o.max_tokens == 0);
+      Decode(*runner, *seq, gen, images, last, printer, o.max_tokens == 0);
   if (!decoded.ok()) return RunError(decoded.status());
   const double decode_s = Seconds(decode_start);
   printer.Finish(decoded->finish, decoded->matched_stop, prompt.size(), decoded->tokens);

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <memory>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/engine/cache_plan.h"
+#include "worker/engine/kv_page_pool.h"
+#include "worker/engine/state_slot_pool.h"
 
 namespace walsh {
 
@@ -33,7 +33,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
   if (options.threads < 1 || options.threads > 1024) {
     return absl::InvalidArgumentError("engine threads must be 1..1024");
   }
-  if (options.page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
   const bool kv_quantized =
       options.kv_cache_dtype == KvCacheDtype::kQ8 || options.kv_cache_dtype == KvCacheDtype::kQ4;
   if (kv_quantized && model->config().key_length % kKvGroup != 0) {
@@ -53,44 +52,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> mo
         engine->group_.first_rank() + r, engine->group_.communicator(),
         options.collective_timeout));
   }
-  // Pages and slots from the budgets and the device's room (cache_plan.h).
-  const Qwen35Config& c = engine->model_->config();
-  const KvCacheDtype kv_dtype =
-      !options.quantize_activations && options.kv_cache_dtype == KvCacheDtype::kFp16
-          ? KvCacheDtype::kF32
-          : options.kv_cache_dtype;
-  // Sized at TP = 1, from the same geometry each rank allocates its share of.
-  const CacheGeometry whole =
-      Qwen35Graph::GeometryOf(*engine->model_, c.head_count_kv, c.ssm_group_count,
-                              c.ssm_time_step_rank, 0, options.page_size, 0);
-  const int64_t page_bytes = KvPagePool::PageBytes(whole.page_size, whole.attention_layers,
-                                                   KvBytes(kv_dtype, whole.kv_dim));
-  const int64_t slot_bytes =
-      StateSlotPool::SlotBytes(whole.gdn_layers, whole.conv_floats, whole.recurrent_floats);
-  const bool uses_kv = engine->model_->attention_layers() > 0;
-  const bool snapshots = options.prefix_caching && uses_kv;
-  ASSIGN_OR_RETURN(const CachePlan caches,
-                   PlanCaches({.kv_cache_bytes = options.kv_cache_bytes,
-                               .state_bytes = options.state_bytes,
-                               .kv_pages = options.kv_pages,
-                               .state_slots = options.state_slots,
-                               .snapshot_bytes = snapshots ? options.prefix_cache_bytes : 0,
-                               .room = engine->CacheRoom()},
-                              page_bytes, slot_bytes));
-  engine->kv_ = std::make_unique<KvManager>(caches, options.page_size, page_bytes, slot_bytes,
-                                            options.prefix_caching, uses_kv);
-  engine->kv_dtype_ = kv_dtype;
-  RETURN_IF_ERROR(engine->Mirror({.kind = RankCommand::Kind::kAllocateCaches,
-                                  .pages = caches.pages,
-                                  .page_size = options.page_size,
-                                  .slots = caches.slots + caches.snapshot_slots,
-                                  .kv_dtype = kv_dtype}));
-  for (int r = 0; r < engine->group_.size(); ++r) {
-    CacheGeometry g = engine->graphs_[r]->Geometry(caches.pages, options.page_size,
-                                                   caches.slots + caches.snapshot_slots);
-    g.kv_dtype = kv_dtype;
-    RETURN_IF_ERROR(engine->group_.backend(r).AllocateCaches(g));
-  }
+  engine->kv_dtype_ = !options.quantize_activations && options.kv_cache_dtype == KvCacheDtype::kFp16
+                          ? KvCacheDtype::kF32
+                          : options.kv_cache_dtype;
   return engine;
 }
 
@@ -111,6 +75,37 @@ int64_t Engine::CacheRoom() const {
   return room;
 }
 
+CacheUnits Engine::CacheUnitsFor(int64_t page_size) const {
+  // Counted at TP = 1, from the same geometry each rank allocates its share of.
+  const Qwen35Config& c = model_->config();
+  const CacheGeometry whole = Qwen35Graph::GeometryOf(*model_, c.head_count_kv, c.ssm_group_count,
+                                                      c.ssm_time_step_rank, 0, page_size, 0);
+  return {.page_bytes = KvPagePool::PageBytes(whole.page_size, whole.attention_layers,
+                                              KvBytes(kv_dtype_, whole.kv_dim)),
+          .slot_bytes =
+              StateSlotPool::SlotBytes(whole.gdn_layers, whole.conv_floats, whole.recurrent_floats),
+          .uses_kv = model_->attention_layers() > 0};
+}
+
+absl::Status Engine::AllocateCaches(const CachePlan& plan, int64_t page_size) {
+  if (page_size_ != 0) return absl::FailedPreconditionError("the caches are allocated already");
+  if (page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
+  const int64_t slots = plan.slots + plan.snapshot_slots;
+  RETURN_IF_ERROR(Mirror({.kind = RankCommand::Kind::kAllocateCaches,
+                          .pages = plan.pages,
+                          .page_size = page_size,
+                          .slots = slots,
+                          .kv_dtype = kv_dtype_}));
+  for (int r = 0; r < group_.size(); ++r) {
+    CacheGeometry g = graphs_[r]->Geometry(plan.pages, page_size, slots);
+    g.kv_dtype = kv_dtype_;
+    RETURN_IF_ERROR(group_.backend(r).AllocateCaches(g));
+  }
+  caches_ = plan;
+  page_size_ = page_size;
+  return absl::OkStatus();
+}
+
 BackendMemory Engine::Memory() const {
   BackendMemory total;
   for (int r = 0; r < group_.size(); ++r) {
@@ -129,8 +124,6 @@ absl::Status Engine::ForEachRank(const std::function<absl::Status(Backend&)>& op
   return absl::OkStatus();
 }
 
-absl::StatusOr<SequenceId> Engine::AddSequence() { return AddSequence({}, nullptr); }
-
 absl::Status Engine::Copy(const CacheCopy& c) {
   RETURN_IF_ERROR(Mirror({.kind = RankCommand::Kind::kCopy, .copy = c}));
   return ForEachRank([&](Backend& b) -> absl::Status {
@@ -138,52 +131,6 @@ absl::Status Engine::Copy(const CacheCopy& c) {
     RETURN_IF_ERROR(b.CopyStateSlot(c.from_slot, c.to_slot));
     return c.from_page >= 0 ? b.CopyKvPage(c.from_page, c.to_page) : absl::OkStatus();
   });
-}
-
-absl::StatusOr<SequenceId> Engine::AddSequence(absl::Span<const int32_t> tokens,
-                                               PrefixLookup* lookup) {
-  ASSIGN_OR_RETURN(const KvManager::Started started, kv_->AddSequence(tokens));
-  if (const absl::Status s = Copy(started.restore); !s.ok()) {
-    (void)kv_->RemoveSequence(started.id);
-    return s;
-  }
-  if (lookup != nullptr) *lookup = started.lookup;
-  return started.id;
-}
-
-absl::StatusOr<bool> Engine::Snapshot(SequenceId id, bool speculative) {
-  ASSIGN_OR_RETURN(const std::optional<KvManager::SnapshotPlan> plan,
-                   kv_->PlanSnapshot(id, speculative));
-  if (!plan) return false;
-  if (const absl::Status s = Copy(plan->copy); !s.ok()) {
-    kv_->DropSnapshot(plan->id);  // never restore a copy that did not complete
-    return s;
-  }
-  return true;
-}
-
-absl::Status Engine::Rollback(SequenceId id, int64_t length) {
-  ASSIGN_OR_RETURN(const int32_t plane, kv_->RollbackPlane(id, length));
-  if (plane >= 0) {
-    RETURN_IF_ERROR(Copy({.from_slot = plane, .to_slot = kv_->Find(id)->slot}));
-  }
-  kv_->Rollback(id, length);
-  return absl::OkStatus();
-}
-
-absl::Status Engine::Checkpoint(SequenceId id) {
-  ASSIGN_OR_RETURN(const CacheCopy copy, kv_->Checkpoint(id));
-  if (const absl::Status s = Copy(copy); !s.ok()) {
-    (void)kv_->EndCheckpoint(id, false);  // never restore a copy that did not complete
-    return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Engine::RestoreCheckpoint(SequenceId id) {
-  ASSIGN_OR_RETURN(const CacheCopy copy, kv_->CheckpointRestore(id));
-  RETURN_IF_ERROR(Copy(copy));
-  return kv_->EndCheckpoint(id, true);
 }
 
 absl::Status Engine::CheckImageInputs(const SequenceInput& in) const {
@@ -228,18 +175,15 @@ absl::Status Engine::CheckImageInputs(const SequenceInput& in) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch) {
+absl::Status Engine::CheckStep(const std::vector<SequenceInput>& batch,
+                               absl::Span<const int64_t> lengths) const {
   const Qwen35Config& c = model_->config();
-  // Validate everything before touching any state.
-  absl::flat_hash_set<SequenceId> seen;
+  if (lengths.size() != batch.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batch of ", batch.size(), " sequences with ", lengths.size(), " lengths"));
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceInput& in = batch[i];
-    const KvManager::Sequence* sq = kv_->Find(in.id);
-    if (sq == nullptr) return absl::NotFoundError(absl::StrCat("no sequence ", in.id));
-    if (!seen.insert(in.id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", in.id, " appears twice in a batch"));
-    }
     if (in.tokens.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", in.id, " brings no tokens"));
     }
@@ -254,23 +198,51 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
             absl::StrCat("token id ", tok, " is outside [0, ", c.vocab_size, ")"));
       }
     }
-    if (sq->awaits_rollback()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "sequence ", in.id, " has a speculative step to roll back before its next step"));
-    }
-    if (sq->speculated_from >= 0 &&
-        (!in.keep_states || in.tokens.size() != sq->planes.size() + 1)) {
-      return absl::FailedPreconditionError(absl::StrCat("sequence ", in.id,
-                                                        "'s speculative step was reserved for ",
-                                                        sq->planes.size() + 1, " tokens"));
-    }
-    const int64_t new_len = sq->length + static_cast<int64_t>(in.tokens.size());
+    const int64_t new_len = lengths[i] + static_cast<int64_t>(in.tokens.size());
     if (new_len > max_context_) {
       return absl::OutOfRangeError(absl::StrCat("sequence ", in.id, " would reach ", new_len,
                                                 " tokens; the context limit is ", max_context_));
     }
   }
-  RETURN_IF_ERROR(kv_->Reserve(batch));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CheckCaches(const std::vector<SequenceInput>& batch,
+                                 const std::vector<SequenceCache>& caches) const {
+  if (page_size_ == 0) return absl::FailedPreconditionError("the caches are not allocated");
+  if (caches.size() != batch.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batch of ", batch.size(), " sequences with memory for ", caches.size()));
+  }
+  const bool uses_kv = model_->attention_layers() > 0;
+  const int64_t slots = caches_.slots + caches_.snapshot_slots;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceInput& in = batch[i];
+    const SequenceCache& m = caches[i];
+    const int64_t new_len = m.length + static_cast<int64_t>(in.tokens.size());
+    const auto out_of = [](int64_t v, int64_t n) { return v < 0 || v >= n; };
+    bool bad = m.length < 0 || out_of(m.slot, slots);
+    if (uses_kv && static_cast<int64_t>(m.pages.size()) * page_size_ < new_len) bad = true;
+    for (int32_t page : m.pages) bad = bad || out_of(page, caches_.pages);
+    for (int32_t plane : m.planes) bad = bad || out_of(plane, slots);
+    if (in.keep_states ? m.planes.size() + 1 != in.tokens.size() : !m.planes.empty()) bad = true;
+    if (bad) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", in.id, "'s memory does not hold its step (length ", m.length,
+                       ", ", in.tokens.size(), " tokens, slot ", m.slot, ", ", m.pages.size(),
+                       " pages, ", m.planes.size(), " planes)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& batch,
+                                              const std::vector<SequenceCache>& caches) {
+  const Qwen35Config& c = model_->config();
+  RETURN_IF_ERROR(CheckCaches(batch, caches));
+  std::vector<int64_t> lengths;
+  for (const SequenceCache& m : caches) lengths.push_back(m.length);
+  RETURN_IF_ERROR(CheckStep(batch, lengths));
 
   // Flatten: each sequence's tokens in order.
   StepPlan plan;
@@ -283,12 +255,12 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
   });
   auto rows = std::make_shared<std::vector<float>>();
   for (size_t i = 0; i < batch.size(); ++i) {
-    const KvManager::Sequence& sq = *kv_->Find(batch[i].id);
+    const SequenceCache& sq = caches[i];
     const SequenceInput& in = batch[i];
     const int64_t first_row = static_cast<int64_t>(rows->size()) / c.embedding_length;
     if (images) rows->insert(rows->end(), in.embeddings.begin(), in.embeddings.end());
     plan.seq_slots.push_back(sq.slot);
-    plan.seq_pages.push_back(sq.pages);
+    plan.seq_pages.emplace_back(sq.pages.begin(), sq.pages.end());
     for (size_t j = 0; j < batch[i].tokens.size(); ++j) {
       const int64_t pos = sq.length + static_cast<int64_t>(j);
       if (images) {
@@ -317,15 +289,14 @@ absl::StatusOr<ForwardResult> Engine::Forward(const std::vector<SequenceInput>& 
   if (run.ok()) run = group_.Run([&](int r) { return graphs_[r]->Run(plan, &result.logits); });
   if (!run.ok()) {
     // Layers before the failure have advanced their state, so this is never a "nothing
-    // changed" RESOURCE_EXHAUSTED (only the reservation above says that), whatever the
-    // cause; a lost tensor-parallel rank keeps its DEADLINE_EXCEEDED.
+    // changed" RESOURCE_EXHAUSTED (only a reservation says that), whatever the cause; a lost
+    // tensor-parallel rank keeps its DEADLINE_EXCEEDED.
     if (run.code() == absl::StatusCode::kDeadlineExceeded) return run;
     if (group_.broken()) {
       return absl::UnavailableError(absl::StrCat("tensor-parallel group lost: ", run.message()));
     }
     return absl::InternalError(absl::StrCat("forward step failed: ", run.message()));
   }
-  for (const SequenceInput& in : batch) kv_->Advance(in);
   return result;
 }
 

@@ -1,8 +1,11 @@
 // The inference engine: the bookkeeping around the qwen35 forward pass (qwen35_graph.h) over a
 // batch of sequences that each bring any number of new tokens (prefill chunks and decode steps
-// mixed). The engine validates steps and runs them; the KV manager it holds (kv_manager.h)
-// decides which page and slot is whose, and the graph runs on a backend (backend.h: the CPU, or
-// CUDA) that owns the device memory.
+// mixed). The engine is a runner: it validates a step and runs it on the page tables, slots and
+// planes it is handed, and makes the cache copies it is asked for. Which page and slot is whose
+// is the KV manager's (kv_manager.h), which its owner (the scheduler, or a solo runner for the
+// tools and tests: solo_runner.h) plans from the room the engine reports and has the engine
+// allocate; sequence_runner.h ties the two together. The graph runs on a backend (backend.h: the
+// CPU, or CUDA) that owns the device memory.
 //
 // Schedule invariance: a token's logits are bit-identical however its sequence was fed (whole
 // prompt, chunks of any size, one token at a time), whatever else shares the batch and however
@@ -23,11 +26,12 @@
 #include "absl/types/span.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/backend_group.h"
+#include "worker/engine/cache_plan.h"
 #include "worker/engine/engine_options.h"
-#include "worker/engine/kv_manager.h"
 #include "worker/engine/model.h"
 #include "worker/engine/qwen35_graph.h"
 #include "worker/engine/rank_command.h"
+#include "worker/engine/step_input.h"
 #include "worker/parallel/shard_plan.h"
 
 namespace walsh {
@@ -66,53 +70,30 @@ class Engine {
   // processes): RankMemory's and backend()'s indices.
   int local_ranks() const { return group_.size(); }
   int64_t max_context() const { return max_context_; }
-  // The memory of the sequences: pages, slots, the prefix cache (kv_manager.h). The scheduler
-  // plans admission and reserves each step's pages with it.
-  KvManager& kv() { return *kv_; }
-  const KvManager& kv() const { return *kv_; }
-  int64_t page_size() const { return kv_->page_size(); }
-  // How KV pages store keys and values, the bytes one token's keys and values take in every
-  // attention layer (all ranks together), and the most tokens the KV pool holds.
+  // How KV pages store keys and values.
   KvCacheDtype kv_cache_dtype() const { return kv_dtype_; }
-  int64_t kv_bytes_per_token() const { return kv_->page_bytes() / kv_->page_size(); }
-  int64_t kv_token_capacity() const { return kv_->total_pages() * kv_->page_size(); }
 
-  // A new empty sequence; RESOURCE_EXHAUSTED when no state slot is free.
-  absl::StatusOr<SequenceId> AddSequence();
-  // A new sequence that starts from the longest prefix of `tokens` the prefix cache restores
-  // exactly (at most all but the last token; its length says how many); `lookup` says what was
-  // found.
-  absl::StatusOr<SequenceId> AddSequence(absl::Span<const int32_t> tokens, PrefixLookup* lookup);
-  // Snapshots the sequence's GatedDeltaNet state (and partial last page) at its length for the
-  // prefix cache. False when it is cached already, caching is off, or the budget has no room.
-  // `speculative` marks one taken on the chance a request branches there (an interval snapshot):
-  // evicted before the others (prefix_cache.h).
-  absl::StatusOr<bool> Snapshot(SequenceId id, bool speculative = false);
-  bool prefix_caching() const { return kv_->prefix_caching(); }
-  PrefixCacheStats PrefixStats() const { return kv_->PrefixStats(); }
-  // Frees the sequence's KV pages and state slot.
-  absl::Status RemoveSequence(SequenceId id) { return kv_->RemoveSequence(id); }
-  absl::StatusOr<int64_t> SequenceLength(SequenceId id) const { return kv_->SequenceLength(id); }
+  // The caches. What a page of `page_size` positions and a state slot take, all ranks together
+  // (every rank holds its heads' share of each), and the bytes the tightest rank this process
+  // holds can give them: what the KV manager is planned from.
+  CacheUnits CacheUnitsFor(int64_t page_size) const;
+  int64_t CacheRoom() const;
+  // Allocates the planned pages and slots (snapshot slots included) on every rank, once.
+  absl::Status AllocateCaches(const CachePlan& plan, int64_t page_size);
+  // Makes the copy on every rank (step_input.h).
+  absl::Status Copy(const CacheCopy& copy);
 
-  // Ends a speculative step (SequenceInput::keep_states) at `length` tokens, from the length
-  // before it + 1 (only the step's first token kept) to the length now (all kept): positions
-  // past it are dropped and the GatedDeltaNet state is the one after token length - 1, as if
-  // only those tokens had been fed. On error the sequence is to be removed.
-  absl::Status Rollback(SequenceId id, int64_t length);
-  // A checkpoint of the sequence's state at its length (KvManager::Checkpoint; engines without
-  // prefix caching): the steps after it are undone at once by RestoreCheckpoint (the sequence
-  // is as it was at the checkpoint, as if they had never run) or kept by DropCheckpoint. On a
-  // failed restore the sequence is to be removed.
-  absl::Status Checkpoint(SequenceId id);
-  absl::Status RestoreCheckpoint(SequenceId id);
-  absl::Status DropCheckpoint(SequenceId id) { return kv_->EndCheckpoint(id, false); }
-  // Runs one step over the batch. Validates everything first: on error (unknown or repeated
-  // sequence, token out of range, image inputs malformed or not taken by the backend, context
-  // exhausted, or pages not reserved and not to be had) no sequence changes. Pages the scheduler
-  // reserved (KvManager::Reserve) are not taken again.
-  absl::StatusOr<ForwardResult> Forward(const std::vector<SequenceInput>& batch);
-
-  EngineStats Stats() const { return kv_->Stats(); }
+  // Refuses a step whose inputs are malformed, whatever memory it is given: a sequence that
+  // brings no tokens, a token out of range, image inputs malformed or not taken by the backend,
+  // or a sequence that would pass the context limit from `lengths[i]` tokens.
+  absl::Status CheckStep(const std::vector<SequenceInput>& batch,
+                         absl::Span<const int64_t> lengths) const;
+  // Runs one step over the batch, each entry on its memory (`caches[i]`, whose pages cover its
+  // new tokens). Validates everything first (CheckStep, and the memory against the allocation):
+  // on error nothing ran. A failure while running leaves layers advanced: INTERNAL, or
+  // UNAVAILABLE (a broken tensor-parallel group) or DEADLINE_EXCEEDED (a stalled rank).
+  absl::StatusOr<ForwardResult> Forward(const std::vector<SequenceInput>& batch,
+                                        const std::vector<SequenceCache>& caches);
 
   // A projection runs only on the transform its weights were folded with (the fork's graph
   // check, docs/format.md §6): qwen35_graph.h.
@@ -133,20 +114,20 @@ class Engine {
 
  private:
   absl::Status CheckImageInputs(const SequenceInput& in) const;
-  // Bytes the caches may take on the tightest rank this process holds.
-  int64_t CacheRoom() const;
+  absl::Status CheckCaches(const std::vector<SequenceInput>& batch,
+                           const std::vector<SequenceCache>& caches) const;
   // Sends the command to the ranks other processes hold (none: nothing to do).
   absl::Status Mirror(const RankCommand& command);
   absl::Status ForEachRank(const std::function<absl::Status(Backend&)>& op);
-  absl::Status Copy(const CacheCopy& copy);
   Engine(std::unique_ptr<Model> model, const EngineOptions& options, BackendGroup group);
 
   std::unique_ptr<Model> model_;
   EngineOptions options_;
   BackendGroup group_;
   int64_t max_context_;
-  std::unique_ptr<KvManager> kv_;
   KvCacheDtype kv_dtype_ = KvCacheDtype::kFp16;
+  CachePlan caches_;  // allocated; page_size_ 0 until then
+  int64_t page_size_ = 0;
   std::unique_ptr<ShardPlan> plan_;
   std::vector<std::unique_ptr<Qwen35Graph>> graphs_;  // one per rank, over group_'s backends
 };

@@ -1,4 +1,5 @@
-// How an engine is built: the device and its backend's knobs, the cache budgets, the context.
+// How an engine is built: the device and its backend's knobs, the context, how activations and
+// KV pages are stored. The cache budgets are the KV manager's (CacheOptions, kv_manager.h).
 #ifndef WALSH_WORKER_ENGINE_ENGINE_OPTIONS_H_
 #define WALSH_WORKER_ENGINE_ENGINE_OPTIONS_H_
 
@@ -85,21 +86,11 @@ inline int64_t KvBytes(KvCacheDtype d, int64_t n) {
 struct EngineOptions {
   Device device = Device::kCpu;
   int cuda_device = 0;  // the first device of a CUDA engine
-  // CUDA: the share of the device's memory the engine may hold (vLLM's meaning); the KV and
-  // state budgets are cut to what is left after the weights, and a model that does not fit is
-  // refused with the numbers.
+  // CUDA: the share of the device's memory the engine may hold (vLLM's meaning). A model whose
+  // weights do not fit is refused with the numbers; what is left is the room the engine reports
+  // for caches (Engine::CacheRoom), which cuts the KV manager's budgets.
   double gpu_memory_utilization = 0.9;
   int threads = 1;
-  int64_t kv_cache_bytes = int64_t{256} << 20;  // pool of KV pages for the attention layers
-  int64_t state_bytes = int64_t{256} << 20;     // pool of GatedDeltaNet state slots
-  int64_t kv_pages = 0;     // if > 0: this many pages, whatever kv_cache_bytes says
-  int64_t state_slots = 0;  // if > 0: this many slots, whatever state_bytes says
-  int64_t page_size = 16;   // positions per KV page
-  // Prefix caching (prefix_cache.h): full KV pages shared by content, and GatedDeltaNet state
-  // snapshots in a budget of their own (whole state slots, and one KV page each for a partial
-  // last page, taken from the KV pool).
-  bool prefix_caching = true;
-  int64_t prefix_cache_bytes = int64_t{256} << 20;
   int64_t max_context = 0;  // 0: the model's context_length
   // Quantize activations to int8 before the ternary dot products (as llama.cpp does). Off is
   // a test/debug mode: fp32 activations against the decoded weights.

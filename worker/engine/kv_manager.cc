@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -23,9 +24,26 @@ const char* PrefixOutcomeName(PrefixOutcome o) {
   return "off";
 }
 
+absl::StatusOr<std::unique_ptr<KvManager>> KvManager::Plan(const CacheOptions& options,
+                                                           const CacheUnits& units, int64_t room) {
+  if (options.page_size < 1) return absl::InvalidArgumentError("KV page size must be >= 1");
+  const bool snapshots = options.prefix_caching && units.uses_kv;
+  ASSIGN_OR_RETURN(const CachePlan plan,
+                   PlanCaches({.kv_cache_bytes = options.kv_cache_bytes,
+                               .state_bytes = options.state_bytes,
+                               .kv_pages = options.kv_pages,
+                               .state_slots = options.state_slots,
+                               .snapshot_bytes = snapshots ? options.prefix_cache_bytes : 0,
+                               .room = room},
+                              units.page_bytes, units.slot_bytes));
+  return std::make_unique<KvManager>(plan, options.page_size, units.page_bytes, units.slot_bytes,
+                                     options.prefix_caching, units.uses_kv);
+}
+
 KvManager::KvManager(const CachePlan& plan, int64_t page_size, int64_t page_bytes,
                      int64_t slot_bytes, bool prefix_caching, bool uses_kv)
-    : pages_(plan.pages, page_size),
+    : plan_(plan),
+      pages_(plan.pages, page_size),
       states_(plan.slots),
       page_bytes_(page_bytes),
       slot_bytes_(slot_bytes),
@@ -166,6 +184,43 @@ int64_t KvManager::PagesToGrow(const std::vector<SequenceInput>& batch) const {
     if (sq != nullptr) pages += NewPages(*sq, static_cast<int64_t>(in.tokens.size()));
   }
   return pages;
+}
+
+absl::Status KvManager::CheckStep(const std::vector<SequenceInput>& batch) const {
+  absl::flat_hash_set<SequenceId> seen;
+  for (const SequenceInput& in : batch) {
+    const Sequence* sq = Find(in.id);
+    if (sq == nullptr) return absl::NotFoundError(absl::StrCat("no sequence ", in.id));
+    if (!seen.insert(in.id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", in.id, " appears twice in a batch"));
+    }
+    if (sq->awaits_rollback()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", in.id, " has a speculative step to roll back before its next step"));
+    }
+    if (sq->speculated_from >= 0 &&
+        (!in.keep_states || in.tokens.size() != sq->planes.size() + 1)) {
+      return absl::FailedPreconditionError(absl::StrCat("sequence ", in.id,
+                                                        "'s speculative step was reserved for ",
+                                                        sq->planes.size() + 1, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<SequenceCache> KvManager::StepCaches(const std::vector<SequenceInput>& batch) const {
+  std::vector<SequenceCache> caches;
+  caches.reserve(batch.size());
+  for (const SequenceInput& in : batch) {
+    const Sequence& sq = sequences_.at(in.id);
+    caches.push_back({.length = sq.length,
+                      .slot = sq.slot,
+                      .pages = sq.pages,
+                      .planes = in.keep_states ? absl::Span<const int32_t>(sq.planes)
+                                               : absl::Span<const int32_t>()});
+  }
+  return caches;
 }
 
 absl::Status KvManager::Reserve(const std::vector<SequenceInput>& batch) {

@@ -1,10 +1,11 @@
 // The memory of the sequences (docs/architecture.md, "State per sequence and admission"): the KV
 // page pool, the GatedDeltaNet state slots, the prefix cache, and every sequence's page table
-// and length. It decides which page and slot is whose; it holds no device memory. The engine
-// runs steps on the page tables and makes the copies the manager asks for (a snapshot restored
-// into a new sequence, or taken from one). The scheduler asks it what a request would take and
-// reserves each step's pages with it before the step (Reserve), so a step it planned never runs
-// out of pages mid-way.
+// and length. It decides which page and slot is whose; it holds no device memory. Its owner is
+// the scheduler (worker/server/scheduler.h), or a solo runner (solo_runner.h) for the tools and
+// tests: the engine runs steps on the page tables it hands out and makes the copies it asks for
+// (a snapshot restored into a new sequence, or taken from one), through sequence_runner.h. The
+// scheduler asks it what a request would take and reserves each step's pages with it before the
+// step (Reserve), so a step it planned never runs out of pages mid-way.
 #ifndef WALSH_WORKER_ENGINE_KV_MANAGER_H_
 #define WALSH_WORKER_ENGINE_KV_MANAGER_H_
 
@@ -20,30 +21,9 @@
 #include "worker/engine/kv_page_pool.h"
 #include "worker/engine/prefix_cache.h"
 #include "worker/engine/state_slot_pool.h"
+#include "worker/engine/step_input.h"
 
 namespace walsh {
-
-using SequenceId = int64_t;
-
-struct SequenceInput {
-  SequenceId id = 0;
-  std::vector<int32_t> tokens;  // appended at the sequence's current length
-  bool all_logits = false;      // logits for every new token; otherwise for the last one only
-  // A speculative step (drafted tokens being verified): the GatedDeltaNet state after every
-  // token but the last is kept in a plane (a state slot of the pool) so that the sequence can
-  // roll back to any length within the step (Engine::Rollback), which it must do, keeping all
-  // or fewer, before its next step.
-  bool keep_states = false;
-  // Image inputs (docs/vision.md §4), empty for text. rope_positions: 3 per token, the t, h and w
-  // positions of its rotary embedding; a sequence that holds an image passes them with every
-  // later step, since its text tokens' M-RoPE positions then trail their places in the sequence.
-  // embedding_of_token: per token -1 (its own embedding) or the row of `embeddings`
-  // (embedding_length floats each) that replaces it; a replaced token's id may be negative, the
-  // image's cache key (image_prompt.h).
-  std::vector<int32_t> rope_positions;
-  std::vector<int32_t> embedding_of_token;
-  std::vector<float> embeddings;
-};
 
 // kv_pages_used counts the pages sequences hold; pages only the prefix cache holds are free
 // (it gives them back under pressure) and are counted in PrefixCacheStats.
@@ -73,10 +53,19 @@ struct PrefixCacheStats {
   int64_t page_evictions = 0, snapshot_evictions = 0;
 };
 
-// A copy the engine makes on every rank: a state slot, and a KV page when from_page >= 0.
-struct CacheCopy {
-  int32_t from_slot = -1, to_slot = -1;
-  int32_t from_page = -1, to_page = -1;
+// The budgets of the sequences' memory, as the flags give them (docs/operations.md): the pools
+// are planned from them and the room the engine reports (cache_plan.h).
+struct CacheOptions {
+  int64_t page_size = 16;                       // positions per KV page
+  int64_t kv_cache_bytes = int64_t{256} << 20;  // pool of KV pages for the attention layers
+  int64_t state_bytes = int64_t{256} << 20;     // pool of GatedDeltaNet state slots
+  int64_t kv_pages = 0;     // if > 0: this many pages, whatever kv_cache_bytes says
+  int64_t state_slots = 0;  // if > 0: this many slots, whatever state_bytes says
+  // Prefix caching (prefix_cache.h): full KV pages shared by content, and GatedDeltaNet state
+  // snapshots in a budget of their own (whole state slots, and one KV page each for a partial
+  // last page, taken from the KV pool).
+  bool prefix_caching = true;
+  int64_t prefix_cache_bytes = int64_t{256} << 20;
 };
 
 class KvManager {
@@ -85,12 +74,18 @@ class KvManager {
   // cache exists when `prefix_caching` and uses_kv. Snapshot slots follow the sequence slots.
   KvManager(const CachePlan& plan, int64_t page_size, int64_t page_bytes, int64_t slot_bytes,
             bool prefix_caching, bool uses_kv);
+  // The pools planned from the budgets, what a page and a slot take (`units`), and the room the
+  // engine has for them (Engine::CacheRoom): an error names the budget that holds nothing.
+  static absl::StatusOr<std::unique_ptr<KvManager>> Plan(const CacheOptions& options,
+                                                         const CacheUnits& units, int64_t room);
   KvManager(const KvManager&) = delete;  // the prefix cache points at the pool
   KvManager& operator=(const KvManager&) = delete;
 
   int64_t page_size() const { return pages_.page_size(); }
   int64_t page_bytes() const { return page_bytes_; }
   int64_t total_pages() const { return pages_.total(); }
+  // What the engine allocates for it (Engine::AllocateCaches).
+  const CachePlan& plan() const { return plan_; }
   bool prefix_caching() const { return prefix_ != nullptr; }
 
   // A new sequence: a state slot, and, when the prefix cache has a snapshot on `tokens` that
@@ -143,6 +138,11 @@ class KvManager {
   int64_t PagesHeld(SequenceId id) const;
   int64_t SharedPagesInUse(absl::Span<const int32_t> tokens) const;
 
+  // Refuses a step the sequences are not ready for: an unknown or repeated sequence, one with a
+  // speculative step to roll back first, or a reserved speculative step fed otherwise.
+  absl::Status CheckStep(const std::vector<SequenceInput>& batch) const;
+  // The memory each entry of `batch` runs on; its pages must have been reserved.
+  std::vector<SequenceCache> StepCaches(const std::vector<SequenceInput>& batch) const;
   // The pages a step over `batch` would take from the pool. Changes nothing.
   int64_t PagesToGrow(const std::vector<SequenceInput>& batch) const;
   // Takes them into the sequences' page tables, evicting cache entries for them, and the state
@@ -184,6 +184,7 @@ class KvManager {
   void Truncate(Sequence& sq, int64_t length);
   int64_t NewPages(const Sequence& sq, int64_t tokens) const;
 
+  CachePlan plan_;
   KvPagePool pages_;
   StateSlotPool states_;
   std::unique_ptr<PrefixCache> prefix_;  // null when prefix caching is off

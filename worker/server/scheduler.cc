@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_log.h"
+#include "common/status_macros.h"
 #include "worker/server/scheduling_policy.h"
 #include "worker/speculative/verification.h"
 
@@ -22,9 +23,37 @@ bool Expired(const ActiveRequest& r) {
 
 }  // namespace
 
-Scheduler::Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetrics* metrics)
-    : engine_(engine), options_(options), metrics_(metrics) {
-  engine_stats_ = engine_->Stats();
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine,
+                                                             const CacheOptions& caches,
+                                                             const SchedulerOptions& options,
+                                                             WorkerMetrics* metrics) {
+  ASSIGN_OR_RETURN(std::unique_ptr<KvManager> kv, MakeKvManager(*engine, caches));
+  {
+    // The canary: one token through every layer, before anything is served.
+    SequenceRunner canary(engine, kv.get());
+    ASSIGN_OR_RETURN(const SequenceId seq, canary.AddSequence());
+    const absl::StatusOr<ForwardResult> step = canary.Forward({{seq, {0}}});
+    (void)canary.RemoveSequence(seq);
+    if (!step.ok()) {
+      return absl::Status(step.status().code(),
+                          absl::StrCat("canary step: ", step.status().message()));
+    }
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(engine, std::move(kv), options, metrics));
+}
+
+Scheduler::Scheduler(Engine* engine, std::unique_ptr<KvManager> kv, const SchedulerOptions& options,
+                     WorkerMetrics* metrics)
+    : engine_(engine),
+      kv_(std::move(kv)),
+      sequences_(engine, kv_.get()),
+      cache_size_{.page_size = kv_->page_size(),
+                  .pages = kv_->total_pages(),
+                  .bytes_per_token = sequences_.kv_bytes_per_token(),
+                  .prefix_caching = kv_->prefix_caching()},
+      options_(options),
+      metrics_(metrics) {
+  engine_stats_ = kv_->Stats();
   UpdateGauges();
   {
     MutexLock l(&mask_waker_->mu);
@@ -149,7 +178,7 @@ void Scheduler::Loop() {
 void Scheduler::Release(ActiveRequest& r) {
   if (options_.drafter != nullptr) options_.drafter->Forget(r.arrival);
   if (r.sequence) {
-    (void)engine_->RemoveSequence(*r.sequence);
+    (void)sequences_.RemoveSequence(*r.sequence);
     r.sequence.reset();
   }
   r.fed = 0;
@@ -168,7 +197,7 @@ void Scheduler::EndWithStatus(ActiveRequest& r, const absl::Status& status, cons
 }
 
 void Scheduler::TakeSnapshot(ActiveRequest& r, const char* at) {
-  absl::StatusOr<bool> taken = engine_->Snapshot(*r.sequence, std::string_view(at) == "interval");
+  absl::StatusOr<bool> taken = sequences_.Snapshot(*r.sequence, std::string_view(at) == "interval");
   if (taken.ok() && *taken) metrics_->prefix_snapshots.counter({at}).Inc();
   if (!taken.ok()) {
     LogJson("warning", "snapshot_failed",
@@ -230,15 +259,15 @@ void Scheduler::Admit() {
   });
   while (!waiting_.empty()) {
     ActiveRequest& r = *waiting_.front();
-    const EngineStats s = engine_->Stats();
+    const EngineStats s = kv_->Stats();
     const Capacity capacity{.running = static_cast<int64_t>(running_.size()),
                             .max_running = options_.max_running,
                             .state_slots_free = s.state_slots_total - s.state_slots_used,
                             .kv_pages_free = s.kv_pages_total - s.kv_pages_used,
                             .kv_pages_total = s.kv_pages_total,
-                            .page_size = engine_->page_size(),
+                            .page_size = kv_->page_size(),
                             .uses_kv = engine_->model().attention_layers() > 0,
-                            .shared_pages = engine_->kv().SharedPagesInUse(r.tokens),
+                            .shared_pages = kv_->SharedPagesInUse(r.tokens),
                             .kv_pages_reserved = ReservedPages()};
     const Admission admission = DecideAdmission(static_cast<int64_t>(r.tokens.size()), capacity);
     if (admission == Admission::kWait) break;
@@ -252,7 +281,7 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    auto seq = engine_->AddSequence(r.tokens, &r.prefix);
+    auto seq = sequences_.AddSequence(r.tokens, &r.prefix);
     if (!seq.ok()) {
       // No slot free: it waits. Anything else (a lost tensor-parallel rank) ends it.
       if (seq.status().code() == absl::StatusCode::kResourceExhausted && !engine_->broken()) break;
@@ -284,7 +313,7 @@ int64_t Scheduler::ReservedPages() const {
   for (const auto& r : running_) {
     if (!r->sequence) continue;
     reserved += PagesStillToTake(static_cast<int64_t>(r->tokens.size()),
-                                 engine_->kv().PagesHeld(*r->sequence), engine_->page_size());
+                                 kv_->PagesHeld(*r->sequence), kv_->page_size());
   }
   return reserved;
 }
@@ -306,7 +335,7 @@ bool Scheduler::Preempt() {
 }
 
 void Scheduler::UpdateGauges() {
-  engine_stats_ = engine_->Stats();
+  engine_stats_ = kv_->Stats();
   running_count_ = static_cast<int64_t>(running_.size());
   metrics_->kv_pages_used.Set(engine_stats_.kv_pages_used);
   metrics_->kv_pages_total.Set(engine_stats_.kv_pages_total);
@@ -320,7 +349,7 @@ void Scheduler::UpdateGauges() {
                                   ? static_cast<double>(engine_stats_.kv_pages_used) /
                                         static_cast<double>(engine_stats_.kv_pages_total)
                                   : 0.0);
-  const PrefixCacheStats p = engine_->PrefixStats();
+  const PrefixCacheStats p = kv_->PrefixStats();
   metrics_->prefix_cache_bytes.gauge({"pages"}).Set(static_cast<double>(p.page_bytes));
   metrics_->prefix_cache_bytes.gauge({"snapshots"}).Set(static_cast<double>(p.snapshot_bytes));
   metrics_->prefix_cache_entries.gauge({"pages"}).Set(static_cast<double>(p.pages));
@@ -468,7 +497,7 @@ bool Scheduler::ReserveStep(StepWork& w) {
   // cannot run out of them mid-way. When the pool cannot give them, the last to arrive gives way
   // and the next step is planned again; a request running alone that outgrows the whole pool
   // ends.
-  absl::Status reserved = engine_->kv().Reserve(w.batch);
+  absl::Status reserved = kv_->Reserve(w.batch);
   if (!reserved.ok()) {
     // Drafts are never worth a preemption: the step runs without them if that fits.
     bool drafted = false;
@@ -478,7 +507,7 @@ bool Scheduler::ReserveStep(StepWork& w) {
       w.member_drafts[i].clear();
       drafted = true;
     }
-    if (drafted) reserved = engine_->kv().Reserve(w.batch);
+    if (drafted) reserved = kv_->Reserve(w.batch);
   }
   if (reserved.ok()) return true;
   if (Preempt()) {
@@ -488,8 +517,8 @@ bool Scheduler::ReserveStep(StepWork& w) {
   for (ActiveRequest* r : w.members) {
     EndWithStatus(*r,
                   absl::ResourceExhaustedError(absl::StrCat(
-                      "the request outgrew the KV cache (", engine_->kv().total_pages(),
-                      " pages of ", engine_->page_size(), " tokens): ", reserved.message())),
+                      "the request outgrew the KV cache (", kv_->total_pages(), " pages of ",
+                      kv_->page_size(), " tokens): ", reserved.message())),
                   "error");
   }
   std::erase_if(running_, [&](const auto& p) { return !p->sequence; });
@@ -511,7 +540,7 @@ void Scheduler::RunStep(StepWork& w) {
     }
   }
   const auto step_start = Clock::now();
-  w.out = engine_->Forward(w.batch);
+  w.out = sequences_.Forward(w.batch);
   w.seconds = Since(step_start);
   w.sampled.assign(n, {});
   w.rolled_back.assign(n, absl::OkStatus());
@@ -541,7 +570,7 @@ void Scheduler::RunStep(StepWork& w) {
     }
     if (w.batch[i].keep_states) {
       w.rolled_back[i] =
-          engine_->Rollback(*r.sequence, static_cast<int64_t>(r.fed + w.sampled[i].size()));
+          sequences_.Rollback(*r.sequence, static_cast<int64_t>(r.fed + w.sampled[i].size()));
     }
     row += rows;
   }

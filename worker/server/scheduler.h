@@ -1,7 +1,8 @@
-// Continuous batching over one engine. One thread owns the engine and runs steps: drop
+// Continuous batching over one engine. The scheduler owns the sequences' memory (its KV manager,
+// kv_manager.h, planned on the engine at creation) and one thread that runs steps: drop
 // cancelled and expired requests, admit waiting ones (priority, then arrival) while a batch
-// place, a state slot and the KV pages they will take can be had (the engine's KV manager,
-// kv_manager.h, says how many: pages shared with running requests count once, and pages
+// place, a state slot and the KV pages they will take can be had (the KV manager says how
+// many: pages shared with running requests count once, and pages
 // running requests will still take for their input are reserved), fill a per-step token
 // budget with decode tokens first and prefill chunks after, reserve the step's pages, run the
 // forward pass, sample, stream. When a step's pages cannot be reserved, the request that
@@ -28,6 +29,8 @@
 #include "common/mutex.h"
 #include "constraint/mask_prefetcher.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/kv_manager.h"
+#include "worker/engine/sequence_runner.h"
 #include "worker/server/active_request.h"
 #include "worker/server/scheduling_policy.h"
 #include "worker/server/worker_metrics.h"
@@ -66,9 +69,21 @@ struct SchedulerLoad {
   double tokens_per_second = 0;
 };
 
+// The KV pool's sizes, fixed when the scheduler is created.
+struct CacheSize {
+  int64_t page_size = 0, pages = 0;
+  int64_t bytes_per_token = 0;  // one token's keys and values in every attention layer
+  bool prefix_caching = false;
+};
+
 class Scheduler {
  public:
-  Scheduler(Engine* engine, const SchedulerOptions& options, WorkerMetrics* metrics);
+  // Plans the sequences' memory from the budgets and the room the engine reports, has the engine
+  // allocate it, runs one canary step on it, then starts the thread. The engine outlives it.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(Engine* engine,
+                                                           const CacheOptions& caches,
+                                                           const SchedulerOptions& options,
+                                                           WorkerMetrics* metrics);
   ~Scheduler();  // stops the thread; unfinished requests end with UNAVAILABLE
 
   // Queues a request; RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining.
@@ -82,8 +97,11 @@ class Scheduler {
   SchedulerLoad Load() const ABSL_LOCKS_EXCLUDED(mu_);
   // How long the step now running has run (0 between steps): the health watchdog's reading.
   double StepSeconds() const;
+  const CacheSize& cache_size() const { return cache_size_; }
 
  private:
+  Scheduler(Engine* engine, std::unique_ptr<KvManager> kv, const SchedulerOptions& options,
+            WorkerMetrics* metrics);
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // The status a request ends with when its step (or its admission) failed.
   absl::Status StepFailure(const absl::Status& s) const;
@@ -151,6 +169,9 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* engine_;
+  std::unique_ptr<KvManager> kv_;  // the scheduler thread's
+  SequenceRunner sequences_;       // engine_ over kv_
+  const CacheSize cache_size_;
   SchedulerOptions options_;
   WorkerMetrics* metrics_;
   mutable Mutex mu_;  // guards waiting_, the counters, admitting_, stop_

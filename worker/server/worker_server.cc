@@ -176,13 +176,6 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   auto engine = Engine::Create(std::move(*bound), eo, faults, std::move(group));
   if (!engine.ok()) return Failed("engine_failed", engine.status());
   p.engine = std::move(*engine);
-  {
-    auto seq = p.engine->AddSequence();
-    absl::StatusOr<ForwardResult> canary =
-        seq.ok() ? p.engine->Forward({{*seq, {0}}}) : absl::StatusOr<ForwardResult>(seq.status());
-    if (seq.ok()) (void)p.engine->RemoveSequence(*seq);
-    if (!canary.ok()) return Failed("canary_failed", canary.status());
-  }
   if (!o.mmproj.empty()) {
     auto vision = VisionModel::Load(o.mmproj, hidden_size);
     if (!vision.ok()) return Failed("model_refused", vision.status());
@@ -211,9 +204,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
   const NgramDraftOptions ngram{.min_match = o.speculative_ngram_min,
                                 .max_match = o.speculative_ngram_max,
                                 .max_tokens = o.num_speculative_tokens};
-  auto drafter = MakeDrafter(
-      {.spec = o.speculative, .ngram = ngram, .engine = eo, .max_step_tokens = o.max_batch_tokens},
-      *p.engine);
+  auto drafter = MakeDrafter({.spec = o.speculative,
+                              .ngram = ngram,
+                              .engine = eo,
+                              .caches = CacheOptionsOf(o),
+                              .max_step_tokens = o.max_batch_tokens},
+                             *p.engine);
   if (!drafter.ok()) return Failed("model_refused", drafter.status());
   p.drafter = std::move(*drafter);
   const MaskLimits mask_limits{.work = o.constraint_mask_work,
@@ -222,8 +218,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
     p.mask_prefetcher =
         std::make_unique<MaskPrefetcher>(static_cast<int>(o.constraint_threads), mask_limits);
   }
-  p.scheduler = std::make_unique<Scheduler>(
-      p.engine.get(),
+  auto scheduler = Scheduler::Create(
+      p.engine.get(), CacheOptionsOf(o),
       SchedulerOptions{.max_batch_tokens = o.max_batch_tokens,
                        .max_running = o.max_running,
                        .max_queue = o.max_queue,
@@ -235,6 +231,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
                        .drafter = p.drafter.get(),
                        .mask_prefetcher = p.mask_prefetcher.get()},
       p.metrics.get());
+  // The budgets hold nothing, or the canary step failed.
+  if (!scheduler.ok()) return Failed("engine_failed", scheduler.status());
+  p.scheduler = std::move(*scheduler);
   p.prepare = std::make_unique<PreparePool>(static_cast<int>(o.prepare_threads),
                                             static_cast<size_t>(o.max_running + o.max_queue));
   if (p.vision_input) {
@@ -242,21 +241,23 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const Options&
         static_cast<int>(o.image_threads), static_cast<size_t>(o.max_running + o.max_queue));
   }
   Engine& e = *p.engine;
-  info.set_kv_page_size(static_cast<uint32_t>(e.page_size()));
+  const CacheSize& cache = p.scheduler->cache_size();
+  const int64_t token_capacity = cache.pages * cache.page_size;
+  info.set_kv_page_size(static_cast<uint32_t>(cache.page_size));
   info.set_kv_cache_dtype(KvCacheDtypeName(e.kv_cache_dtype()));
-  info.set_kv_bytes_per_token(static_cast<uint64_t>(e.kv_bytes_per_token()));
-  info.set_kv_token_capacity(static_cast<uint64_t>(e.kv_token_capacity()));
-  if (e.prefix_caching()) {
+  info.set_kv_bytes_per_token(static_cast<uint64_t>(cache.bytes_per_token));
+  info.set_kv_token_capacity(static_cast<uint64_t>(token_capacity));
+  if (cache.prefix_caching) {
     info.set_prefix_cache_min_tokens(static_cast<uint32_t>(o.prefix_cache_min_tokens));
   }
   WorkerMetrics& metrics = *p.metrics;
   metrics.build_info.gauge({kVersion, e.kernels()}).Set(1);
   metrics.kv_bytes_per_token.gauge({KvCacheDtypeName(e.kv_cache_dtype())})
-      .Set(static_cast<double>(e.kv_bytes_per_token()));
+      .Set(static_cast<double>(cache.bytes_per_token));
   metrics.model_info.gauge({"qwen35", info.weight_format(), info.name(), fingerprint}).Set(1);
   metrics.vllm_cache_config
-      .gauge({std::to_string(e.page_size()), std::to_string(e.kv_token_capacity() / e.page_size()),
-              KvCacheDtypeName(e.kv_cache_dtype()), e.prefix_caching() ? "True" : "False"})
+      .gauge({std::to_string(cache.page_size), std::to_string(cache.pages),
+              KvCacheDtypeName(e.kv_cache_dtype()), cache.prefix_caching ? "True" : "False"})
       .Set(1);
   p.ctx.tokenizer = p.tokenizer.get();
   if (p.tokenizer) {

@@ -48,7 +48,7 @@ class WorkerServer {
     int64_t drain_grace_seconds = 30;
     int64_t step_stall_seconds = 120;
     bool no_prefix_caching = false;
-    int64_t prefix_cache_bytes = EngineOptions{}.prefix_cache_bytes;
+    int64_t prefix_cache_bytes = CacheOptions{}.prefix_cache_bytes;
     int64_t prefix_cache_min_tokens = SchedulerOptions{}.prefix_min_tokens;
     int64_t prefix_cache_snapshot_interval = SchedulerOptions{}.prefix_snapshot_interval;
     StreamBufferFlags buffers;
@@ -108,6 +108,8 @@ class WorkerServer {
 int64_t ServingContext(const WorkerServer::Options& o, const Qwen35Config& config);
 // The engine's options from the worker's flags, for a context of `context` tokens.
 EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context);
+// The budgets of the sequences' memory from the worker's flags (the scheduler plans it).
+CacheOptions CacheOptionsOf(const WorkerServer::Options& o);
 // This process's place in a group across processes (--nnodes, --node-rank, --dist-*), once every
 // rank has joined with `file`'s shard plan and `fingerprint` (rank_group.h).
 absl::StatusOr<ProcessGroup> JoinRankGroup(const WorkerServer::Options& o, const ModelFile& file,

@@ -247,10 +247,6 @@ int64_t ServingContext(const WorkerServer::Options& o, const Qwen35Config& confi
 EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context) {
   EngineOptions eo;
   eo.threads = static_cast<int>(o.threads);
-  eo.kv_cache_bytes = o.kv_cache_mb << 20;
-  eo.state_bytes = o.state_mb << 20;
-  eo.prefix_caching = !o.no_prefix_caching;
-  eo.prefix_cache_bytes = o.prefix_cache_bytes;
   eo.max_context = context;
   eo.tp = static_cast<int>(o.tp);
   eo.collective_timeout = std::chrono::milliseconds(o.collective_timeout_ms);
@@ -258,6 +254,13 @@ EngineOptions EngineOptionsOf(const WorkerServer::Options& o, int64_t context) {
   eo.gpu_memory_utilization = o.gpu_memory_utilization;
   ParseKvCacheDtype(o.kv_cache_dtype, &eo.kv_cache_dtype);
   return eo;
+}
+
+CacheOptions CacheOptionsOf(const WorkerServer::Options& o) {
+  return {.kv_cache_bytes = o.kv_cache_mb << 20,
+          .state_bytes = o.state_mb << 20,
+          .prefix_caching = !o.no_prefix_caching,
+          .prefix_cache_bytes = o.prefix_cache_bytes};
 }
 
 absl::StatusOr<ProcessGroup> JoinRankGroup(const WorkerServer::Options& o, const ModelFile& file,

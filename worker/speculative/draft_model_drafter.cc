@@ -49,14 +49,15 @@ absl::Status CheckSameVocabulary(const Model& target, const Model& draft) {
 }
 
 absl::StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(
-    std::unique_ptr<Engine> draft, const Model& target, int64_t context, int64_t max_step_tokens) {
-  RETURN_IF_ERROR(CheckSameVocabulary(target, draft->model()));
+    std::unique_ptr<SoloRunner> draft, const Model& target, int64_t context,
+    int64_t max_step_tokens) {
+  RETURN_IF_ERROR(CheckSameVocabulary(target, draft->engine().model()));
   if (draft->prefix_caching()) {
     return absl::InvalidArgumentError("a draft model's engine runs without prefix caching");
   }
-  if (draft->max_context() < context) {
+  if (draft->engine().max_context() < context) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the draft model's context is ", draft->max_context(),
+        absl::StrCat("the draft model's context is ", draft->engine().max_context(),
                      " tokens, shorter than the target's ", context, " (lower --max-context)"));
   }
   if (max_step_tokens < 1) return absl::InvalidArgumentError("max_step_tokens must be >= 1");
@@ -85,9 +86,9 @@ absl::StatusOr<DraftModelDrafter::Track*> DraftModelDrafter::Sync(const DraftReq
     if (track.checkpoint >= 0) {
       // Every draft fed was kept: keep them. Else undo the drafts back to the checkpoint.
       if (common == track.fed.size()) {
-        s = engine_->DropCheckpoint(track.sequence);
+        s = draft_->DropCheckpoint(track.sequence);
       } else if (common >= static_cast<size_t>(track.checkpoint)) {
-        s = engine_->RestoreCheckpoint(track.sequence);
+        s = draft_->RestoreCheckpoint(track.sequence);
         track.fed.resize(static_cast<size_t>(track.checkpoint));
         track.next = track.checkpoint_next;
       } else {
@@ -101,7 +102,7 @@ absl::StatusOr<DraftModelDrafter::Track*> DraftModelDrafter::Sync(const DraftReq
     if (s.ok()) return &track;
     Forget(request.key);  // starts again from the request's tokens
   }
-  ASSIGN_OR_RETURN(const SequenceId id, engine_->AddSequence());
+  ASSIGN_OR_RETURN(const SequenceId id, draft_->AddSequence());
   return &tracks_.emplace(request.key, Track{.sequence = id}).first->second;
 }
 
@@ -135,7 +136,7 @@ std::vector<std::vector<int32_t>> DraftModelDrafter::Draft(
     const Track& track = tracks_.at(requests[i].key);
     const auto from = requests[i].tokens.begin() + static_cast<ptrdiff_t>(track.fed.size());
     SequenceInput input{track.sequence, std::vector<int32_t>(from, from + n)};
-    if (!engine_->kv().Reserve({input}).ok()) continue;
+    if (!draft_->kv().Reserve({input}).ok()) continue;
     budget -= n;
     feed.push_back(std::move(input));
     feeding.push_back(i);
@@ -158,12 +159,12 @@ std::vector<std::vector<int32_t>> DraftModelDrafter::Draft(
       if (static_cast<int64_t>(out[i].size()) >= requests[i].max_tokens) continue;
       Track& track = tracks_.at(requests[i].key);
       if (track.checkpoint < 0) {
-        if (!engine_->Checkpoint(track.sequence).ok()) continue;  // no slot: one draft token
+        if (!draft_->Checkpoint(track.sequence).ok()) continue;  // no slot: one draft token
         track.checkpoint = static_cast<int64_t>(track.fed.size());
         track.checkpoint_next = track.next;
       }
       SequenceInput input{track.sequence, {out[i].back()}};
-      if (!engine_->kv().Reserve({input}).ok()) continue;
+      if (!draft_->kv().Reserve({input}).ok()) continue;
       step.push_back(std::move(input));
       stepping.push_back(i);
     }
@@ -178,7 +179,7 @@ bool DraftModelDrafter::Run(absl::Span<const DraftRequest> requests,
                             const std::vector<SequenceInput>& batch,
                             const std::vector<size_t>& members) {
   if (batch.empty()) return false;
-  absl::StatusOr<ForwardResult> result = engine_->Forward(batch);
+  absl::StatusOr<ForwardResult> result = draft_->Forward(batch);
   if (!result.ok()) {
     // Its pages were reserved, so this is no shortage: the sequences are not to be trusted.
     for (size_t i : members) Forget(requests[i].key);
@@ -196,7 +197,7 @@ bool DraftModelDrafter::Run(absl::Span<const DraftRequest> requests,
 void DraftModelDrafter::Forget(uint64_t key) {
   auto it = tracks_.find(key);
   if (it == tracks_.end()) return;
-  (void)engine_->RemoveSequence(it->second.sequence);
+  (void)draft_->RemoveSequence(it->second.sequence);
   tracks_.erase(it);
 }
 

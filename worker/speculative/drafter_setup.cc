@@ -33,12 +33,14 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterSetup& setup,
   if (!model.ok()) return named(model.status());
   EngineOptions o = setup.engine;
   o.tp = 1;
-  o.prefix_caching = false;
   o.max_context = target.max_context();
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(std::move(*model), o);
-  if (!engine.ok()) return named(engine.status());
+  CacheOptions caches = setup.caches;
+  caches.prefix_caching = false;
+  absl::StatusOr<std::unique_ptr<SoloRunner>> draft =
+      SoloRunner::Create(std::move(*model), o, caches);
+  if (!draft.ok()) return named(draft.status());
   absl::StatusOr<std::unique_ptr<DraftModelDrafter>> drafter = DraftModelDrafter::Create(
-      std::move(*engine), target.model(), target.max_context(), setup.max_step_tokens);
+      std::move(*draft), target.model(), target.max_context(), setup.max_step_tokens);
   if (!drafter.ok()) return named(drafter.status());
   return std::unique_ptr<Drafter>(std::move(*drafter));
 }

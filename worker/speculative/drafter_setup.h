@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/kv_manager.h"
 #include "worker/speculative/drafter.h"
 #include "worker/speculative/ngram_drafter.h"
 
@@ -20,9 +21,10 @@ absl::Status ValidateSpeculativeSpec(const std::string& spec);
 struct DrafterSetup {
   std::string spec;  // a valid --speculative value
   NgramDraftOptions ngram;
-  // A draft model's engine: the target's options (its KV and state budgets included), on one
-  // rank, without prefix caching. A request the draft engine has no room for drafts nothing.
+  // A draft model's engine and memory: the target's options and budgets, on one rank, without
+  // prefix caching. A request the draft engine has no room for drafts nothing.
   EngineOptions engine;
+  CacheOptions caches;
   int64_t max_step_tokens = 0;  // required: the scheduler's token budget per step
 };
 

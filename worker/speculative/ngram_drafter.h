@@ -3,7 +3,7 @@
 // them proposes the tokens that followed its most recent earlier occurrence. Text that repeats
 // its input (code edits, quotes, summaries) drafts well; anything else drafts nothing, and the
 // step is a plain decode step. Pure: the verification that keeps the output exact is the
-// engine's (Engine::Rollback).
+// engine's (SequenceRunner::Rollback).
 #ifndef WALSH_WORKER_SPECULATIVE_NGRAM_DRAFTER_H_
 #define WALSH_WORKER_SPECULATIVE_NGRAM_DRAFTER_H_
 

@@ -17,8 +17,8 @@
 #include "tests/util/cuda_device.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
-#include "worker/engine/engine.h"
 #include "worker/engine/image_prompt.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/parallel/nccl_api.h"
 
 namespace walsh {
@@ -46,9 +46,9 @@ double MeanKl(const std::vector<float>& p, const std::vector<float>& q, int64_t 
   return total / rows;
 }
 
-std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
-                                   KvCacheDtype kv = KvCacheDtype::kFp16,
-                                   OpProfile* profile = nullptr, int tp = 1) {
+std::unique_ptr<SoloRunner> MakeEngine(const std::string& path, Device device,
+                                       KvCacheDtype kv = KvCacheDtype::kFp16,
+                                       OpProfile* profile = nullptr, int tp = 1) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
   auto bound = Model::Bind(std::move(*file));
@@ -56,12 +56,11 @@ std::unique_ptr<Engine> MakeEngine(const std::string& path, Device device,
   EngineOptions opts;
   opts.device = device;
   opts.kv_cache_dtype = kv;
-  opts.kv_cache_bytes = int64_t{64} << 20;
-  opts.state_bytes = int64_t{64} << 20;
   opts.profile = profile;
   opts.tp = tp;
+  const CacheOptions caches{.kv_cache_bytes = int64_t{64} << 20, .state_bytes = int64_t{64} << 20};
   // CUDA ranks before a device has proven them: this check's engines only (CheckDeviceTp).
-  auto engine = Engine::Create(std::move(*bound), opts, {.unproven_cuda_tp = tp > 1});
+  auto engine = SoloRunner::Create(std::move(*bound), opts, caches, {.unproven_cuda_tp = tp > 1});
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
 }
@@ -71,7 +70,7 @@ struct FedRun {
   std::vector<float> logits;
   std::vector<int32_t> greedy;
 };
-FedRun Feed(Engine& e, const std::vector<int32_t>& ids, size_t chunk, int greedy) {
+FedRun Feed(SequenceRunner& e, const std::vector<int32_t>& ids, size_t chunk, int greedy) {
   FedRun run;
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok()) << seq.status();
@@ -224,7 +223,7 @@ TEST_P(CudaEngine, PrefixCacheHitEqualsColdRun) {
 
 // A prompt with two images, fed in chunks of `chunk` with its rows and M-RoPE positions as the
 // worker attaches them; the logits at every position.
-std::vector<float> FeedImagePrompt(Engine& e, const std::vector<int32_t>& tokens,
+std::vector<float> FeedImagePrompt(SequenceRunner& e, const std::vector<int32_t>& tokens,
                                    const PromptImages& images, int64_t chunk) {
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok()) << seq.status();
@@ -247,7 +246,7 @@ std::vector<float> FeedImagePrompt(Engine& e, const std::vector<int32_t>& tokens
 // After the image prompt on the same engine: text alone (a step with no image inputs after
 // steps with them), then the image prompt and the text side by side in one batch (text tokens
 // take their own positions on the image path); every logit, in order.
-std::vector<float> FeedTextAfterAndBeside(Engine& e, const std::vector<int32_t>& tokens,
+std::vector<float> FeedTextAfterAndBeside(SequenceRunner& e, const std::vector<int32_t>& tokens,
                                           const PromptImages& images,
                                           const std::vector<int32_t>& text) {
   std::vector<float> all;
@@ -394,7 +393,7 @@ TEST_P(CudaTensorParallel, RanksOverNcclGiveTheBitsOfOne) {
   std::vector<int32_t> ids(37);
   for (int32_t& id : ids) id = static_cast<int32_t>(gen() % cpu->model().config().vocab_size);
   const FedRun want = Feed(*cpu, ids, 16, 8);
-  auto timed = [&](Engine& e, FedRun* run) {
+  auto timed = [&](SequenceRunner& e, FedRun* run) {
     (void)Feed(e, ids, 16, 8);  // warm: uploads, NCCL's first collectives
     const auto start = std::chrono::steady_clock::now();
     *run = Feed(e, ids, 16, 8);
@@ -411,7 +410,7 @@ TEST_P(CudaTensorParallel, RanksOverNcclGiveTheBitsOfOne) {
   EXPECT_EQ(0, std::memcmp(got.logits.data(), single.logits.data(), got.logits.size() * 4));
   EXPECT_EQ(0, std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * 4));
   EXPECT_EQ(got.greedy, want.greedy);
-  EXPECT_FALSE(ranks->broken());
+  EXPECT_FALSE(ranks->engine().broken());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaTensorParallel,

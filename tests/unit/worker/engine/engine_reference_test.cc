@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
-#include "worker/engine/engine.h"
 #include "worker/engine/mrope_positions.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/model/qwen35_config.h"
 
 namespace walsh {
@@ -264,7 +264,7 @@ void CheckFoldIdentity(const std::string& preset, TernaryFormat format, int toke
     auto bound = Model::Bind(std::move(*file));
     ASSERT_TRUE(bound.ok());
     auto engine =
-        Engine::Create(std::move(*bound), {.threads = 2, .quantize_activations = quantize});
+        SoloRunner::Create(std::move(*bound), {.threads = 2, .quantize_activations = quantize});
     ASSERT_TRUE(engine.ok());
     auto seq = (*engine)->AddSequence();
     input.id = *seq;

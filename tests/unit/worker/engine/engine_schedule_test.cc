@@ -15,7 +15,7 @@ namespace walsh {
 namespace {
 
 // Feeds `ids` in chunks of `chunk` tokens; returns the logits at every position.
-std::vector<float> FeedInChunks(Engine& e, const std::vector<int32_t>& ids, size_t chunk) {
+std::vector<float> FeedInChunks(SequenceRunner& e, const std::vector<int32_t>& ids, size_t chunk) {
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok());
   std::vector<float> all;
@@ -128,7 +128,7 @@ TEST(QuantizedKvCache, ChangesTheLogitsByLittleAndTakesItsBytes) {
     EXPECT_LT(max_diff, 0.1 * max_abs) << KvCacheDtypeName(kv);
     EXPECT_GT(max_diff, previous) << KvCacheDtypeName(kv);
     previous = max_diff;
-    EXPECT_EQ(engine->kv_cache_dtype(), kv);
+    EXPECT_EQ(engine->engine().kv_cache_dtype(), kv);
     EXPECT_EQ(engine->kv_bytes_per_token(),
               fp16->kv_bytes_per_token() * (kv == KvCacheDtype::kQ8 ? 34 : 18) / 64);
   }
@@ -147,7 +147,7 @@ TEST(QuantizedKvCache, BytesAndNames) {
 // What the scheduler plans preemption by: the pages a step takes, asked before it runs.
 TEST(EnginePages, PagesToGrowIsWhatTheStepTakes) {
   testing::SyntheticEngine f("tiny");
-  auto e = f.Make({.prefix_caching = false});
+  auto e = f.Make({}, {.prefix_caching = false});
   auto a = e->AddSequence();
   auto b = e->AddSequence();
   ASSERT_TRUE(a.ok() && b.ok());
@@ -165,7 +165,7 @@ TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
   testing::SyntheticEngine f("tiny");
   // Room for 4 pages of 16 positions.
   const int64_t page_bytes = KvPagePool::PageBytes(16, 1, 2 * 64 * 2);  // fp16 K and V
-  auto e = f.Make({.kv_cache_bytes = 4 * page_bytes, .state_bytes = 2 * 1024 * 1024});
+  auto e = f.Make({}, {.kv_cache_bytes = 4 * page_bytes, .state_bytes = 2 * 1024 * 1024});
   auto a = e->AddSequence();
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(e->Forward({{*a, {1, 2, 3}}}).status().code(), absl::StatusCode::kOk);
@@ -201,6 +201,49 @@ TEST(EngineErrors, RefusesBadBatchesWithoutChangingState) {
             absl::StatusCode::kOutOfRange);
 }
 
+// The engine runs on the memory it is handed, and only on memory its allocation holds: a page
+// table short of the step, a page or slot it never allocated, or planes that do not match a
+// speculative step are refused by name before anything runs; an engine whose caches were never
+// allocated runs nothing, and allocates once.
+TEST(EngineErrors, RefusesMemoryThatDoesNotHoldTheStep) {
+  testing::SyntheticEngine f("tiny");
+  auto bare = Engine::Create(f.Load(), {});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  Engine& e = **bare;
+  const std::vector<int32_t> pages = {0, 1}, outside = {0, 9}, planes = {2};
+  const std::vector<SequenceInput> step = {{.id = 1, .tokens = f.Tokens(20, 1)}};
+  const SequenceCache held{.length = 0, .slot = 0, .pages = pages};
+  EXPECT_EQ(e.Forward(step, {held}).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(e.AllocateCaches({.pages = 8, .slots = 2, .snapshot_slots = 1}, 16).ok());
+  EXPECT_EQ(e.AllocateCaches({.pages = 8, .slots = 2}, 16).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  const auto refused = [&](const std::vector<SequenceInput>& batch, const SequenceCache& m) {
+    const absl::Status s = e.Forward(batch, {m}).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("sequence 1's memory does not hold its step"), std::string::npos)
+        << s;
+  };
+  refused(step, {.length = 0, .slot = 0, .pages = absl::MakeConstSpan(pages).first(1)});
+  refused(step, {.length = 0, .slot = 0, .pages = outside});
+  refused(step, {.length = 0, .slot = 3, .pages = pages});
+  refused(step, {.length = 0, .slot = -1, .pages = pages});
+  refused(step, {.length = 0, .slot = 0, .pages = pages, .planes = planes});
+  const std::vector<SequenceInput> speculative = {
+      {.id = 1, .tokens = f.Tokens(3, 2), .keep_states = true}};
+  refused(speculative, {.length = 0, .slot = 0, .pages = pages, .planes = planes});
+  EXPECT_EQ(e.Forward(step, {}).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The same step on memory that holds it runs, and gives what a solo runner's sequence gets.
+  auto ran = e.Forward(step, {held});
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  auto solo = f.Make();
+  auto seq = solo->AddSequence();
+  auto want = solo->Forward({{*seq, step[0].tokens}});
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(0, std::memcmp(ran->logits.data(), want->logits.data(), want->logits.size() * 4));
+}
+
 TEST(EngineErrors, GraphCheckRefusesAFoldedWeightWithoutItsTransform) {
   testing::SyntheticEngine f("tiny");
   auto e = f.Make();
@@ -208,24 +251,27 @@ TEST(EngineErrors, GraphCheckRefusesAFoldedWeightWithoutItsTransform) {
   const LayerWeights& L = e->model().layers()[0];
   const Projection& up = L.ffn_up;
   ASSERT_TRUE(up.folded);
-  EXPECT_TRUE(e->CheckInput(up, Tag{Engine::Transform::kRotated, up.signs}, up.signs).ok());
-  const absl::Status plain = e->CheckInput(up, Tag{}, up.signs);
+  EXPECT_TRUE(
+      e->engine().CheckInput(up, Tag{Engine::Transform::kRotated, up.signs}, up.signs).ok());
+  const absl::Status plain = e->engine().CheckInput(up, Tag{}, up.signs);
   EXPECT_EQ(plain.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(plain.message(),
             "graph check: 'blk.0.ffn_up.weight' needs its input rotated, got it plain");
   // Rotated, but with the signs of other columns: as wrong as not rotated.
   if (up.signs != nullptr) {
     const absl::Status other_signs =
-        e->CheckInput(up, Tag{Engine::Transform::kRotated, up.signs + 1}, up.signs);
+        e->engine().CheckInput(up, Tag{Engine::Transform::kRotated, up.signs + 1}, up.signs);
     EXPECT_EQ(other_signs.code(), absl::StatusCode::kInternal);
     EXPECT_NE(other_signs.message().find("another sign vector"), std::string::npos);
   }
   // ssm_out of a grouped-order contract needs its input permuted, then rotated.
   const Projection& out = L.gdn.out;
   EXPECT_EQ(Engine::RequiredTransform(out), Engine::Transform::kPermutedRotated);
-  EXPECT_TRUE(
-      e->CheckInput(out, Tag{Engine::Transform::kPermutedRotated, out.signs}, out.signs).ok());
-  EXPECT_FALSE(e->CheckInput(out, Tag{Engine::Transform::kRotated, out.signs}, out.signs).ok());
+  EXPECT_TRUE(e->engine()
+                  .CheckInput(out, Tag{Engine::Transform::kPermutedRotated, out.signs}, out.signs)
+                  .ok());
+  EXPECT_FALSE(
+      e->engine().CheckInput(out, Tag{Engine::Transform::kRotated, out.signs}, out.signs).ok());
 }
 
 }  // namespace

@@ -156,7 +156,7 @@ ImagePrompt MakeImagePrompt(const testing::SyntheticEngine& f, uint32_t seed, in
 }
 
 // Feeds the prompt in chunks of `chunk`; the logits at every position.
-std::vector<float> Feed(Engine& e, const ImagePrompt& p, int64_t chunk) {
+std::vector<float> Feed(SequenceRunner& e, const ImagePrompt& p, int64_t chunk) {
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok());
   std::vector<float> all;
@@ -304,8 +304,8 @@ TEST(ImageInputs, ThePrefixCacheSharesAnImageOnlyWithTheSameImage) {
   testing::SyntheticEngine f("tiny");
   const std::vector<ImageSpan> one = {{.first = 6, .grid_h = 3, .grid_w = 4}};  // tokens 6..17
   const ImagePrompt p = MakeImagePrompt(f, 61, 50, one);
-  auto cold = f.Make({.prefix_caching = false});
-  auto warm = f.Make({.prefix_caching = true});
+  auto cold = f.Make({}, {.prefix_caching = false});
+  auto warm = f.Make({}, {.prefix_caching = true});
   const std::vector<float> expected = Feed(*cold, p, 1000);
   {  // 40 tokens fed and snapshotted: two full pages of 16 and the state at 40
     const SequenceId seq = *warm->AddSequence();

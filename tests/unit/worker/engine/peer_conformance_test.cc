@@ -8,7 +8,7 @@
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_util.h"
-#include "worker/engine/engine.h"
+#include "worker/engine/solo_runner.h"
 
 namespace walsh {
 namespace {
@@ -52,7 +52,7 @@ TEST_P(PeerConformance, GreedyIdenticalAndKlWithinBudget) {
   EngineOptions opts;
   opts.quantize_activations = setup.int8_activations;
   opts.kv_cache_dtype = setup.kv;
-  auto engine = Engine::Create(std::move(*model), opts);
+  auto engine = SoloRunner::Create(std::move(*model), opts);
   ASSERT_TRUE(engine.ok()) << engine.status();
   const nlohmann::json spec =
       nlohmann::json::parse(ReadFileOrDie(TestDataPath("peer/prompts.json")));

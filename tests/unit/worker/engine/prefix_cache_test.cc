@@ -184,8 +184,8 @@ TEST(PrefixCacheBook, ASnapshotThatCannotHaveItsPageEvictsNoOtherSnapshot) {
 
 // Feeds ids[from..] into `seq` in chunks, each step sharing the batch with a step of `other`
 // (when given); returns the logits of every fed position.
-std::vector<float> Feed(Engine& e, SequenceId seq, const std::vector<int32_t>& ids, size_t from,
-                        size_t chunk, std::optional<SequenceId> other = std::nullopt) {
+std::vector<float> Feed(SequenceRunner& e, SequenceId seq, const std::vector<int32_t>& ids,
+                        size_t from, size_t chunk, std::optional<SequenceId> other = std::nullopt) {
   std::vector<float> logits;
   for (size_t i = from; i < ids.size(); i += chunk) {
     std::vector<SequenceInput> batch;
@@ -205,7 +205,7 @@ std::vector<float> Feed(Engine& e, SequenceId seq, const std::vector<int32_t>& i
 }
 
 // The cold logits of positions [from, ids.size()).
-std::vector<float> Cold(Engine& e, const std::vector<int32_t>& ids, size_t from) {
+std::vector<float> Cold(SequenceRunner& e, const std::vector<int32_t>& ids, size_t from) {
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok());
   std::vector<float> all = Feed(e, *seq, ids, 0, ids.size());
@@ -216,7 +216,7 @@ std::vector<float> Cold(Engine& e, const std::vector<int32_t>& ids, size_t from)
 
 // A sequence fed `prefix` and snapshotted at its end (unless that snapshot exists), then
 // removed.
-void Warm(Engine& e, const std::vector<int32_t>& prefix) {
+void Warm(SequenceRunner& e, const std::vector<int32_t>& prefix) {
   auto seq = e.AddSequence();
   ASSERT_TRUE(seq.ok());
   Feed(e, *seq, prefix, 0, 5);
@@ -231,8 +231,8 @@ void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, co
 
 void CheckWarmEqualsCold(const std::string& preset, int tp, KvCacheDtype kv = KvCacheDtype::kFp16) {
   testing::SyntheticEngine f(preset);
-  auto cold = f.Make({.prefix_caching = false, .kv_cache_dtype = kv, .tp = tp});
-  auto warm = f.Make({.prefix_caching = true, .kv_cache_dtype = kv, .tp = tp});
+  auto cold = f.Make({.kv_cache_dtype = kv, .tp = tp}, {.prefix_caching = false});
+  auto warm = f.Make({.kv_cache_dtype = kv, .tp = tp}, {.prefix_caching = true});
   const std::vector<int32_t> doc = f.Tokens(53, 1);  // not on a page boundary (16)
   for (int question = 0; question < 3; ++question) {
     std::vector<int32_t> ids = doc;
@@ -282,8 +282,8 @@ TEST(PrefixCacheEngine, WarmEqualsColdQ4KvTensorParallel) {
 TEST(PrefixCacheEngine, RunningSequencesWinOverTheCacheAndNothingLeaks) {
   testing::SyntheticEngine f("tiny");
   // 12 pages of 16: two cached prefixes of 3 pages, then sequences that need every page.
-  auto e = f.Make({.kv_pages = 12, .prefix_caching = true});
-  auto cold = f.Make({.prefix_caching = false});
+  auto e = f.Make({}, {.kv_pages = 12, .prefix_caching = true});
+  auto cold = f.Make({}, {.prefix_caching = false});
   const std::vector<int32_t> a = f.Tokens(40, 1), b = f.Tokens(40, 2);
   Warm(*e, a);
   Warm(*e, b);
@@ -322,7 +322,7 @@ TEST(PrefixCacheEngine, RunningSequencesWinOverTheCacheAndNothingLeaks) {
 
 TEST(PrefixCacheEngine, ConcurrentSequencesSharePagesAndEachFreesOnlyItsOwn) {
   testing::SyntheticEngine f("tiny");
-  auto e = f.Make({.prefix_caching = true});
+  auto e = f.Make({}, {.prefix_caching = true});
   const std::vector<int32_t> ids = f.Tokens(64, 9);
   std::vector<SequenceId> seqs;
   for (int i = 0; i < 3; ++i) seqs.push_back(*e->AddSequence());
@@ -351,7 +351,7 @@ TEST(PrefixCacheEngine, ConcurrentSequencesSharePagesAndEachFreesOnlyItsOwn) {
 // more.
 TEST(PrefixCacheEngine, SharedPagesInUseCountsOnlyPagesARunningSequenceHolds) {
   testing::SyntheticEngine f("tiny");
-  auto e = f.Make({.prefix_caching = true});
+  auto e = f.Make({}, {.prefix_caching = true});
   const std::vector<int32_t> doc = f.Tokens(64, 1);
   std::vector<int32_t> a = doc, b = doc;
   for (int32_t t : f.Tokens(5, 2)) a.push_back(t);
@@ -373,7 +373,7 @@ TEST(PrefixCacheEngine, SharedPagesInUseCountsOnlyPagesARunningSequenceHolds) {
 
 TEST(PrefixCacheEngine, OffMeansNoSharingAndNoLookups) {
   testing::SyntheticEngine f("tiny");
-  auto e = f.Make({.prefix_caching = false});
+  auto e = f.Make({}, {.prefix_caching = false});
   EXPECT_FALSE(e->prefix_caching());
   const std::vector<int32_t> ids = f.Tokens(40, 1);
   PrefixLookup lookup;

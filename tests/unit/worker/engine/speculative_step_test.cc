@@ -1,5 +1,5 @@
 // A speculative step verifies drafted tokens in one forward pass, then rolls the sequence back
-// to what was accepted (Engine::Rollback): KV positions past it are dropped and the
+// to what was accepted (SequenceRunner::Rollback): KV positions past it are dropped and the
 // GatedDeltaNet state comes from the plane kept after the last accepted token. Every logit of
 // every accepted position must be bit-identical to plain greedy decoding, whatever was drafted
 // (all right, all wrong, anything between), on one rank or two, and the prefix cache must hold
@@ -27,7 +27,7 @@ struct Greedy {
   std::vector<float> logits;  // tokens.size() rows
 };
 
-Greedy Decode(Engine& e, const std::vector<int32_t>& prompt, int n) {
+Greedy Decode(SequenceRunner& e, const std::vector<int32_t>& prompt, int n) {
   Greedy g{prompt, {}};
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok());
@@ -46,7 +46,7 @@ Greedy Decode(Engine& e, const std::vector<int32_t>& prompt, int n) {
 
 // Decodes `ref`'s continuation speculatively, k drafts a step: the first `right(step)` drafts
 // are the reference's tokens, the rest are wrong. Checks every accepted row against `ref`.
-void CheckSpeculation(Engine& e, const Greedy& ref, size_t prompt_len, int k,
+void CheckSpeculation(SequenceRunner& e, const Greedy& ref, size_t prompt_len, int k,
                       const std::function<int(int)>& right) {
   const int64_t vocab = e.model().config().vocab_size;
   auto seq = e.AddSequence();
@@ -113,7 +113,7 @@ TEST(SpeculativeStep, RollbackIsBitIdenticalWithQ8Kv) {
 
 TEST(SpeculativeStep, MisuseIsRefusedAndChangesNothing) {
   testing::SyntheticEngine f("tiny");
-  auto engine = f.Make({.state_slots = 3});
+  auto engine = f.Make({}, {.state_slots = 3});
   auto seq = engine->AddSequence();
   ASSERT_TRUE(seq.ok());
   ASSERT_TRUE(engine->Forward({{*seq, f.Tokens(10, 1), false}}).ok());

@@ -141,7 +141,8 @@ TEST(GlooCommunicator, RefusesAPlaceOutsideTheGroup) {
 // A leader engine and its followers, each rank on its own thread over loopback TCP.
 class LoopbackGroup {
  public:
-  LoopbackGroup(testing::SyntheticEngine& model, EngineOptions options) {
+  LoopbackGroup(testing::SyntheticEngine& model, EngineOptions options,
+                const CacheOptions& caches) {
     options.tp = options.tp < 2 ? 2 : options.tp;
     auto comms = Join(store_, options.tp);
     for (int r = 1; r < options.tp; ++r) {
@@ -152,12 +153,12 @@ class LoopbackGroup {
       serving_.push_back(
           std::async(std::launch::async, [f = *std::move(follower)] { return f->Serve(); }));
     }
-    auto engine =
-        Engine::Create(model.Load(), options, {}, {.rank = 0, .comm = std::move(comms[0])});
+    auto engine = SoloRunner::Create(model.Load(), options, caches, {},
+                                     {.rank = 0, .comm = std::move(comms[0])});
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (engine.ok()) leader_ = *std::move(engine);
   }
-  Engine* leader() { return leader_.get(); }
+  SoloRunner* leader() { return leader_.get(); }
   // Closes the group: the leader tells its followers to stop; how each follower's Serve ended.
   std::vector<absl::Status> Close() {
     leader_.reset();
@@ -170,7 +171,7 @@ class LoopbackGroup {
 
  private:
   gloo::rendezvous::HashStore store_;
-  std::unique_ptr<Engine> leader_;
+  std::unique_ptr<SoloRunner> leader_;
   std::vector<std::future<absl::Status>> serving_;
 };
 
@@ -179,7 +180,7 @@ int32_t Argmax(const float* row, int64_t vocab) {
 }
 
 // One script of everything that reaches a rank's backend; every logit row it read, in order.
-std::vector<float> Script(Engine& e, testing::SyntheticEngine& m) {
+std::vector<float> Script(SequenceRunner& e, testing::SyntheticEngine& m) {
   std::vector<float> all;
   auto take = [&](const absl::StatusOr<ForwardResult>& out) {
     EXPECT_TRUE(out.ok()) << out.status();
@@ -222,7 +223,7 @@ std::vector<float> Script(Engine& e, testing::SyntheticEngine& m) {
 }
 
 // Without prefix caching: a checkpoint, steps after it undone, then the same steps again.
-std::vector<float> CheckpointScript(Engine& e, testing::SyntheticEngine& m) {
+std::vector<float> CheckpointScript(SequenceRunner& e, testing::SyntheticEngine& m) {
   std::vector<float> all;
   auto take = [&](const absl::StatusOr<ForwardResult>& out) {
     EXPECT_TRUE(out.ok()) << out.status();
@@ -245,21 +246,21 @@ std::vector<float> CheckpointScript(Engine& e, testing::SyntheticEngine& m) {
 
 void CheckBitIdentical(int ranks) {
   testing::SyntheticEngine model("tiny");
-  const EngineOptions options{.page_size = 8};
-  auto one = model.Make(options);
+  const CacheOptions caches{.page_size = 8};
+  auto one = model.Make({}, caches);
   const std::vector<float> want = Script(*one, model);
-  LoopbackGroup group(model, {.page_size = 8, .tp = ranks});
+  LoopbackGroup group(model, {.tp = ranks}, caches);
   ASSERT_NE(group.leader(), nullptr);
   const std::vector<float> got = Script(*group.leader(), model);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
-  EXPECT_FALSE(group.leader()->broken());
+  EXPECT_FALSE(group.leader()->engine().broken());
   for (const absl::Status& s : group.Close()) EXPECT_TRUE(s.ok()) << s;
 
-  const EngineOptions uncached{.page_size = 8, .prefix_caching = false};
-  auto plain = model.Make(uncached);
+  const CacheOptions uncached{.page_size = 8, .prefix_caching = false};
+  auto plain = model.Make({}, uncached);
   const std::vector<float> want_restored = CheckpointScript(*plain, model);
-  LoopbackGroup checkpoints(model, {.page_size = 8, .prefix_caching = false, .tp = ranks});
+  LoopbackGroup checkpoints(model, {.tp = ranks}, uncached);
   ASSERT_NE(checkpoints.leader(), nullptr);
   const std::vector<float> restored = CheckpointScript(*checkpoints.leader(), model);
   ASSERT_EQ(restored.size(), want_restored.size());
@@ -276,7 +277,7 @@ TEST(ProcessGroup, ALeaderWhoseFollowerLeftFailsNamingTheBroadcast) {
   ASSERT_NE(comms[1], nullptr);
   comms[1].reset();
   auto engine =
-      Engine::Create(model.Load(), {.tp = 2}, {}, {.rank = 0, .comm = std::move(comms[0])});
+      SoloRunner::Create(model.Load(), {.tp = 2}, {}, {}, {.rank = 0, .comm = std::move(comms[0])});
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnavailable) << engine.status();
   EXPECT_NE(engine.status().message().find("broadcast failed"), std::string::npos)
@@ -288,11 +289,11 @@ TEST(ProcessGroup, PlacesThatDoNotFitAreRefused) {
   gloo::rendezvous::HashStore store;
   auto comms = Join(store, 2);
   auto follower =
-      Engine::Create(model.Load(), {.tp = 2}, {}, {.rank = 1, .comm = std::move(comms[1])});
+      SoloRunner::Create(model.Load(), {.tp = 2}, {}, {}, {.rank = 1, .comm = std::move(comms[1])});
   EXPECT_NE(follower.status().message().find("follows its group's leader"), std::string::npos)
       << follower.status();
   auto wrong_tp =
-      Engine::Create(model.Load(), {.tp = 4}, {}, {.rank = 0, .comm = std::move(comms[0])});
+      SoloRunner::Create(model.Load(), {.tp = 4}, {}, {}, {.rank = 0, .comm = std::move(comms[0])});
   EXPECT_NE(wrong_tp.status().message().find("cannot serve --tp 4"), std::string::npos)
       << wrong_tp.status();
 }

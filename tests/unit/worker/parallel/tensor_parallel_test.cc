@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
-#include "worker/engine/engine.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/parallel/cpu_communicator.h"
 #include "worker/parallel/shard_plan.h"
 
@@ -16,21 +16,21 @@ namespace walsh {
 namespace {
 
 // The engine, or null after a test failure naming why.
-std::unique_ptr<Engine> MakeEngine(const std::string& path, EngineOptions opts,
-                                   EngineFaults faults = {}) {
+std::unique_ptr<SoloRunner> MakeEngine(const std::string& path, EngineOptions opts,
+                                       EngineFaults faults = {}) {
   auto file = LoadModelFile(path);
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return nullptr;
   auto bound = Model::Bind(std::move(*file));
   EXPECT_TRUE(bound.ok()) << bound.status();
   if (!bound.ok()) return nullptr;
-  auto e = Engine::Create(std::move(*bound), opts, faults);
+  auto e = SoloRunner::Create(std::move(*bound), opts, {}, faults);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
 }
 
 // Prefill `prompt` (all positions), then 3 greedy decode steps; every logit row, in order.
-std::vector<float> Run(Engine& e, const std::vector<int32_t>& prompt) {
+std::vector<float> Run(SequenceRunner& e, const std::vector<int32_t>& prompt) {
   auto seq = e.AddSequence();
   std::vector<float> all;
   auto out = e.Forward({{*seq, prompt, true}});
@@ -53,7 +53,7 @@ std::vector<float> Run(Engine& e, const std::vector<int32_t>& prompt) {
 
 // Three sequences stepping together in uneven chunks (prefill and decode mixed); every logit
 // row of each, in order.
-std::vector<std::vector<float>> RunMixed(Engine& e, const std::vector<int32_t>& prompt) {
+std::vector<std::vector<float>> RunMixed(SequenceRunner& e, const std::vector<int32_t>& prompt) {
   std::vector<SequenceId> seqs;
   for (int s = 0; s < 3; ++s) seqs.push_back(*e.AddSequence());
   std::vector<std::vector<float>> got(3);
@@ -247,7 +247,7 @@ TEST(TensorParallel, AStalledRankFailsTheStepWithinTheTimeout) {
   EXPECT_FALSE(failure.ok());
   EXPECT_EQ(failure.code(), absl::StatusCode::kDeadlineExceeded) << failure;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
-  EXPECT_TRUE(e->broken());
+  EXPECT_TRUE(e->engine().broken());
   EXPECT_FALSE(e->Forward({{*seq, {4}}}).ok());
 }
 

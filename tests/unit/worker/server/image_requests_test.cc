@@ -20,8 +20,8 @@
 #include "tools/mkmodel/synthetic_mmproj.h"
 #include "tools/mkmodel/synthetic_model.h"
 #include "walsh/v1/generator.grpc.pb.h"
-#include "worker/engine/engine.h"
 #include "worker/engine/image_prompt.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/model/gguf_file.h"
 #include "worker/model/tokenizer.h"
 #include "worker/server/worker_server.h"
@@ -145,7 +145,7 @@ class ImageRequests : public ::testing::Test {
 
     auto file = LoadModelFile(dir_->File("tiny.gguf"));
     auto bound = Model::Bind(std::move(*file));
-    auto engine = Engine::Create(std::move(*bound), {.prefix_caching = false});
+    auto engine = SoloRunner::Create(std::move(*bound), {}, {.prefix_caching = false});
     EXPECT_TRUE(engine.ok());
     const SequenceId seq = *(*engine)->AddSequence();
     std::vector<int32_t> tokens = KeyImageTokens(prompt_ids, *images);

@@ -24,6 +24,7 @@
 #include "tests/util/eventually.h"
 #include "tests/util/test_util.h"
 #include "tools/mkmodel/synthetic_model.h"
+#include "worker/engine/solo_runner.h"
 #include "worker/speculative/draft_model_drafter.h"
 #include "worker/speculative/ngram_drafter.h"
 
@@ -90,18 +91,22 @@ class SchedulerFixture {
     path_ = dir_.File("m.gguf");
     EXPECT_TRUE((*model)->WritePacked(path_).ok());
   }
-  std::unique_ptr<Engine> MakeEngine(bool prefix_caching = true) {
+  std::unique_ptr<Engine> MakeEngine() {
     auto file = LoadModelFile(path_);
     EXPECT_TRUE(file.ok());
     auto bound = Model::Bind(std::move(*file));
     EXPECT_TRUE(bound.ok());
-    EngineOptions options;
-    options.kv_pages = 96;  // few enough that long requests preempt each other
-    options.prefix_caching = prefix_caching;
-    auto engine = Engine::Create(std::move(*bound), options);
+    auto engine = Engine::Create(std::move(*bound), {});
     EXPECT_TRUE(engine.ok()) << engine.status();
     return std::move(*engine);
   }
+  // A draft model's runner, without prefix caching.
+  std::unique_ptr<SoloRunner> MakeDraftRunner() {
+    auto runner = SoloRunner::Create(MakeEngine(), {.kv_pages = kPages, .prefix_caching = false});
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    return std::move(*runner);
+  }
+  static constexpr int64_t kPages = 96;  // few enough that long requests preempt each other
   int64_t vocab() const { return vocab_; }
   // A request for `max_tokens` tokens after `prompt`, or after a prompt made from the seed.
   std::shared_ptr<ActiveRequest> Request(uint64_t seed, int64_t max_tokens,
@@ -132,20 +137,23 @@ class SchedulerFixture {
   int64_t vocab_ = 0;
 };
 
-// An engine and a scheduler on it, with the metrics they write. The engine's sizes are read
-// before the scheduler's thread starts: from then on only the scheduler touches the engine.
+// An engine and a scheduler on it (which plans its memory: SchedulerFixture::kPages pages), with
+// the metrics they write.
 struct Serving {
   explicit Serving(std::unique_ptr<Engine> e, const SchedulerOptions& options = {})
-      : engine(std::move(e)),
-        pages(engine->Stats().kv_pages_total),
-        page_size(engine->page_size()),
-        metrics(registry),
-        scheduler(engine.get(), options, &metrics) {}
+      : engine(std::move(e)), metrics(registry) {
+    auto created =
+        Scheduler::Create(engine.get(), {.kv_pages = SchedulerFixture::kPages}, options, &metrics);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (created.ok()) scheduler = *std::move(created);
+    pages = scheduler->cache_size().pages;
+    page_size = scheduler->cache_size().page_size;
+  }
   std::unique_ptr<Engine> engine;
-  const int64_t pages, page_size;
   MetricsRegistry registry;
   WorkerMetrics metrics;
-  Scheduler scheduler;
+  std::unique_ptr<Scheduler> scheduler;
+  int64_t pages = 0, page_size = 0;
 };
 
 TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything) {
@@ -159,7 +167,7 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
     Serving served(fx.MakeEngine());
     for (uint64_t seed = 0; seed < kThreads * kPerThread; ++seed) {
       auto sink = std::make_shared<RecordingSink>();
-      ASSERT_TRUE(served.scheduler.Submit(fx.Request(seed, max_tokens(seed), sink)).ok());
+      ASSERT_TRUE(served.scheduler->Submit(fx.Request(seed, max_tokens(seed), sink)).ok());
       alone[seed] = std::get<0>(sink->Wait());
     }
   }
@@ -176,7 +184,7 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
         auto sink = std::make_shared<RecordingSink>();
         auto r = fx.Request(seed, max_tokens(seed), sink);
         if (i == 0) r->cancelled = true;  // cancelled before it is submitted: certainly cancelled
-        ASSERT_TRUE(served.scheduler.Submit(r).ok());
+        ASSERT_TRUE(served.scheduler->Submit(r).ok());
         {
           std::lock_guard<std::mutex> l(mu);
           all.emplace_back(r, sink);
@@ -184,9 +192,9 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
         if (gen() % 3 == 0) {  // cancel a third of them, some at once, some a little later
           std::this_thread::sleep_for(std::chrono::microseconds(gen() % 3000));
           r->cancelled = true;
-          served.scheduler.Wake();
+          served.scheduler->Wake();
         }
-        (void)served.scheduler.Load();  // read concurrently with the steps
+        (void)served.scheduler->Load();  // read concurrently with the steps
       }
     });
   }
@@ -206,10 +214,10 @@ TEST(Scheduler, ConcurrentSubmitsAndCancelsEndEveryRequestOnceAndFreeEverything)
     }
   }
   testing::Eventually(
-      [&] { return served.scheduler.Load().running + served.scheduler.Load().waiting == 0; },
+      [&] { return served.scheduler->Load().running + served.scheduler->Load().waiting == 0; },
       std::chrono::seconds(2), std::chrono::milliseconds(10));
   for (auto& [r, sink] : all) EXPECT_EQ(sink->completions(), 1) << r->request_id;
-  const SchedulerLoad load = served.scheduler.Load();
+  const SchedulerLoad load = served.scheduler->Load();
   EXPECT_EQ(load.running, 0);
   EXPECT_EQ(load.waiting, 0);
   EXPECT_EQ(load.engine.kv_pages_used, 0);
@@ -226,10 +234,10 @@ TEST(Scheduler, SinksRunOutsideTheSchedulersLock) {
   auto sink = std::make_shared<RecordingSink>();
   int loads = 0;
   sink->on_token = [&] {
-    (void)served.scheduler.Load();
+    (void)served.scheduler->Load();
     ++loads;
   };
-  ASSERT_TRUE(served.scheduler.Submit(fx.Request(5, 6, sink)).ok());
+  ASSERT_TRUE(served.scheduler->Submit(fx.Request(5, 6, sink)).ok());
   const auto [ids, reason, status] = sink->Wait();
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(ids.size(), 6u);
@@ -244,14 +252,14 @@ TEST(Scheduler, ARequestThatCanNeverFitIsRefusedAtOnce) {
   Serving served(fx.MakeEngine());
   const int64_t pages = served.pages, page = served.page_size;
   auto running_sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(served.scheduler.Submit(fx.Request(1, 64, running_sink)).ok());
+  ASSERT_TRUE(served.scheduler->Submit(fx.Request(1, 64, running_sink)).ok());
 
   auto huge_sink = std::make_shared<RecordingSink>();
   auto huge = fx.Request(2, 4, huge_sink);
   huge->prompt.assign(static_cast<size_t>(pages * page), 1);  // and the token it samples: +1 page
-  ASSERT_TRUE(served.scheduler.Submit(huge).ok());
+  ASSERT_TRUE(served.scheduler->Submit(huge).ok());
   auto after_sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(served.scheduler.Submit(fx.Request(3, 4, after_sink)).ok());
+  ASSERT_TRUE(served.scheduler->Submit(fx.Request(3, 4, after_sink)).ok());
 
   const auto [ids, reason, status] = huge_sink->Wait();
   EXPECT_TRUE(ids.empty());
@@ -273,7 +281,7 @@ TEST(Scheduler, ALoneRequestThatOutgrowsThePoolEndsNamingTheCache) {
   auto sink = std::make_shared<RecordingSink>();
   const int64_t prompt = pages * page - 8;
   ASSERT_TRUE(
-      served.scheduler.Submit(fx.Request(4, 20, sink, std::vector<int32_t>(prompt, 5))).ok());
+      served.scheduler->Submit(fx.Request(4, 20, sink, std::vector<int32_t>(prompt, 5))).ok());
   const auto [ids, reason, status] = sink->Wait();
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "the request outgrew the KV cache (" +
@@ -303,7 +311,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   for (int q = 2; q < 5; ++q) {
     Serving served(fx.MakeEngine());
     auto sink = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(served.scheduler.Submit(fx.Request(q, 8, sink, question(q))).ok());
+    ASSERT_TRUE(served.scheduler->Submit(fx.Request(q, 8, sink, question(q))).ok());
     alone[q] = std::get<0>(sink->Wait());
   }
 
@@ -311,7 +319,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   // The first question computes the document; the second snapshots where it branches off.
   for (int q = 0; q < 2; ++q) {
     auto sink = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(served.scheduler.Submit(fx.Request(q, 1, sink, question(q))).ok());
+    ASSERT_TRUE(served.scheduler->Submit(fx.Request(q, 1, sink, question(q))).ok());
     ASSERT_TRUE(std::get<2>(sink->Wait()).ok());
   }
   std::atomic<int64_t> most_running{0};
@@ -319,7 +327,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
   for (int q = 2; q < 5; ++q) {
     auto sink = std::make_shared<RecordingSink>();
     sink->on_token = [&] {
-      const int64_t running = served.scheduler.Load().running;
+      const int64_t running = served.scheduler->Load().running;
       int64_t seen = most_running.load();
       while (running > seen && !most_running.compare_exchange_weak(seen, running)) {
       }
@@ -327,7 +335,7 @@ TEST(Scheduler, DocumentRequestsSharingCachedPagesRunTogether) {
     sinks.push_back(sink);
   }
   for (int q = 2; q < 5; ++q) {
-    ASSERT_TRUE(served.scheduler.Submit(fx.Request(q, 8, sinks[q - 2], question(q))).ok());
+    ASSERT_TRUE(served.scheduler->Submit(fx.Request(q, 8, sinks[q - 2], question(q))).ok());
   }
   for (int q = 2; q < 5; ++q) {
     const auto [ids, reason, status] = sinks[q - 2]->Wait();
@@ -371,7 +379,7 @@ std::map<uint64_t, SpeculativeRun> RunSpeculative(
     sinks[seed] = std::make_shared<RecordingSink>();
     auto r = SpeculativeRequest(fx, seed, sinks[seed]);
     if (adjust) adjust(*r);
-    EXPECT_TRUE(served.scheduler.Submit(r).ok());
+    EXPECT_TRUE(served.scheduler->Submit(r).ok());
   }
   std::map<uint64_t, SpeculativeRun> got;
   for (uint64_t seed : seeds) {
@@ -418,7 +426,7 @@ TEST(Scheduler, SpeculationGivesExactlyThePlainTokensAndLogprobs) {
     EXPECT_GT(served.metrics.spec_drafts.value(), 0);
     EXPECT_GT(accepted, 0);
     EXPECT_LT(accepted, drafted);  // some drafts were wrong: the rollback ran
-    const SchedulerLoad load = served.scheduler.Load();
+    const SchedulerLoad load = served.scheduler->Load();
     EXPECT_EQ(load.engine.state_slots_used, 0);  // the planes went back
   }
 }
@@ -434,8 +442,8 @@ TEST(Scheduler, TheTargetAsItsOwnDraftModelIsAlwaysRightWhenGreedy) {
   for (int64_t k : {1, 3}) {  // k = 5 and every acceptance pattern: draft_model_drafter_test
     SCOPED_TRACE("k = " + std::to_string(k));
     std::unique_ptr<Engine> target = fx.MakeEngine();
-    auto drafter = DraftModelDrafter::Create(fx.MakeEngine(/*prefix_caching=*/false),
-                                             target->model(), target->max_context(), 512);
+    auto drafter = DraftModelDrafter::Create(fx.MakeDraftRunner(), target->model(),
+                                             target->max_context(), 512);
     ASSERT_TRUE(drafter.ok()) << drafter.status();
     {
       Serving greedy(fx.MakeEngine(), {.speculative_tokens = k, .drafter = drafter->get()});
@@ -544,7 +552,7 @@ TEST(Scheduler, AMaskNotReadyHoldsUpOnlyItsOwnRequest) {
   {
     Serving served(fx.MakeEngine());
     auto sink = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(served.scheduler.Submit(constrained(sink)).ok());
+    ASSERT_TRUE(served.scheduler->Submit(constrained(sink)).ok());
     after_the_pass = std::get<0>(sink->Wait());
     ASSERT_EQ(after_the_pass.size(), 6u);
   }
@@ -561,8 +569,8 @@ TEST(Scheduler, AMaskNotReadyHoldsUpOnlyItsOwnRequest) {
   Serving served(fx.MakeEngine(), {.mask_prefetcher = &prefetcher});
   auto waiting = std::make_shared<RecordingSink>();
   auto plain = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(served.scheduler.Submit(constrained(waiting)).ok());
-  ASSERT_TRUE(served.scheduler.Submit(fx.Request(8, 12, plain)).ok());
+  ASSERT_TRUE(served.scheduler->Submit(constrained(waiting)).ok());
+  ASSERT_TRUE(served.scheduler->Submit(fx.Request(8, 12, plain)).ok());
   auto [plain_ids, reason, status] = plain->Wait();
   EXPECT_EQ(plain_ids.size(), 12u);
   EXPECT_EQ(waiting->completions(), 0);

@@ -13,16 +13,12 @@
 namespace walsh {
 namespace {
 
-EngineOptions NoPrefixCaching(int tp = 1) {
-  EngineOptions o;
-  o.prefix_caching = false;
-  o.tp = tp;
-  return o;
-}
+// A draft model's memory: no prefix caching.
+constexpr CacheOptions kNoPrefixCaching{.prefix_caching = false};
 
 void CheckRestoreIsExact(int tp) {
   testing::SyntheticEngine f("tiny");
-  auto engine = f.Make(NoPrefixCaching(tp));
+  auto engine = f.Make({.tp = tp}, kNoPrefixCaching);
   const std::vector<int32_t> prompt = f.Tokens(21, 3), next = f.Tokens(9, 4);
   auto reference = [&] {
     auto seq = engine->AddSequence();
@@ -70,7 +66,7 @@ TEST(Checkpoint, MisuseIsRefused) {
   auto a = cached->AddSequence();
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(cached->Checkpoint(*a).code(), absl::StatusCode::kFailedPrecondition);
-  auto engine = f.Make(NoPrefixCaching());
+  auto engine = f.Make({}, kNoPrefixCaching);
   auto b = engine->AddSequence();
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(engine->RestoreCheckpoint(*b).code(), absl::StatusCode::kFailedPrecondition);
@@ -83,7 +79,7 @@ TEST(Checkpoint, MisuseIsRefused) {
 }
 
 // The target's greedy continuation of `prompt`, n tokens.
-std::vector<int32_t> Greedy(Engine& e, std::vector<int32_t> tokens, int n) {
+std::vector<int32_t> Greedy(SequenceRunner& e, std::vector<int32_t> tokens, int n) {
   auto seq = e.AddSequence();
   EXPECT_TRUE(seq.ok());
   std::vector<int32_t> input = tokens;
@@ -102,7 +98,7 @@ TEST(DraftModelDrafter, TheTargetAsDraftModelDraftsItsGreedyTokensWhateverWasAcc
   auto target = f.Make();
   const std::vector<int32_t> p1 = f.Tokens(30, 1), p2 = f.Tokens(700, 2);
   const std::vector<int32_t> g1 = Greedy(*target, p1, 40), g2 = Greedy(*target, p2, 40);
-  auto drafter = DraftModelDrafter::Create(f.Make(NoPrefixCaching()), target->model(),
+  auto drafter = DraftModelDrafter::Create(f.Make({}, kNoPrefixCaching), target->model(),
                                            target->max_context(), /*max_step_tokens=*/256);
   ASSERT_TRUE(drafter.ok()) << drafter.status();
   constexpr int64_t k = 4;
@@ -135,8 +131,8 @@ TEST(DraftModelDrafter, TheTargetAsDraftModelDraftsItsGreedyTokensWhateverWasAcc
   EXPECT_EQ((*drafter)->tokens_fed(), fed + k - 1);
   (*drafter)->Forget(1);
   (*drafter)->Forget(2);
-  EXPECT_EQ((*drafter)->engine().Stats().state_slots_used, 0);
-  EXPECT_EQ((*drafter)->engine().Stats().kv_pages_used, 0);
+  EXPECT_EQ((*drafter)->runner().Stats().state_slots_used, 0);
+  EXPECT_EQ((*drafter)->runner().Stats().kv_pages_used, 0);
 }
 
 // Where the draft engine has no room (no page for a request's catch-up, no slot for its
@@ -145,10 +141,11 @@ TEST(DraftModelDrafter, NoRoomMeansFewerDraftsNotAFailure) {
   testing::SyntheticEngine f("tiny");
   auto target = f.Make();
   const std::vector<int32_t> g = Greedy(*target, f.Tokens(20, 5), 20);
-  EngineOptions o = NoPrefixCaching();
+  CacheOptions o = kNoPrefixCaching;
   o.kv_pages = 2;     // 32 positions
   o.state_slots = 1;  // no slot for a checkpoint
-  auto drafter = DraftModelDrafter::Create(f.Make(o), target->model(), target->max_context(), 256);
+  auto drafter =
+      DraftModelDrafter::Create(f.Make({}, o), target->model(), target->max_context(), 256);
   ASSERT_TRUE(drafter.ok()) << drafter.status();
   const auto span = absl::MakeConstSpan(g);
   auto one = (*drafter)->Draft({{.key = 1, .tokens = span.first(21), .max_tokens = 3}});
@@ -186,7 +183,7 @@ TEST(DraftModelDrafter, AnotherVocabularyIsRefusedByName) {
   EXPECT_TRUE(CheckSameVocabulary(target->model(), target->model()).ok());
   // Another preset: another vocab_size.
   testing::SyntheticEngine small("small");
-  auto drafter = DraftModelDrafter::Create(small.Make(NoPrefixCaching()), target->model(),
+  auto drafter = DraftModelDrafter::Create(small.Make({}, kNoPrefixCaching), target->model(),
                                            target->max_context(), 256);
   ASSERT_FALSE(drafter.ok());
   EXPECT_NE(drafter.status().message().find("vocab_size"), absl::string_view::npos)
