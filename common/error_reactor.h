@@ -3,13 +3,15 @@
 #ifndef WALSH_COMMON_ERROR_REACTOR_H_
 #define WALSH_COMMON_ERROR_REACTOR_H_
 
+#include "absl/status/status.h"
+#include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace walsh {
 
 class ErrorReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit ErrorReactor(const grpc::Status& s) { Finish(s); }
+  explicit ErrorReactor(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
   void OnDone() override { delete this; }
 };
 

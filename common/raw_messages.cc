@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/field_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -42,7 +43,7 @@ std::string NonUtf8Field(const Descriptor* type, const std::string& bytes, int d
 
 }  // namespace
 
-grpc::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* out) {
+absl::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* out) {
   std::vector<grpc::Slice> slices;
   std::string bytes;
   if (raw.Dump(&slices).ok()) {
@@ -50,12 +51,13 @@ grpc::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message
       bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
     }
   }
-  if (out->ParseFromString(bytes)) return grpc::Status::OK;
+  if (out->ParseFromString(bytes)) return absl::OkStatus();
   const std::string field = NonUtf8Field(out->GetDescriptor(), bytes, 0);
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      field.empty()
-                          ? "not a valid " + out->GetDescriptor()->full_name() + " message"
-                          : field + ": not valid UTF-8");
+  if (field.empty()) {
+    return absl::InvalidArgumentError("not a valid " + out->GetDescriptor()->full_name() +
+                                      " message");
+  }
+  return FieldError(field, "not valid UTF-8");
 }
 
 grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::Message& message) {

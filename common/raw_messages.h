@@ -5,15 +5,15 @@
 #ifndef WALSH_COMMON_RAW_MESSAGES_H_
 #define WALSH_COMMON_RAW_MESSAGES_H_
 
+#include "absl/status/status.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/status.h"
 
 namespace walsh {
 
-// OK, or INVALID_ARGUMENT: "FIELD: not valid UTF-8" (FIELD as a dotted path, e.g.
+// OK, or INVALID_ARGUMENT: a FieldError "FIELD: not valid UTF-8" (FIELD as a dotted path, e.g.
 // "chat.messages.content"), or "not a valid TYPE message".
-grpc::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* out);
+absl::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* out);
 
 grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::Message& message);
 

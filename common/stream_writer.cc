@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/raw_messages.h"
 
 namespace walsh {
@@ -69,7 +70,7 @@ bool StreamWriter::HasRoom() {
   return finished_ || finish_pending_ || cancelled_ || bytes_ < limits_.max_bytes;
 }
 
-void StreamWriter::Complete(const grpc::Status& status) {
+void StreamWriter::Complete(const absl::Status& status) {
   {
     MutexLock l(&mu_);
     if (finished_ || finish_pending_) return;
@@ -78,7 +79,7 @@ void StreamWriter::Complete(const grpc::Status& status) {
     if (writing_) return;
     finished_ = true;
   }
-  Finish(status);
+  Finish(ToGrpcStatus(status));
 }
 
 bool StreamWriter::cancelled() {
@@ -86,15 +87,15 @@ bool StreamWriter::cancelled() {
   return cancelled_;
 }
 
-grpc::Status StreamWriter::CancelledStatus() {
+absl::Status StreamWriter::CancelledStatus() {
   MutexLock l(&mu_);
-  return stalled_ ? status_ : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  return stalled_ ? status_ : absl::CancelledError("cancelled");
 }
 
 void StreamWriter::OnWriteDone(bool ok) {
   const grpc::ByteBuffer* next = nullptr;
   bool finish = false, hook = false, writable = false;
-  grpc::Status status;
+  absl::Status status;
   std::shared_ptr<grpc::Alarm> arm;
   Clock::time_point check_at;
   {
@@ -127,7 +128,7 @@ void StreamWriter::OnWriteDone(bool ok) {
   }
   if (next != nullptr) StartWrite(next);
   if (arm != nullptr) SetStallAlarm(std::move(arm), check_at);
-  if (finish) Finish(status);
+  if (finish) Finish(ToGrpcStatus(status));
   if (hook) RunHook(false);
   if (writable && on_writable_) on_writable_();
 }
@@ -166,7 +167,7 @@ bool StreamWriter::StopStalledLocked(std::string why) {
     queue_.pop_back();
   }
   finish_pending_ = true;
-  status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::move(why));
+  status_ = absl::ResourceExhaustedError(why);
   return CancelLocked(/*stalled=*/true);
 }
 
@@ -233,7 +234,7 @@ void StreamWriter::OnStallCheck() {
   // so the context is alive; the stuck write then completes, failed, perhaps inline.
   context_->TryCancel();
   bool finish = false;
-  grpc::Status status;
+  absl::Status status;
   {
     MutexLock l(&mu_);
     tearing_down_ = false;
@@ -242,7 +243,7 @@ void StreamWriter::OnStallCheck() {
       status = status_;
     }
   }
-  if (finish) Finish(status);
+  if (finish) Finish(ToGrpcStatus(status));
 }
 
 void StreamWriter::RunHook(bool stalled) {

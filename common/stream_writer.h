@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "common/buffer_budget.h"
 #include "common/mutex.h"
 #include "google/protobuf/message.h"
@@ -55,11 +56,11 @@ class StreamWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // Whether a Push now would find room (true once the stream has ended: nothing waits for it).
   bool HasRoom() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the stream with `status` after the queued responses (no-op once it is ending).
-  void Complete(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void Complete(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   bool cancelled() ABSL_LOCKS_EXCLUDED(mu_);
   // Why it ended early: CANCELLED, or RESOURCE_EXHAUSTED naming the limit the client passed.
-  grpc::Status CancelledStatus() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CancelledStatus() ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnCancel() override ABSL_LOCKS_EXCLUDED(mu_);
@@ -107,7 +108,7 @@ class StreamWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // while that runs (outside the lock) the write's completion leaves Finish to the canceller.
   bool abandoning_ ABSL_GUARDED_BY(mu_) = false;
   bool tearing_down_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // what it ends with: gRPC's form at Finish
   // Not guarded: set in Create before the writer is shared; OnDone moves it out under mu_.
   std::shared_ptr<StreamWriter> self_;
   std::weak_ptr<StreamWriter> weak_self_;

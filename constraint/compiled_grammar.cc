@@ -9,57 +9,20 @@
 
 namespace walsh {
 
-// Adds stacks to a set kept in first-seen order (the order interning and the masks depend on),
-// up to kMaxGrammarStacks. A small set is scanned for a duplicate; past kScannedStacks, an index
-// of positions in it is built and kept: scanning hundreds of stacks per addition was most of a
-// large walk's time, while hashing every addition to a set of a few stacks costs more than it
-// saves.
+// A step's stacks, each once, in first-seen order, up to kMaxGrammarStacks.
 class CompiledGrammar::StackSetBuilder {
  public:
-  explicit StackSetBuilder(std::vector<GrammarStack>& stacks)
-      : stacks_(stacks), index_(0, Hash{&stacks}, Eq{&stacks}) {}
-  void Add(GrammarStack&& stack) {
-    if (stacks_.size() >= kMaxGrammarStacks) return;
-    if (stacks_.size() < kScannedStacks) {
-      if (std::find(stacks_.begin(), stacks_.end(), stack) != stacks_.end()) return;
-      stacks_.push_back(std::move(stack));
-      return;
-    }
-    if (index_.empty()) {
-      for (size_t i = 0; i < stacks_.size(); ++i) index_.insert(static_cast<int32_t>(i));
-    }
-    if (index_.contains(stack)) return;
-    stacks_.push_back(std::move(stack));
-    index_.insert(static_cast<int32_t>(stacks_.size() - 1));
-  }
+  explicit StackSetBuilder(std::vector<GrammarStack>& stacks) : set_(stacks, kMaxGrammarStacks) {}
+  void Add(GrammarStack&& stack) { set_.Insert(std::move(stack)); }
 
  private:
-  // Positions in `stacks` hashed and compared as the stacks they name, so a stack is looked up
-  // without a copy.
-  struct Hash {
-    using is_transparent = void;
-    const std::vector<GrammarStack>* stacks;
-    size_t operator()(int32_t i) const { return (*this)((*stacks)[i]); }
-    size_t operator()(const GrammarStack& s) const { return absl::Hash<GrammarStack>{}(s); }
-  };
-  struct Eq {
-    using is_transparent = void;
-    const std::vector<GrammarStack>* stacks;
-    const GrammarStack& Of(int32_t i) const { return (*stacks)[i]; }
-    const GrammarStack& Of(const GrammarStack& s) const { return s; }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return Of(a) == Of(b);
-    }
-  };
-  static constexpr size_t kScannedStacks = 16;
-  std::vector<GrammarStack>& stacks_;
-  absl::flat_hash_set<int32_t, Hash, Eq> index_;  // empty until the set passes kScannedStacks
+  StackSet<std::vector<GrammarStack>> set_;
 };
 
 struct CompiledGrammar::ExpandScratch {
   StackPile pending;
-  PackedStackSet entered;
+  PackedStacks entered_stacks;
+  StackSet<PackedStacks> entered{entered_stacks};
 };
 
 CompiledGrammar::CompiledGrammar(const Grammar& grammar, std::shared_ptr<const TokenTrie> trie)

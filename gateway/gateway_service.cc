@@ -29,24 +29,23 @@ int64_t GatewayService::inflight() {
   return inflight_ + static_cast<int64_t>(waiting_.size());
 }
 
-grpc::Status GatewayService::Admit(grpc::CallbackServerContext* context,
+absl::Status GatewayService::Admit(grpc::CallbackServerContext* context,
                                    std::shared_ptr<void>* stream_slot, bool rate) {
-  grpc::Status s = Authorize(context);
+  absl::Status s = Authorize(context);
   if (s.ok() && options_.limiter != nullptr && rate) {
     const std::string key =
         ClientKeyOf(*context, options_.api_keys != nullptr && options_.api_keys->enabled(),
                     options_.trusted_proxies, options_.ipv6_prefix_bits);
-    s = ToGrpcStatus(stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
-                                            : options_.limiter->AdmitCall(key));
+    s = stream_slot != nullptr ? options_.limiter->AdmitStream(key, stream_slot)
+                               : options_.limiter->AdmitCall(key);
     if (!s.ok()) metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
   }
   return s;
 }
 
-grpc::Status GatewayService::Authorize(grpc::CallbackServerContext* context) const {
-  if (options_.api_keys == nullptr) return grpc::Status::OK;
-  grpc::Status s =
-      ToGrpcStatus(options_.api_keys->Check(MetadataValues(*context, "authorization")));
+absl::Status GatewayService::Authorize(grpc::CallbackServerContext* context) const {
+  if (options_.api_keys == nullptr) return absl::OkStatus();
+  absl::Status s = options_.api_keys->Check(MetadataValues(*context, "authorization"));
   if (!s.ok()) metrics_->requests.counter({"UNAUTHENTICATED"}).Inc();
   return s;
 }
@@ -60,22 +59,22 @@ std::shared_ptr<WorkerEndpoint> GatewayService::PickAny() {
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   std::shared_ptr<void> client_slot;
-  if (grpc::Status admit = Admit(context, &client_slot); !admit.ok()) {
+  if (absl::Status admit = Admit(context, &client_slot); !admit.ok()) {
     return new ErrorReactor(admit);
   }
   v1::GenerateRequest request;
-  if (grpc::Status parsed = ParseRequest(*raw, &request); !parsed.ok()) {
+  if (absl::Status parsed = ParseRequest(*raw, &request); !parsed.ok()) {
     metrics_->requests.counter({"INVALID_ARGUMENT"}).Inc();
     return new ErrorReactor(parsed);
   }
   if (draining_) {
     metrics_->requests.counter({"UNAVAILABLE"}).Inc();
-    return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining"));
+    return new ErrorReactor(absl::UnavailableError("the gateway is draining"));
   }
   if (BufferBudget* budget = options_.stream_buffers.budget; budget != nullptr) {
     if (const absl::Status b = budget->AdmitStream(); !b.ok()) {
       metrics_->requests.counter({"RESOURCE_EXHAUSTED"}).Inc();
-      return new ErrorReactor(ToGrpcStatus(b));
+      return new ErrorReactor(b);
     }
   }
   ProxiedStream::Hooks hooks{[this](ProxiedStream* s) { OnClientGone(s); },
@@ -178,13 +177,13 @@ void GatewayService::CancelAll() {
 namespace {
 
 template <typename Req, typename Resp, typename Call>
-grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const grpc::Status& auth,
+grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context, const absl::Status& auth,
                                   std::chrono::milliseconds timeout,
                                   std::shared_ptr<WorkerEndpoint> w, const Req* request,
                                   Resp* response, Call call) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
   if (!auth.ok()) {
-    r->Finish(auth);
+    r->Finish(ToGrpcStatus(auth));
     return r;
   }
   if (!w) {
@@ -206,7 +205,7 @@ grpc::ServerUnaryReactor* GatewayService::Tokenize(grpc::CallbackServerContext* 
                                                    const grpc::ByteBuffer* raw,
                                                    grpc::ByteBuffer* raw_response) {
   auto messages = std::make_shared<std::pair<v1::TokenizeRequest, v1::TokenizeResponse>>();
-  grpc::Status admitted = Admit(context, nullptr);
+  absl::Status admitted = Admit(context, nullptr);
   if (admitted.ok()) admitted = ParseRequest(*raw, &messages->first);
   return Forward(context, admitted, options_.unary_timeout, PickAny(), &messages->first,
                  &messages->second,

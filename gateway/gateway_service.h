@@ -62,9 +62,9 @@ class GatewayService final
   // Authorization, then the client's limits: a rate token for Generate (with a stream slot,
   // which `stream_slot` receives) and for Tokenize and Detokenize; none for GetModelInfo
   // (`rate` false), which the HTTP API calls beside every request.
-  grpc::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot,
+  absl::Status Admit(grpc::CallbackServerContext* context, std::shared_ptr<void>* stream_slot,
                      bool rate = true);
-  grpc::Status Authorize(grpc::CallbackServerContext* context) const;
+  absl::Status Authorize(grpc::CallbackServerContext* context) const;
   std::shared_ptr<WorkerEndpoint> PickAny();
 
   WorkerPool* pool_;

@@ -212,7 +212,7 @@ std::optional<grpc::Status> ProxiedStream::Interruption() {
     MutexLock l(&mu_);
     if (interrupted_) return interrupted_;
   }
-  if (writer_->cancelled()) return writer_->CancelledStatus();
+  if (writer_->cancelled()) return ToGrpcStatus(writer_->CancelledStatus());
   return std::nullopt;
 }
 
@@ -404,7 +404,7 @@ void ProxiedStream::End(const grpc::Status& s) {
   // Give back this stream's places before the client sees its end, so its next stream fits.
   client_slot_.reset();
   hooks_.ended(this);
-  writer_->Complete(s);
+  writer_->Complete(FromGrpcStatus(s));
 }
 
 }  // namespace walsh

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/grpc_status.h"
 #include "common/mutex.h"
 #include "common/stream_writer.h"
 #include "gateway/gateway_metrics.h"
@@ -59,7 +60,7 @@ class ProxiedStream : public std::enable_shared_from_this<ProxiedStream> {
   void Interrupt(const grpc::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a stream that never started (cancelled or refused while it waited for admission).
   void EndUnstarted(const grpc::Status& why) ABSL_LOCKS_EXCLUDED(mu_) { End(why); }
-  grpc::Status ClientGoneStatus() { return writer_->CancelledStatus(); }
+  grpc::Status ClientGoneStatus() { return ToGrpcStatus(writer_->CancelledStatus()); }
 
  private:
   class UpstreamCall;

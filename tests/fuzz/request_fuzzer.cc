@@ -19,9 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 16384) return 0;
   v1::GenerateRequest request;
   grpc::Slice slice(data, size);
-  const grpc::Status parsed = ParseRequest(grpc::ByteBuffer(&slice, 1), &request);
+  const absl::Status parsed = ParseRequest(grpc::ByteBuffer(&slice, 1), &request);
   if (!parsed.ok()) {
-    if (parsed.error_code() != grpc::StatusCode::INVALID_ARGUMENT || parsed.error_message().empty())
+    if (parsed.code() != absl::StatusCode::kInvalidArgument || parsed.message().empty())
       fuzz::Violated("a parse failure is not INVALID_ARGUMENT with a message");
     return 0;
   }

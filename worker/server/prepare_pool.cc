@@ -34,12 +34,11 @@ size_t PreparePool::queued() const {
   return jobs_.size();
 }
 
-grpc::Status PreparePool::Refusal() const {
+absl::Status PreparePool::Refusal() const {
   MutexLock l(&mu_);
-  if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down");
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      absl::StrCat("the worker is already preparing ", jobs_.size(),
-                                   " requests (--max-running + --max-queue)"));
+  if (stopping_) return absl::UnavailableError("the worker is shutting down");
+  return absl::ResourceExhaustedError(absl::StrCat("the worker is already preparing ", jobs_.size(),
+                                                   " requests (--max-running + --max-queue)"));
 }
 
 void PreparePool::Loop() {

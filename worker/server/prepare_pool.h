@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "common/mutex.h"
-#include "grpcpp/support/status.h"
 
 namespace walsh {
 
@@ -33,7 +33,7 @@ class PreparePool {
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
   // Why TrySubmit said no: UNAVAILABLE after Shutdown, else RESOURCE_EXHAUSTED naming the bound.
-  grpc::Status Refusal() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Refusal() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);

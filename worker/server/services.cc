@@ -56,10 +56,10 @@ class StreamSink final : public ResponseSink {
     f->mutable_timings()->set_time_to_first_token_seconds(finished.time_to_first_token_seconds);
     f->mutable_timings()->set_total_seconds(finished.total_seconds);
     writer_->Push(response);
-    writer_->Complete(grpc::Status::OK);
+    writer_->Complete(absl::OkStatus());
   }
 
-  void Failed(const absl::Status& status) override { writer_->Complete(ToGrpcStatus(status)); }
+  void Failed(const absl::Status& status) override { writer_->Complete(status); }
 
   bool HasRoom() override { return writer_->HasRoom(); }
 
@@ -102,7 +102,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   if (!valid.ok()) {
     LogJson("info", "request_refused",
             {{"request_id", req.request_id()}, {"error", std::string(valid.status().message())}});
-    return writer->Complete(ToGrpcStatus(valid.status()));
+    return writer->Complete(valid.status());
   }
   for (const auto& [field, ids] :
        {std::pair{"prompt_ids", prompt_ids}, std::pair{"emitted_ids", emitted_ids}}) {
@@ -110,9 +110,8 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
     for (size_t i = 0; i < ids->size(); ++i) {
       if ((*ids)[i] < 0 || (*ids)[i] >= ctx->limits.vocab) {
         return writer->Complete(
-            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                         absl::StrCat(field, "[", i, "]: ", (*ids)[i], " is outside [0, ",
-                                      ctx->limits.vocab, ")")));
+            FieldError(absl::StrCat(field, "[", i, "]"),
+                       absl::StrCat((*ids)[i], " is outside [0, ", ctx->limits.vocab, ")")));
       }
     }
   }
@@ -126,7 +125,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   request->prompt = valid->generation.prompt;
   if (!valid->images.empty()) {
     auto images = EncodeImages(*ctx->limits.vision, valid->images, valid->image_spans);
-    if (!images.ok()) return writer->Complete(ToGrpcStatus(images.status()));
+    if (!images.ok()) return writer->Complete(images.status());
     request->images = std::make_shared<const PromptImages>(*std::move(images));
   }
   request->seed = valid->seed;
@@ -136,7 +135,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
   request->generation = std::make_unique<Generation>(ctx->tokenizer, valid->generation);
   if (emitted_ids != nullptr) {
     if (absl::Status replayed = request->generation->Replay(*emitted_ids); !replayed.ok()) {
-      return writer->Complete(ToGrpcStatus(replayed));
+      return writer->Complete(replayed);
     }
     request->replayed = emitted;
   }
@@ -152,7 +151,7 @@ void Prepare(ServiceContext* ctx, const std::shared_ptr<StreamWriter>& writer,
            {"prompt_tokens", request->prompt.size()},
            {"resume_at", emitted}});
   const absl::Status submitted = ctx->scheduler->Submit(request);
-  if (!submitted.ok()) writer->Complete(ToGrpcStatus(submitted));
+  if (!submitted.ok()) writer->Complete(submitted);
 }
 
 }  // namespace
@@ -161,7 +160,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
     ServiceContext* ctx, grpc::CallbackServerContext* context, const v1::GenerateRequest& req,
     const std::vector<int32_t>* prompt_ids, const std::vector<int32_t>* emitted_ids) {
   if (!ctx->ready) {
-    return new ErrorReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
+    return new ErrorReactor(absl::UnavailableError("the model is loading"));
   }
   Preparation p{req, {}, {}, {}};
   if (prompt_ids != nullptr) p.prompt_ids = *prompt_ids;
@@ -169,8 +168,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   const auto deadline = context->deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     if (deadline <= std::chrono::system_clock::now()) {
-      return new ErrorReactor(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                           "the deadline passed before the request was admitted"));
+      return new ErrorReactor(
+          absl::DeadlineExceededError("the deadline passed before the request was admitted"));
     }
     p.deadline = deadline;
   }
@@ -178,8 +177,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
   auto slot = std::make_shared<RequestSlot>();
   Scheduler* scheduler = ctx->scheduler;
   if (BufferBudget* budget = ctx->stream_buffers.budget; budget != nullptr) {
-    if (const absl::Status b = budget->AdmitStream(); !b.ok())
-      return new ErrorReactor(ToGrpcStatus(b));
+    if (const absl::Status b = budget->AdmitStream(); !b.ok()) return new ErrorReactor(b);
   }
   auto writer = StreamWriter::Create(
       context, ctx->stream_buffers,
@@ -203,8 +201,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
     Prepare(ctx, writer, slot, p);
   } else if (!pool->TrySubmit([ctx, writer, slot, p = std::move(p)](bool shutting_down) {
                if (shutting_down) {
-                 return writer->Complete(
-                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is shutting down"));
+                 return writer->Complete(absl::UnavailableError("the worker is shutting down"));
                }
                Prepare(ctx, writer, slot, p);
              })) {
@@ -216,7 +213,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGeneration(
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   v1::GenerateRequest request;
-  if (grpc::Status s = ParseRequest(*raw, &request); !s.ok()) return new ErrorReactor(s);
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return new ErrorReactor(s);
   return StartGeneration(ctx_, context, request, nullptr, nullptr);
 }
 
@@ -225,8 +222,8 @@ grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext
                                                      grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* r = context->DefaultReactor();
   v1::TokenizeRequest request;
-  if (grpc::Status s = ParseRequest(*raw, &request); !s.ok()) {
-    r->Finish(s);
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) {
+    r->Finish(ToGrpcStatus(s));
     return r;
   }
   if (const grpc::Status s = Unavailable(*ctx_, /*needs_tokenizer=*/true); !s.ok()) {
@@ -246,7 +243,7 @@ grpc::ServerUnaryReactor* GeneratorService::Tokenize(grpc::CallbackServerContext
   if (ctx_->prepare == nullptr) {
     tokenize(false);
   } else if (!ctx_->prepare->TrySubmit(std::move(tokenize))) {
-    r->Finish(ctx_->prepare->Refusal());
+    r->Finish(ToGrpcStatus(ctx_->prepare->Refusal()));
   }
   return r;
 }
@@ -312,12 +309,11 @@ grpc::ServerUnaryReactor* WorkerService::GetLoad(grpc::CallbackServerContext* co
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::Resume(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   v1::ResumeRequest resume;
-  if (grpc::Status s = ParseRequest(*raw, &resume); !s.ok()) return new ErrorReactor(s);
+  if (absl::Status s = ParseRequest(*raw, &resume); !s.ok()) return new ErrorReactor(s);
   const v1::ResumeRequest* request = &resume;
   if (request->prompt_ids().empty()) {  // as strict as Generate: a resume names its prompt
-    return new ErrorReactor(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        "prompt_ids: Resume needs the prompt's token ids (from Started with return_prompt_ids)"));
+    return new ErrorReactor(FieldError(
+        "prompt_ids", "Resume needs the prompt's token ids (from Started with return_prompt_ids)"));
   }
   const std::vector<int32_t> prompt(request->prompt_ids().begin(), request->prompt_ids().end());
   const std::vector<int32_t> emitted(request->emitted_ids().begin(), request->emitted_ids().end());

@@ -498,21 +498,37 @@ TEST(StackSets, AdvanceMergesEachStacksResultsOnceInFirstSeenOrder) {
   EXPECT_GT(largest, 16u);  // the indexed path ran
 }
 
-// An expansion's scratch (packed_stacks.h): the set agrees with std::set, over hundreds of stacks
-// (stacks that share prefixes, differ in their last element only, and the empty one); the pile
-// gives back what was pushed, last first.
+// The one stack set (packed_stacks.h), over both its stores: it agrees with std::set over
+// hundreds of stacks (stacks that share prefixes, differ in their last element only, and the
+// empty one), past the scanned few into the indexed path, keeps first-seen order, and stops at its
+// limit; the pile gives back what was pushed, last first.
 TEST(PackedStacks, SetAgreesWithStdSetAndPileIsLastInFirstOut) {
   std::mt19937 rng(11);
-  PackedStackSet set;
+  PackedStacks packed;
+  std::vector<GrammarStack> vectors;
+  StackSet<PackedStacks> set(packed);
+  StackSet<std::vector<GrammarStack>> limited(vectors, 20);
   for (int round = 0; round < 2; ++round) {
     set.Clear();
+    limited.Clear();
     std::set<GrammarStack> seen;
+    std::vector<GrammarStack> order;
     for (int i = 0; i < 400; ++i) {
       GrammarStack s(rng() % 4);
       for (int32_t& e : s) e = static_cast<int32_t>(rng() % 3);
-      ASSERT_EQ(set.Insert(s), seen.insert(s).second) << "insert " << i << ", round " << round;
+      const bool fresh = seen.insert(s).second;
+      if (fresh) order.push_back(s);
+      ASSERT_EQ(set.Insert(s), fresh) << "insert " << i << ", round " << round;
+      const bool room = vectors.size() < 20;
+      GrammarStack moved = s;
+      ASSERT_EQ(limited.Insert(std::move(moved)), fresh && room) << "insert " << i;
     }
-    EXPECT_GT(seen.size(), 16u);  // many distinct stacks, not a few
+    EXPECT_GT(seen.size(), 20u);  // many distinct stacks, not a few
+    ASSERT_EQ(packed.size(), order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      EXPECT_EQ(packed[i], absl::MakeConstSpan(order[i])) << i;
+    }
+    EXPECT_EQ(vectors, std::vector<GrammarStack>(order.begin(), order.begin() + 20));
   }
   // Pushes and pops mixed, against a vector of stacks; cleared halfway, as each expansion does.
   StackPile pile;
