@@ -103,7 +103,10 @@ class ScriptedWorker::Stream final : public grpc::ServerWriteReactor<v1::Generat
   void Compose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     response_.Clear();
     if (next_ >= max_tokens_) {
-      response_.mutable_finished()->set_reason("length");
+      v1::Finished* f = response_.mutable_finished();
+      f->set_reason("length");
+      f->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(kScriptedPromptIds.size()));
+      f->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(next_));
       sent_finished_ = true;
       return;
     }

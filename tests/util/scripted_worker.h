@@ -1,8 +1,8 @@
 // A stand-in worker in the test process that passes every health, contract and load check and
 // answers Generate and Resume from a script: a refusal, a failure after N tokens, a pace, or
-// silence (a worker that accepts streams and then hangs). Its
-// tokens are a function of the seed and the output index only (ScriptedToken), the same on
-// every scripted worker, so a stream migrated exactly reads as one unbroken sequence.
+// silence (a worker that accepts streams and then hangs); Finished reports the usage a worker
+// would. Its tokens are a function of the seed and the output index only (ScriptedToken), the same
+// on every scripted worker, so a stream migrated exactly reads as one unbroken sequence.
 #ifndef WALSH_TESTS_UTIL_SCRIPTED_WORKER_H_
 #define WALSH_TESTS_UTIL_SCRIPTED_WORKER_H_
 
@@ -46,6 +46,8 @@ class ScriptedWorker {
   ScriptedWorker& operator=(const ScriptedWorker&) = delete;
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Its gRPC server, for a face that calls it in process (OpenAiServer).
+  grpc::Server* server() const { return server_.get(); }
   void set_script(const Script& script) ABSL_LOCKS_EXCLUDED(mu_);
   Script script() const ABSL_LOCKS_EXCLUDED(mu_);
 
