@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
+#include "tests/util/eventually.h"
 #include "tests/util/scripted_worker.h"
 
 namespace walsh {
@@ -40,9 +41,7 @@ TEST(GatewayFaults, AThousandStreamsOnAMuteWorkerCostNoThreadsAndMeetTheirDeadli
   for (int i = 0; i < kStreams; ++i) requests.push_back(Request("held", 64, i));
   testing::UnreadStreams streams(testing::Connections(gw.target(), 8), requests, deadline);
   ASSERT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", kStreams));
-  for (int i = 0; i < 100 && mute.counts().open.load() < kStreams; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  EXPECT_TRUE(testing::Eventually([&] { return mute.counts().open.load() >= kStreams; }));
   EXPECT_EQ(mute.counts().open.load(), kStreams);
   const int busy_threads = testing::ThreadCount(gw.process().pid());
   std::printf("gateway threads: %d idle, %d with %d streams open\n", idle_threads, busy_threads,
@@ -51,9 +50,7 @@ TEST(GatewayFaults, AThousandStreamsOnAMuteWorkerCostNoThreadsAndMeetTheirDeadli
 
   for (int i = 0; i < kStreams / 2; ++i) streams.Cancel(i);
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", kStreams / 2));
-  for (int i = 0; i < 100 && mute.counts().open.load() > kStreams / 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  EXPECT_TRUE(testing::Eventually([&] { return mute.counts().open.load() <= kStreams / 2; }));
   EXPECT_EQ(mute.counts().open.load(), kStreams / 2);
 
   std::map<grpc::StatusCode, int> codes = streams.Finish();
@@ -63,10 +60,7 @@ TEST(GatewayFaults, AThousandStreamsOnAMuteWorkerCostNoThreadsAndMeetTheirDeadli
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_queue_depth", 0));
   EXPECT_TRUE(
       gw.WaitForMetric("walsh_gateway_worker_inflight{worker=\"" + mute.target() + "\"}", 0));
-  for (int i = 0; i < 100 && mute.counts().open.load() > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(mute.counts().open.load(), 0);
+  EXPECT_TRUE(testing::Eventually([&] { return mute.counts().open.load() == 0; }));
   // Every client cancel is timed (a deadline the upstream call met first is not a cancel).
   EXPECT_GE(gw.Metric("walsh_gateway_cancel_to_free_seconds_count").value_or(0), kStreams / 2);
 }
@@ -97,10 +91,8 @@ TEST(GatewayFaults, AStoppedWorkersStreamsMigrateExactly) {
   }
   // Stop `a` once every stream has its first token and `a` holds some of them.
   const std::string a_series = "walsh_gateway_worker_inflight{worker=\"" + a.target() + "\"}";
-  for (int i = 0; i < 1000; ++i) {
-    if (gw.Metric("walsh_gateway_time_to_first_token_seconds_count") == kStreams) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return gw.Metric("walsh_gateway_time_to_first_token_seconds_count") == kStreams; }));
   ASSERT_GE(gw.Metric(a_series).value_or(0), 1);
   a.process().Signal(SIGSTOP);
   for (auto& t : clients) t.join();

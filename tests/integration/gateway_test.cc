@@ -15,6 +15,7 @@
 #include "tests/integration/gateway_fixture.h"
 #include "tests/integration/worker_fixture.h"
 #include "tests/util/eventually.h"
+#include "tests/util/scripted_worker.h"
 #include "tools/mkmodel/synthetic_model.h"
 
 namespace walsh {
@@ -391,12 +392,11 @@ TEST(Gateway, ClientErrorsNeverOpenABreakerAndCancelPropagates) {
   for (auto& t : threads) t.join();
   for (auto& w : pool.workers) {
     v1::Load load;
-    for (int i = 0; i < 100; ++i) {
+    EXPECT_TRUE(testing::Eventually([&] {
       grpc::ClientContext ctx;
-      ASSERT_TRUE(w->Worker()->GetLoad(&ctx, {}, &load).ok());
-      if (load.kv_pages_used() == 0 && load.running() == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+      return w->Worker()->GetLoad(&ctx, {}, &load).ok() && load.kv_pages_used() == 0 &&
+             load.running() == 0;
+    }));
     EXPECT_EQ(load.kv_pages_used(), 0u) << w->target();
     EXPECT_EQ(load.state_slots_used(), 0u) << w->target();
   }
@@ -531,12 +531,12 @@ void ExpectPlaintextProbeOnly(const std::string& probe) {
     q.set_service(service);
     grpc::health::v1::HealthCheckResponse r;
     grpc::Status s;
-    for (int i = 0; i < 40; ++i) {  // the gateway's health follows its pool within 50 ms
+    // The gateway's health follows its pool within 50 ms.
+    testing::Eventually([&] {
       grpc::ClientContext ctx;
       s = grpc::health::v1::Health::NewStub(channel)->Check(&ctx, q, &r);
-      if (s.ok() && r.status() == grpc::health::v1::HealthCheckResponse::SERVING) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+      return s.ok() && r.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    });
     EXPECT_TRUE(s.ok()) << probe << " '" << service << "': " << s.error_message();
     EXPECT_EQ(r.status(), grpc::health::v1::HealthCheckResponse::SERVING)
         << probe << " '" << service << "'";
@@ -590,11 +590,10 @@ TEST(GatewaySecurity, TlsToClientsAndMutualTlsToWorkers) {
   auto client =
       v1::Generator::NewStub(grpc::CreateChannel(gw_target, grpc::SslCredentials(no_cert)));
   StreamResult got;
-  for (int i = 0; i < 200; ++i) {  // until the gateway has seen the worker healthy
+  testing::Eventually([&] {  // until the gateway has seen the worker healthy
     got = RunGenerate(*client, req);
-    if (got.status.ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+    return got.status.ok();
+  });
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.ids, want.ids);
   auto gw_plain =
@@ -758,12 +757,20 @@ TEST(GatewaySecurity, PerKeyStreamAndRateLimits) {
 // A queued stream whose client goes away frees its queue place at once, not when some stream
 // in flight ends.
 TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
-  WorkerProcess w;
-  ASSERT_TRUE(w.ok());
+  // A paced worker: the first stream holds the one slot until the test lets it go, however fast
+  // the machine (a real worker's 1500 tokens could end inside the queued stream's deadline).
+  testing::ScriptedWorker w({.token_interval = std::chrono::milliseconds(10)});
   GatewayProcess gw({w.target()}, {"--max-inflight", "1", "--max-queue", "1"});
   ASSERT_TRUE(gw.WaitForWorkers(1));
   auto stub = gw.Stub();
-  std::thread hold([&] { (void)RunGenerate(*stub, TextRequest("hold the slot", 1500, 0.0f, 1)); });
+  grpc::ClientContext hold_ctx;
+  std::thread hold([&] {
+    auto reader = stub->Generate(&hold_ctx, TextRequest("hold the slot", 1500, 0.0f, 1));
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    (void)reader->Finish();
+  });
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_inflight_streams", 1));
   {  // queued behind it, then cancelled by its deadline
     grpc::ClientContext ctx;
@@ -775,12 +782,17 @@ TEST(GatewayAdmission, ACancelledQueuedStreamFreesItsPlaceAtOnce) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_queue_depth", 0));
-  // The queue has room again while the first stream still runs.
-  const StreamResult next = RunGenerate(*stub, TextRequest("next", 2, 0.0f, 3));
+  // The queue has room again while the first stream still runs: the next one waits in it, and
+  // runs once the first lets its slot go.
+  StreamResult next;
+  std::thread queued([&] { next = RunGenerate(*stub, TextRequest("next", 2, 0.0f, 3)); });
+  EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_queue_depth", 1));
+  hold_ctx.TryCancel();
+  queued.join();
+  hold.join();
   EXPECT_NE(next.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << next.status.error_message();
   EXPECT_TRUE(next.status.ok()) << next.status.error_message();
-  hold.join();
 }
 
 // Resume is as strict as Generate: it must name the prompt it resumes.
@@ -938,11 +950,12 @@ TEST(GatewayAdmission, NewStreamsAreRefusedPastTheBufferedTotal) {
   }
   // The streams fill their buffers as their transports fill: retry until the total is held.
   StreamResult refused;
-  for (int i = 0; i < 300 && refused.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    refused = RunGenerate(*gw.Stub(), TextRequest("one more", 4, 0.0f, 1));
-  }
+  testing::Eventually(
+      [&] {
+        refused = RunGenerate(*gw.Stub(), TextRequest("one more", 4, 0.0f, 1));
+        return refused.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(100));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
       << refused.status.error_message();

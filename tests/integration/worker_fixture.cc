@@ -25,52 +25,58 @@ const std::string& TinyModelPath() {
 WorkerProcess::WorkerProcess(std::vector<std::string> extra_args)
     : WorkerProcess(WALSH_WORKER_BIN, std::move(extra_args)) {}
 
-WorkerProcess::WorkerProcess(const std::string& binary, std::vector<std::string> extra_args) {
+std::vector<std::string> WorkerArgs(const std::string& binary,
+                                    const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = {binary,        "--model",          TinyModelPath(), "--listen",
                                    "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  process_ = std::make_unique<ChildProcess>(argv);
+  return argv;
+}
+
+void WorkerClient::Listening(int grpc_port, int metrics_port) {
+  grpc_port_ = grpc_port;
+  metrics_port_ = metrics_port;
+  channel_ = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
+}
+
+WorkerProcess::WorkerProcess(const std::string& binary, std::vector<std::string> extra_args) {
+  process_ = std::make_unique<ChildProcess>(WorkerArgs(binary, extra_args));
   const auto listening = process_->WaitForStderrLine(
       [](const std::string& l) { return l.find("\"event\":\"listening\"") != std::string::npos; },
       std::chrono::seconds(20));
   if (!listening) return;
   const nlohmann::json j = nlohmann::json::parse(*listening);
-  grpc_port_ = j["grpc_port"];
-  metrics_port_ = j["metrics_port"];
-  serving_ = process_
-                 ->WaitForStderrLine(
-                     [](const std::string& l) {
-                       return l.find("\"event\":\"serving\"") != std::string::npos;
-                     },
-                     std::chrono::seconds(30))
-                 .has_value();
-  // Connected lazily, at its first call: connected here, the first call after a worker was
-  // restarted on the same port failed "Socket closed" in 2 of 4 runs of
-  // Gateway.KillingAWorkerMidStreamLosesNoToken (lazily, in none).
-  channel_ = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
+  Listening(j["grpc_port"], j["metrics_port"]);
+  set_serving(process_
+                  ->WaitForStderrLine(
+                      [](const std::string& l) {
+                        return l.find("\"event\":\"serving\"") != std::string::npos;
+                      },
+                      std::chrono::seconds(30))
+                  .has_value());
 }
 
-std::unique_ptr<v1::Generator::Stub> WorkerProcess::Generator() const {
+std::unique_ptr<v1::Generator::Stub> WorkerClient::Generator() const {
   return v1::Generator::NewStub(channel_);
 }
-std::unique_ptr<v1::Worker::Stub> WorkerProcess::Worker() const {
+std::unique_ptr<v1::Worker::Stub> WorkerClient::Worker() const {
   return v1::Worker::NewStub(channel_);
 }
-std::unique_ptr<grpc::health::v1::Health::Stub> WorkerProcess::Health() const {
+std::unique_ptr<grpc::health::v1::Health::Stub> WorkerClient::Health() const {
   return grpc::health::v1::Health::NewStub(channel_);
 }
 
-std::optional<double> WorkerProcess::Metric(const std::string& series) const {
+std::optional<double> WorkerClient::Metric(const std::string& series) const {
   return MetricIn(HttpGet(metrics_port_, "/metrics"), series);
 }
 
-bool WorkerProcess::WaitForMetric(const std::string& series, double value, int seconds) const {
+bool WorkerClient::WaitForMetric(const std::string& series, double value, int seconds) const {
   return Eventually([&] { return Metric(series) == value; }, std::chrono::seconds(seconds),
                     std::chrono::milliseconds(50));
 }
 
-bool WorkerProcess::WaitForMetricAtLeast(const std::string& series, double value,
-                                         int seconds) const {
+bool WorkerClient::WaitForMetricAtLeast(const std::string& series, double value,
+                                        int seconds) const {
   return Eventually([&] { return Metric(series).value_or(value - 1) >= value; },
                     std::chrono::seconds(seconds));
 }

@@ -1,4 +1,6 @@
-// A real walsh-worker process on loopback (ephemeral ports) serving a tiny synthetic model.
+// A worker serving a tiny synthetic model on loopback (ephemeral ports), seen from its clients:
+// a real walsh-worker process here, or a WorkerServer in the test's own process
+// (in_process_worker.h) where the process is not the point.
 #ifndef WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_
 #define WALSH_TESTS_INTEGRATION_WORKER_FIXTURE_H_
 
@@ -18,16 +20,18 @@ namespace walsh::testing {
 // Writes the tiny preset once per test program.
 const std::string& TinyModelPath();
 
-class WorkerProcess {
+// The flags every test worker starts with: the tiny model, ephemeral ports on loopback.
+std::vector<std::string> WorkerArgs(const std::string& binary,
+                                    const std::vector<std::string>& extra_args);
+
+// A serving worker's client side, however it runs: its ports, stubs over one channel, metrics.
+class WorkerClient {
  public:
-  explicit WorkerProcess(std::vector<std::string> extra_args = {});
-  // Another build of the worker (walsh-worker-faults).
-  WorkerProcess(const std::string& binary, std::vector<std::string> extra_args);
+  virtual ~WorkerClient() = default;
   bool ok() const { return grpc_port_ > 0 && serving_; }
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
-  ChildProcess& process() { return *process_; }
 
   std::unique_ptr<v1::Generator::Stub> Generator() const;
   std::unique_ptr<v1::Worker::Stub> Worker() const;
@@ -38,11 +42,29 @@ class WorkerProcess {
   // Until `series` reads `value` or more, for up to `seconds`.
   bool WaitForMetricAtLeast(const std::string& series, double value, int seconds = 30) const;
 
+ protected:
+  // Once the worker listens on these ports. Connected lazily, at its first call: connected here,
+  // the first call after a worker was restarted on the same port failed "Socket closed" in 2 of
+  // 4 runs of Gateway.KillingAWorkerMidStreamLosesNoToken (lazily, in none).
+  void Listening(int grpc_port, int metrics_port);
+  void set_serving(bool serving) { serving_ = serving; }
+
  private:
-  std::unique_ptr<ChildProcess> process_;
   std::shared_ptr<grpc::Channel> channel_;
   int grpc_port_ = 0, metrics_port_ = 0;
   bool serving_ = false;
+};
+
+// A real walsh-worker process: for what its process does (signals, logs, exit codes, faults).
+class WorkerProcess : public WorkerClient {
+ public:
+  explicit WorkerProcess(std::vector<std::string> extra_args = {});
+  // Another build of the worker (walsh-worker-faults).
+  WorkerProcess(const std::string& binary, std::vector<std::string> extra_args);
+  ChildProcess& process() { return *process_; }
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
 };
 
 struct StreamResult {

@@ -1,4 +1,6 @@
-// walsh-worker as clients see it: real processes on loopback, ephemeral ports.
+// walsh-worker as clients see it, on loopback with ephemeral ports: a WorkerServer in this process
+// (InProcessWorker) unless the process is the point (signals, logs, exit codes, faults: a real
+// walsh-worker process, WorkerProcess).
 #include <signal.h>
 
 #include <atomic>
@@ -14,12 +16,15 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/gateway_fixture.h"
+#include "tests/integration/in_process_worker.h"
 #include "tests/integration/worker_fixture.h"
+#include "tests/util/eventually.h"
 #include "tools/mkmodel/synthetic_model.h"
 
 namespace walsh {
 namespace {
 
+using testing::InProcessWorker;
 using testing::MetricIn;
 using testing::RunGenerate;
 using testing::StreamResult;
@@ -37,8 +42,8 @@ v1::GenerateRequest Request(const std::string& text, uint32_t max_tokens,
 }
 
 TEST(WorkerService, ConcurrentStreamsEqualTheirSoloRuns) {
-  WorkerProcess w({"--threads", "2", "--max-batch-tokens", "64"});
-  ASSERT_TRUE(w.ok()) << w.process().stderr_text();
+  InProcessWorker w({"--threads", "2", "--max-batch-tokens", "64"});
+  ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < 16; ++i) {
@@ -68,7 +73,7 @@ TEST(WorkerService, ConcurrentStreamsEqualTheirSoloRuns) {
 }
 
 TEST(WorkerService, CancelledStreamsFreeTheirPagesAndSlots) {
-  WorkerProcess w({"--max-running", "8"});
+  InProcessWorker w({"--max-running", "8"});
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   std::mt19937 gen(3);
@@ -117,7 +122,7 @@ struct BadCase {
 };
 
 TEST(WorkerService, InvalidRequestsNameTheField) {
-  WorkerProcess w({"--max-tokens", "100", "--max-context", "200"});
+  InProcessWorker w({"--max-tokens", "100", "--max-context", "200"});
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   const std::vector<BadCase> cases = {
@@ -218,7 +223,7 @@ TEST(WorkerService, InvalidRequestsNameTheField) {
 }
 
 TEST(WorkerService, AFloodBeyondTheQueueGetsResourceExhausted) {
-  WorkerProcess w({"--max-running", "1", "--max-queue", "2"});
+  InProcessWorker w({"--max-running", "1", "--max-queue", "2"});
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   std::atomic<int> ok{0}, exhausted{0}, other{0};
@@ -247,7 +252,7 @@ TEST(WorkerService, AFloodBeyondTheQueueGetsResourceExhausted) {
 }
 
 TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
-  WorkerProcess w;
+  InProcessWorker w;
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   grpc::ClientContext ictx;
@@ -266,7 +271,7 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   EXPECT_GT(info.weight_bytes(), 0u);
   EXPECT_LE(info.weight_hugepage_bytes(), info.weight_bytes());
   // A second worker on the same file proves the same fingerprint.
-  WorkerProcess w2;
+  InProcessWorker w2;
   ASSERT_TRUE(w2.ok());
   grpc::ClientContext ictx2;
   v1::ModelInfo info2;
@@ -275,7 +280,7 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
   {
     // So does one that stores its KV pages in q8, and it reports q8's bytes (34 per 32 values
     // against fp16's 64) in ModelInfo and in its metrics.
-    WorkerProcess q8({"--kv-cache-dtype", "q8"});
+    InProcessWorker q8({"--kv-cache-dtype", "q8"});
     ASSERT_TRUE(q8.ok());
     grpc::ClientContext qctx;
     v1::ModelInfo qinfo;
@@ -375,7 +380,7 @@ TEST(WorkerService, ModelInfoTokenizeResumeAndStops) {
 TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
   // 1 MB of KV cache is 128 pages of 16 fp16 positions for the tiny model: eight 400-token
   // streams need about 1.6 times that, so some are preempted mid-flight and recomputed.
-  WorkerProcess w({"--kv-cache-mb", "1", "--max-running", "8", "--max-batch-tokens", "256"});
+  InProcessWorker w({"--kv-cache-mb", "1", "--max-running", "8", "--max-batch-tokens", "256"});
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   std::vector<v1::GenerateRequest> reqs;
@@ -406,7 +411,7 @@ TEST(WorkerService, PreemptionByRecomputeKeepsStreamsExact) {
 // with greedy and seeded requests: every stream is the plain one, stop strings inside an accepted
 // run included.
 TEST(WorkerService, SpeculativeDecodingStreamsThePlainTokens) {
-  WorkerProcess plain;
+  InProcessWorker plain;
   ASSERT_TRUE(plain.ok());
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < 6; ++i) {
@@ -431,8 +436,8 @@ TEST(WorkerService, SpeculativeDecodingStreamsThePlainTokens) {
     SCOPED_TRACE(absl::StrJoin(flags, " "));
     std::vector<std::string> args = flags;
     args.insert(args.end(), {"--num-speculative-tokens", "4"});
-    WorkerProcess speculative(args);
-    ASSERT_TRUE(speculative.ok()) << speculative.process().stderr_text();
+    InProcessWorker speculative(args);
+    ASSERT_TRUE(speculative.ok());
     std::vector<StreamResult> got(reqs.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -459,9 +464,9 @@ TEST(WorkerService, SpeculativeDecodingStreamsThePlainTokens) {
 // A stream migrates from a plain worker to one that speculates with a draft model (Resume at
 // any index) and goes on exactly as it would have; a request that asks for no drafts gets none.
 TEST(WorkerService, SpeculationResumesAMigratedStreamExactly) {
-  WorkerProcess plain;
-  WorkerProcess speculative({"--speculative", "draft:" + testing::TinyModelPath()});
-  ASSERT_TRUE(plain.ok() && speculative.ok()) << speculative.process().stderr_text();
+  InProcessWorker plain;
+  InProcessWorker speculative({"--speculative", "draft:" + testing::TinyModelPath()});
+  ASSERT_TRUE(plain.ok() && speculative.ok());
   const std::string text = "migrate me, migrate me, migrate me";
   const v1::GenerateRequest req = Request(text, 24, 0.0f, std::nullopt);
   const StreamResult full = RunGenerate(*plain.Generator(), req);
@@ -547,9 +552,9 @@ TEST(WorkerService, SpeculativeFlagsAreCheckedAtStart) {
 }
 
 TEST(WorkerService, TensorParallelWorkerServesTheSameTokens) {
-  WorkerProcess one;
-  WorkerProcess four({"--tp", "4"});
-  ASSERT_TRUE(one.ok() && four.ok()) << four.process().stderr_text();
+  InProcessWorker one;
+  InProcessWorker four({"--tp", "4"});
+  ASSERT_TRUE(one.ok() && four.ok());
   for (int i = 0; i < 4; ++i) {
     const v1::GenerateRequest r =
         Request("tensor parallel " + std::to_string(i), 20, i % 2 ? 0.0f : 0.7f, 7 + i);
@@ -581,18 +586,15 @@ TEST(WorkerService, TensorParallelWorkerServesTheSameTokens) {
 }
 
 // Polls the worker's health until it says NOT_SERVING or `within` has passed; whether it did.
-bool NotServingWithin(WorkerProcess& w, std::chrono::steady_clock::duration within) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  do {
-    grpc::ClientContext ctx;
-    grpc::health::v1::HealthCheckResponse h;
-    if (w.Health()->Check(&ctx, {}, &h).ok() &&
-        h.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (std::chrono::steady_clock::now() < until);
-  return false;
+bool NotServingWithin(WorkerProcess& w, std::chrono::milliseconds within) {
+  return testing::Eventually(
+      [&] {
+        grpc::ClientContext ctx;
+        grpc::health::v1::HealthCheckResponse h;
+        return w.Health()->Check(&ctx, {}, &h).ok() &&
+               h.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+      },
+      within, std::chrono::milliseconds(20));
 }
 
 TEST(WorkerService, AStalledRankTurnsTheWorkerNotServing) {
@@ -654,7 +656,7 @@ TEST(WorkerService, SigtermDrainsAndExitsZero) {
       results[i].status = reader->Finish();
     });
   }
-  while (started.load() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(testing::Eventually([&] { return started.load() >= 4; }, std::chrono::seconds(60)));
   w.process().Signal(SIGTERM);
   // Health flips to NOT_SERVING while in-flight streams finish.
   bool saw_not_serving = false;
@@ -720,12 +722,9 @@ TEST(WorkerService, AClientThatStopsReadingIsHeldThenLosesItsSlot) {
   EXPECT_EQ(load.state_slots_used(), 0u);
   EXPECT_TRUE(w.WaitForMetric("walsh_worker_stalled_streams_total", 1));
   // What waited behind the write in flight is gone; that write stays until the client reads.
-  bool freed = false;
-  for (int i = 0; i < 600 && !freed; ++i) {
-    freed = w.Metric("walsh_worker_buffered_bytes").value_or(4096) < 4096;
-    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(freed);
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return w.Metric("walsh_worker_buffered_bytes").value_or(4096) < 4096; },
+      std::chrono::seconds(30), std::chrono::milliseconds(50)));
   // The client reads at last: what was sent, then the refusal.
   v1::GenerateResponse resp;
   int tokens = 0;
@@ -739,7 +738,7 @@ TEST(WorkerService, AClientThatStopsReadingIsHeldThenLosesItsSlot) {
 // A client that never reads and never goes: past the stall, it has a grace (10 s at least) to
 // read its status; then the call is cancelled and the write it left stuck is freed.
 TEST(WorkerService, AStalledCallIsCancelledAfterItsGrace) {
-  WorkerProcess w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "2"});
+  InProcessWorker w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "2"});
   ASSERT_TRUE(w.ok());
   auto stub = testing::NonReadingStub(w.target());
   grpc::ClientContext ctx;
@@ -757,7 +756,7 @@ TEST(WorkerService, AStalledCallIsCancelledAfterItsGrace) {
 // Backpressure loses nothing: a client that reads only after its stream was held gets every
 // token, the same tokens as a client that read all along.
 TEST(WorkerService, AHeldStreamResumesExactlyWhenItsClientReads) {
-  WorkerProcess w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "60"});
+  InProcessWorker w({"--max-buffered-bytes", "4096", "--stall-timeout-seconds", "60"});
   ASSERT_TRUE(w.ok());
   v1::GenerateRequest req = Request("read me late", 600, 0.9f, 4242);
   req.set_logprobs(20);
@@ -782,8 +781,8 @@ TEST(WorkerService, AHeldStreamResumesExactlyWhenItsClientReads) {
 // The worker's total: while --max-buffered-total bytes wait for clients, a new stream is refused
 // by that name and counted; once the clients go, streams are admitted again.
 TEST(WorkerService, NewStreamsAreRefusedPastTheBufferedTotal) {
-  WorkerProcess w({"--max-buffered-bytes", "4096", "--max-buffered-total", "8192",
-                   "--stall-timeout-seconds", "60"});
+  InProcessWorker w({"--max-buffered-bytes", "4096", "--max-buffered-total", "8192",
+                     "--stall-timeout-seconds", "60"});
   ASSERT_TRUE(w.ok());
   auto stub = testing::NonReadingStub(w.target());
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
@@ -799,11 +798,12 @@ TEST(WorkerService, NewStreamsAreRefusedPastTheBufferedTotal) {
   // A stream may be held for a moment while its transport catches up, then run on until its
   // client's HTTP/2 window is full: retry until both are held for good.
   StreamResult refused;
-  for (int i = 0; i < 100 && refused.status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    refused = RunGenerate(*w.Generator(), Request("one more", 4, 0.0f, 1));
-  }
+  testing::Eventually(
+      [&] {
+        refused = RunGenerate(*w.Generator(), Request("one more", 4, 0.0f, 1));
+        return refused.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(100));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.status.error_message().find("--max-buffered-total"), std::string::npos)
       << refused.status.error_message();
@@ -853,7 +853,7 @@ TEST(WorkerService, ProtobufComplaintsAreJsonLogLines) {
 // A string field that is not UTF-8 (the C++ client serializes it anyway) gets INVALID_ARGUMENT
 // naming the field, at any depth, not gRPC's bare UNIMPLEMENTED.
 TEST(WorkerService, NonUtf8StringsAreRefusedNamingTheField) {
-  WorkerProcess w;
+  InProcessWorker w;
   ASSERT_TRUE(w.ok());
   auto stub = w.Generator();
   testing::ExpectNonUtf8StringsRefused(*stub);

@@ -334,6 +334,7 @@ WorkerServer::~WorkerServer() {
 }
 
 int WorkerServer::grpc_port() const { return parts_->port; }
+int WorkerServer::metrics_port() const { return parts_->metrics_server->port(); }
 
 void WorkerServer::WatchHealth() {
   const double stall = static_cast<double>(parts_->options.step_stall_seconds);

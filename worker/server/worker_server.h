@@ -87,6 +87,7 @@ class WorkerServer {
   ~WorkerServer();  // drains with no grace if Drain was not called
 
   int grpc_port() const;
+  int metrics_port() const;
   // SIGTERM: NOT_SERVING, no new requests; in-flight streams get --drain-grace-seconds, then
   // the rest end UNAVAILABLE and the servers stop.
   void Drain(int signal);
