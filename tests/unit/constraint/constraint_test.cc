@@ -25,6 +25,7 @@
 #include "constraint/utf8_ranges.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/full_match.h"
 #include "worker/engine/generation.h"
 
 namespace walsh {
@@ -53,18 +54,7 @@ std::shared_ptr<const CompiledGrammar> Compile(const absl::StatusOr<Grammar>& g,
   return std::make_shared<const CompiledGrammar>(*g, std::move(trie));
 }
 
-// Whether the grammar's language holds `text` exactly.
-bool FullMatch(const CompiledGrammar& g, const std::string& text) {
-  std::vector<GrammarStack> cur = g.Start(), next;
-  for (char c : text) {
-    g.Advance(cur, static_cast<uint8_t>(c), next);
-    cur.swap(next);
-  }
-  for (const GrammarStack& s : cur) {
-    if (s.empty()) return true;
-  }
-  return false;
-}
+using testing::FullMatch;
 
 bool Bit(const std::vector<uint64_t>& bits, int64_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
 

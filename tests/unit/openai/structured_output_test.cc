@@ -12,6 +12,7 @@
 #include "constraint/constraint_spec.h"
 #include "constraint/token_trie.h"
 #include "gtest/gtest.h"
+#include "tests/util/full_match.h"
 
 namespace walsh {
 namespace {
@@ -42,18 +43,7 @@ std::shared_ptr<const CompiledGrammar> CompiledConstraint(const v1::GenerateRequ
   return std::make_shared<const CompiledGrammar>(*grammar, trie);
 }
 
-// Whether the grammar's language holds `text` exactly.
-bool FullMatch(const CompiledGrammar& g, const std::string& text) {
-  std::vector<GrammarStack> cur = g.Start(), next;
-  for (char c : text) {
-    g.Advance(cur, static_cast<uint8_t>(c), next);
-    cur.swap(next);
-  }
-  for (const GrammarStack& s : cur) {
-    if (s.empty()) return true;
-  }
-  return false;
-}
+using testing::FullMatch;
 
 void ExpectField(const absl::Status& s, const std::string& field) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
