@@ -1,5 +1,6 @@
-// Serves a MetricsRegistry at GET /metrics over HTTP (civetweb), content type
-// "text/plain; version=0.0.4". Stops when destroyed.
+// Serves a MetricsRegistry at GET /metrics over HTTP (libmicrohttpd, one thread of its own),
+// content type "text/plain; version=0.0.4". Stops when destroyed, at once: a process's exit and
+// an in-process server's teardown wait for no poll timeout.
 #ifndef WALSH_COMMON_METRICS_HTTP_SERVER_H_
 #define WALSH_COMMON_METRICS_HTTP_SERVER_H_
 
@@ -9,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 
-struct mg_context;
+struct MHD_Daemon;
 
 namespace walsh {
 
@@ -26,8 +27,7 @@ class MetricsHttpServer {
 
  private:
   MetricsHttpServer() = default;
-  mg_context* ctx_ = nullptr;
-  MetricsRegistry* registry_ = nullptr;
+  MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
 };
 

@@ -21,8 +21,8 @@ struct ConstraintSpec {
 absl::StatusOr<Grammar> ConstraintGrammar(const ConstraintSpec& spec);
 
 // The same, on a thread of its own with a 16 MiB stack: the compilers recurse with the nesting
-// of what they compile, deeper than a server's threads allow (civetweb's have 100 KiB). Every
-// caller that serves requests compiles through this.
+// of what they compile, deeper than a server's threads allow (libmicrohttpd's and gRPC's are
+// small). Every caller that serves requests compiles through this.
 absl::StatusOr<Grammar> ConstraintGrammarOnOwnStack(const ConstraintSpec& spec);
 
 }  // namespace walsh

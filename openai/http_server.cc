@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/listen_socket.h"
 #include "common/trusted_proxies.h"
 #include "openai/json_text.h"
 
@@ -33,50 +34,6 @@ constexpr size_t kEventBlockBytes = 16 << 10;
 // Connections libmicrohttpd may still count after they closed, before its cleanup: its own cap
 // sits this far above ours, so it never stops accepting first.
 constexpr int64_t kLimitSlack = 64;
-
-// A bound, listening, non-blocking TCP socket for host:port ("[::1]:0", "0.0.0.0:8000").
-absl::StatusOr<int> Listen(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-listen: ", address, " is not host:port"));
-  }
-  std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
-      e != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-listen: ", address, ": ", gai_strerror(e)));
-  }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, freeaddrinfo);
-  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("--http-listen: socket: ", errno));
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd, 1024) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("--http-listen: cannot listen on ", address, ": ", std::strerror(e)));
-  }
-  return fd;
-}
-
-int BoundPort(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-}
 
 std::string AddressText(const sockaddr* addr) {
   char text[INET6_ADDRSTRLEN] = "";
@@ -371,7 +328,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   }
   std::unique_ptr<HttpServer> s(new HttpServer(std::move(options), std::move(head_check),
                                                std::move(handler), std::move(finished)));
-  absl::StatusOr<int> fd = Listen(s->options_.listen);
+  absl::StatusOr<int> fd = ListenSocket(s->options_.listen, "--http-listen");
   if (!fd.ok()) return fd.status();
   s->listen_fd_ = *fd;
   s->port_ = BoundPort(*fd);

@@ -4,7 +4,7 @@ FROM debian:bookworm AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config libabsl-dev libssl-dev nlohmann-json3-dev \
       libicu-dev libgrpc++-dev libprotobuf-dev \
-      protobuf-compiler protobuf-compiler-grpc libcivetweb-dev civetweb libmicrohttpd-dev libgnutls28-dev \
+      protobuf-compiler protobuf-compiler-grpc libmicrohttpd-dev libgnutls28-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -13,7 +13,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWALSH_CUDA=OFF -D
 
 FROM debian:bookworm-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51 libprotobuf32 libabsl20220623 libcivetweb1 libmicrohttpd12 libgnutls30 libssl3 \
+      libgrpc++1.51 libprotobuf32 libabsl20220623 libmicrohttpd12 libgnutls30 libssl3 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home walsh
 COPY --from=build /build/gateway/walsh-gateway /build/tools/walsh-cli /usr/local/bin/

@@ -5,7 +5,7 @@ FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config libabsl-dev libssl-dev nlohmann-json3-dev \
       libicu-dev libgrpc++-dev libprotobuf-dev \
-      protobuf-compiler protobuf-compiler-grpc libcivetweb-dev civetweb libmicrohttpd-dev libgnutls28-dev \
+      protobuf-compiler protobuf-compiler-grpc libmicrohttpd-dev libgnutls28-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -14,7 +14,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWALSH_CUDA=ON -DW
 
 FROM nvidia/cuda:13.0.0-runtime-ubuntu24.04
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51t64 libprotobuf32t64 libabsl20220623t64 libcivetweb1 libmicrohttpd12t64 libgnutls30t64 libssl3t64 libicu74 \
+      libgrpc++1.51t64 libprotobuf32t64 libabsl20220623t64 libmicrohttpd12t64 libgnutls30t64 libssl3t64 libicu74 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home walsh
 COPY --from=build /build/worker/server/walsh-worker /build/tools/walsh-cli /build/tools/walsh-inspect \
