@@ -5,19 +5,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
-#include "constraint/packed_stacks.h"
 
 namespace walsh {
-
-// A step's stacks, each once, in first-seen order, up to kMaxGrammarStacks.
-class CompiledGrammar::StackSetBuilder {
- public:
-  explicit StackSetBuilder(std::vector<GrammarStack>& stacks) : set_(stacks, kMaxGrammarStacks) {}
-  void Add(GrammarStack&& stack) { set_.Insert(std::move(stack)); }
-
- private:
-  StackSet<std::vector<GrammarStack>> set_;
-};
 
 struct CompiledGrammar::ExpandScratch {
   StackPile pending;
@@ -182,8 +171,8 @@ void CompiledGrammar::ComputeFollowSets() {
   }
 }
 
-void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch,
-                             bool* escaped, MaskBudget* work) const {
+void CompiledGrammar::Expand(GrammarStack stack, StackSet<std::vector<GrammarStack>>& out,
+                             ExpandScratch& scratch, bool* escaped, MaskBudget* work) const {
   scratch.pending.Clear();
   scratch.entered.Clear();
   // A bound on the expansion's work, in stack elements: nullable repetitions nested in each
@@ -194,7 +183,7 @@ void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScr
   do {
     while ((budget -= static_cast<int64_t>(s.size()) + 1) >= 0) {
       if (s.empty()) {
-        out.Add(std::move(s));
+        out.Insert(std::move(s));
         break;
       }
       const int32_t top = s.back();
@@ -204,7 +193,7 @@ void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScr
       }
       const Element& e = elements_[top];
       if (e.kind == Kind::kBytes) {
-        out.Add(std::move(s));
+        out.Insert(std::move(s));
         break;
       }
       if (e.kind == Kind::kRule) {
@@ -231,9 +220,9 @@ void CompiledGrammar::Expand(GrammarStack stack, StackSetBuilder& out, ExpandScr
 
 std::vector<GrammarStack> CompiledGrammar::Start() const {
   std::vector<GrammarStack> out;
-  StackSetBuilder builder(out);
+  StackSet<std::vector<GrammarStack>> found(out, kMaxGrammarStacks);
   ExpandScratch scratch;
-  for (int32_t start : alternatives_[root_]) Expand({start}, builder, scratch, nullptr, nullptr);
+  for (int32_t start : alternatives_[root_]) Expand({start}, found, scratch, nullptr, nullptr);
   return out;
 }
 
@@ -241,14 +230,14 @@ void CompiledGrammar::Advance(const std::vector<GrammarStack>& from, uint8_t byt
                               std::vector<GrammarStack>& to, bool* escaped,
                               MaskBudget* budget) const {
   to.clear();
-  StackSetBuilder builder(to);
+  StackSet<std::vector<GrammarStack>> found(to, kMaxGrammarStacks);
   ExpandScratch scratch;
   for (const GrammarStack& s : from) {
     if (s.empty() || !Matches(s.back(), byte)) continue;
     if (budget != nullptr && !budget->Spend(1)) return;
     GrammarStack next = s;
     ++next.back();
-    Expand(std::move(next), builder, scratch, escaped, budget);
+    Expand(std::move(next), found, scratch, escaped, budget);
   }
 }
 

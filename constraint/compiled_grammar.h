@@ -23,6 +23,7 @@
 #include "common/mutex.h"
 #include "constraint/grammar.h"
 #include "constraint/mask_budget.h"
+#include "constraint/packed_stacks.h"
 #include "constraint/token_trie.h"
 
 namespace walsh {
@@ -111,13 +112,13 @@ class CompiledGrammar {
   bool Matches(int32_t position, uint8_t b) const {
     return (elements_[position].bytes[b >> 6] >> (b & 63)) & 1;
   }
-  class StackSetBuilder;
   // The stacks one expansion has yet to expand and the rule-topped ones it has entered, kept
   // across the expansions of one step so their buffers are allocated once.
   struct ExpandScratch;
-  // Expands `stack` until every top is a byte class, adding the results to `out`.
-  void Expand(GrammarStack stack, StackSetBuilder& out, ExpandScratch& scratch, bool* escaped,
-              MaskBudget* budget) const;
+  // Expands `stack` until every top is a byte class, adding the results to `out` (a step's
+  // stacks: each once, in first-seen order, up to kMaxGrammarStacks).
+  void Expand(GrammarStack stack, StackSet<std::vector<GrammarStack>>& out, ExpandScratch& scratch,
+              bool* escaped, MaskBudget* budget) const;
   // The mask of `position` with `below` (-1: none) the frame under it, cached; null when
   // `budget` ran out.
   const ContextMask* MaskFor(int32_t below, int32_t position, MaskBudget& budget) const;

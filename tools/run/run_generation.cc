@@ -210,7 +210,7 @@ absl::Status RunGeneration(const RunOptions& o) {
   const int64_t vocab = file->config.vocab_size;
   ASSIGN_OR_RETURN(std::unique_ptr<SoloRunner> runner,
                    RunnerFor(std::move(*file), o, static_cast<int64_t>(prompt.size())));
-  const WeightsMemoryChoice& placed = runner->engine().model().gguf().memory();
+  const WeightsMemoryChoice& placed = runner->model().gguf().memory();
   std::fprintf(stderr,
                "walsh-run: %s loaded in %.2f s (weights: %s, %s), %s kernels, %lld threads, "
                "prompt %zu tokens\n",

@@ -63,6 +63,13 @@ absl::Status SequenceRunner::RestoreCheckpoint(SequenceId id) {
   return kv_->EndCheckpoint(id, true);
 }
 
+absl::Status SequenceRunner::Canary() {
+  ASSIGN_OR_RETURN(const SequenceId seq, AddSequence());
+  const absl::Status step = Forward({{seq, {0}}}).status();
+  const absl::Status removed = RemoveSequence(seq);
+  return step.ok() ? removed : step;
+}
+
 absl::StatusOr<ForwardResult> SequenceRunner::Forward(const std::vector<SequenceInput>& batch) {
   RETURN_IF_ERROR(kv_->CheckStep(batch));
   std::vector<int64_t> lengths;

@@ -33,10 +33,8 @@ class SequenceRunner {
   KvManager& kv() { return *kv_; }
   const KvManager& kv() const { return *kv_; }
   int64_t page_size() const { return kv_->page_size(); }
-  // The bytes one token's keys and values take in every attention layer (all ranks together),
-  // and the most tokens the KV pool holds.
+  // The bytes one token's keys and values take in every attention layer (all ranks together).
   int64_t kv_bytes_per_token() const { return kv_->page_bytes() / kv_->page_size(); }
-  int64_t kv_token_capacity() const { return kv_->total_pages() * kv_->page_size(); }
 
   // A new empty sequence; RESOURCE_EXHAUSTED when no state slot is free.
   absl::StatusOr<SequenceId> AddSequence();
@@ -74,6 +72,10 @@ class SequenceRunner {
   absl::StatusOr<ForwardResult> Forward(const std::vector<SequenceInput>& batch);
 
   EngineStats Stats() const { return kv_->Stats(); }
+
+  // One token through every layer on a fresh sequence, removed after: whether the engine runs
+  // at all, asked before anything is served.
+  absl::Status Canary();
 
  private:
   Engine* engine_;

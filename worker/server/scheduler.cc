@@ -28,16 +28,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine,
                                                              const SchedulerOptions& options,
                                                              WorkerMetrics* metrics) {
   ASSIGN_OR_RETURN(std::unique_ptr<KvManager> kv, MakeKvManager(*engine, caches));
-  {
-    // The canary: one token through every layer, before anything is served.
-    SequenceRunner canary(engine, kv.get());
-    ASSIGN_OR_RETURN(const SequenceId seq, canary.AddSequence());
-    const absl::StatusOr<ForwardResult> step = canary.Forward({{seq, {0}}});
-    (void)canary.RemoveSequence(seq);
-    if (!step.ok()) {
-      return absl::Status(step.status().code(),
-                          absl::StrCat("canary step: ", step.status().message()));
-    }
+  if (const absl::Status canary = SequenceRunner(engine, kv.get()).Canary(); !canary.ok()) {
+    return absl::Status(canary.code(), absl::StrCat("canary step: ", canary.message()));
   }
   return std::unique_ptr<Scheduler>(new Scheduler(engine, std::move(kv), options, metrics));
 }

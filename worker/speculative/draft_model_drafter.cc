@@ -51,21 +51,19 @@ absl::Status CheckSameVocabulary(const Model& target, const Model& draft) {
 absl::StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(
     std::unique_ptr<SoloRunner> draft, const Model& target, int64_t context,
     int64_t max_step_tokens) {
-  RETURN_IF_ERROR(CheckSameVocabulary(target, draft->engine().model()));
+  RETURN_IF_ERROR(CheckSameVocabulary(target, draft->model()));
   if (draft->prefix_caching()) {
     return absl::InvalidArgumentError("a draft model's engine runs without prefix caching");
   }
-  if (draft->engine().max_context() < context) {
+  if (draft->max_context() < context) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the draft model's context is ", draft->engine().max_context(),
+        absl::StrCat("the draft model's context is ", draft->max_context(),
                      " tokens, shorter than the target's ", context, " (lower --max-context)"));
   }
   if (max_step_tokens < 1) return absl::InvalidArgumentError("max_step_tokens must be >= 1");
-  ASSIGN_OR_RETURN(const SequenceId canary, draft->AddSequence());
-  const absl::Status ran = draft->Forward({{canary, {0}}}).status();
-  RETURN_IF_ERROR(draft->RemoveSequence(canary));
-  if (!ran.ok())
+  if (const absl::Status ran = draft->Canary(); !ran.ok()) {
     return absl::InternalError(absl::StrCat("the draft model's canary step: ", ran.message()));
+  }
   return std::unique_ptr<DraftModelDrafter>(
       new DraftModelDrafter(std::move(draft), max_step_tokens));
 }
