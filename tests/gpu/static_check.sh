@@ -17,9 +17,11 @@ trap 'rm -rf "$tmp"' EXIT
 flags=(-std=c++17 -arch=sm_90 --fmad=false -I.)
 failures=0
 
+# Device code only (-cubin: no host compile), keeping each source's PTX for ptx_has below.
 for src in kernels/cuda/*.cu; do
   name=$(basename "$src" .cu)
-  if ! "$nvcc" "${flags[@]}" -c -Xptxas -v "$src" -o "$tmp/$name.o" >"$tmp/$name.ptxas" 2>&1; then
+  if ! "$nvcc" "${flags[@]}" -cubin -Xptxas -v --keep --keep-dir "$tmp" "$src" \
+    -o "$tmp/$name.cubin" >"$tmp/$name.ptxas" 2>&1; then
     cat "$tmp/$name.ptxas"
     echo "FAIL $src does not compile"
     failures=$((failures + 1))
@@ -56,12 +58,13 @@ if [ ! -s "$tmp/kernels" ]; then
   failures=$((failures + 1))
 fi
 
-# ptx_has SOURCE ENTRY INSTRUCTION WHAT: every PTX entry of SOURCE whose name holds ENTRY must
+# ptx_has SOURCE ENTRY INSTRUCTION WHAT: every PTX entry of SOURCE (its PTX kept above) whose name holds ENTRY must
 # issue an instruction matching INSTRUCTION (an extended regex), and there must be one such entry.
 ptx_has() {
   local src=$1 entry=$2 instruction=$3 what=$4 name found=0 fn hit
   name=$(basename "$src" .cu)
-  "$nvcc" "${flags[@]}" -ptx "$src" -o "$tmp/$name.ptx" || {
+  [ -s "$tmp/$name.ptx" ] || {
+    echo "FAIL $name: no PTX kept"
     failures=$((failures + 1))
     return
   }

@@ -845,7 +845,8 @@ TEST(GatewayAdmission, AClientThatStopsReadingHoldsItsWorkerThenIsCancelled) {
 
 // 200 streams that do not read, 200 tokens with 20 logprobs each: the gateway and the workers
 // together grow by less than 24 MiB (one copy, in the gateway, under its per-stream bound), and
-// when the clients read at last every stream ends OK.
+// when the clients read at last every stream ends OK. Under ASan, where resident memory means
+// nothing, 80 streams show the rest: the bytes wait in the gateway and none is lost.
 TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   // Caches are not buffers: without prefix caching (finished streams would leave entries that
   // grow the workers up to --prefix-cache-bytes), and with KV and state pools just large enough
@@ -870,8 +871,9 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   ASSERT_TRUE(gw.WaitForWorkers(2));
   const std::vector<pid_t> pids = {gw.process().pid(), a.process().pid(), b.process().pid()};
   // 200 tokens with 20 logprobs, about 45 KB a stream: more than the clients' 16 KiB windows.
+  const int streams = kMemoryIsMeaningful ? 200 : 80;
   std::vector<v1::GenerateRequest> requests;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < streams; ++i) {
     requests.push_back(TextRequest("unread " + std::to_string(i), 200, 0.8f, 100 + i));
     requests.back().set_logprobs(20);
   }
@@ -893,7 +895,7 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   for (pid_t p : pids) before.push_back(testing::ResidentBytes(p));
   testing::UnreadStreams unread(testing::Connections(gw.target(), 4, /*reading=*/false), requests,
                                 std::chrono::system_clock::now() + std::chrono::minutes(3));
-  // Every stream generated in full (the warm-up's and these 200): the workers are done with them
+  // Every stream generated in full (the warm-up's and these): the workers are done with them
   // and the bytes wait in the gateway.
   const int generated_total = warmed + static_cast<int>(requests.size());
   const bool generated = testing::Eventually(
@@ -908,18 +910,18 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
   int64_t growth = 0;
   for (size_t i = 0; i < pids.size(); ++i) {
     const int64_t now = testing::ResidentBytes(pids[i]);
-    std::printf("200 unread streams: %s resident %.1f MiB -> %.1f MiB\n",
+    std::printf("%d unread streams: %s resident %.1f MiB -> %.1f MiB\n", streams,
                 i == 0 ? "gateway" : "worker", before[i] / 1048576.0, now / 1048576.0);
     growth += now - before[i];
   }
   const std::optional<double> buffered = gw.Metric("walsh_gateway_buffered_bytes");
   ASSERT_TRUE(buffered.has_value());
-  std::printf("200 unread streams: gateway buffers %.1f MiB; all three grew %.1f MiB\n",
+  std::printf("%d unread streams: gateway buffers %.1f MiB; all three grew %.1f MiB\n", streams,
               *buffered / 1048576.0, growth / 1048576.0);
   if (kMemoryIsMeaningful) {
     EXPECT_LT(growth, 24 << 20);
   }
-  EXPECT_GE(*buffered, 2 << 20);  // the one copy is the gateway's
+  EXPECT_GE(*buffered, streams * (10 << 10));  // the one copy is the gateway's
   // The clients read at last: nothing accepted was lost (each stream ends OK, after its
   // Finished).
   std::map<grpc::StatusCode, int> ends = unread.Finish();
@@ -928,7 +930,7 @@ TEST(GatewayAdmission, UnreadStreamsAreBoundedInBytesAndLoseNothing) {
     if (code != grpc::StatusCode::OK)
       other_ends += " code " + std::to_string(code) + " x" + std::to_string(n);
   }
-  EXPECT_EQ(ends[grpc::StatusCode::OK], 200) << "other ends:" << other_ends;
+  EXPECT_EQ(ends[grpc::StatusCode::OK], streams) << "other ends:" << other_ends;
   EXPECT_TRUE(gw.WaitForMetric("walsh_gateway_buffered_bytes", 0));
 }
 

@@ -9,7 +9,7 @@
 namespace walsh {
 namespace {
 
-constexpr int64_t kPage = 4;
+constexpr int64_t kPositionsPerPage = 4;
 
 std::vector<int32_t> Tokens(int n, int32_t from = 0) {
   std::vector<int32_t> v(n);
@@ -19,7 +19,8 @@ std::vector<int32_t> Tokens(int n, int32_t from = 0) {
 
 // 10 pages of 4 positions, 3 sequence slots, 2 snapshot slots.
 KvManager Manager(bool prefix_caching = true) {
-  return KvManager({.pages = 10, .slots = 3, .snapshot_slots = 2}, kPage, 100, 1000, prefix_caching,
+  return KvManager({.pages = 10, .slots = 3, .snapshot_slots = 2}, kPositionsPerPage, 100, 1000,
+                   prefix_caching,
                    /*uses_kv=*/true);
 }
 

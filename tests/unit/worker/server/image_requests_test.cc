@@ -59,7 +59,7 @@ struct Served {
   std::vector<float> logprobs;
 };
 
-Served Read(grpc::ClientReaderInterface<v1::GenerateResponse>& reader) {
+Served ReadServed(grpc::ClientReaderInterface<v1::GenerateResponse>& reader) {
   Served s;
   v1::GenerateResponse r;
   while (reader.Read(&r)) {
@@ -122,7 +122,7 @@ class ImageRequests : public ::testing::Test {
   static Served Generate(WorkerServer& w, const v1::GenerateRequest& req) {
     grpc::ClientContext ctx;
     auto reader = Stub(w)->Generate(&ctx, req);
-    return Read(*reader);
+    return ReadServed(*reader);
   }
 
   // The same prompt through the engine directly: the image prepared, found in the prompt ids and
@@ -242,7 +242,7 @@ TEST_F(ImageRequests, AResumeCarriesTheImageAndContinuesExactly) {
   resume.mutable_emitted_ids()->Add(whole.ids.begin(), whole.ids.begin() + 2);
   grpc::ClientContext ctx;
   auto reader = stub->Resume(&ctx, resume);
-  const Served rest = Read(*reader);
+  const Served rest = ReadServed(*reader);
   ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
   EXPECT_EQ(rest.ids, std::vector<int32_t>(whole.ids.begin() + 2, whole.ids.end()));
 
@@ -253,7 +253,7 @@ TEST_F(ImageRequests, AResumeCarriesTheImageAndContinuesExactly) {
   resume.mutable_prompt_ids()->Add(short_run.begin(), short_run.end());
   grpc::ClientContext ctx2;
   auto refused = stub->Resume(&ctx2, resume);
-  const Served bad = Read(*refused);
+  const Served bad = ReadServed(*refused);
   EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.status.error_message(),
               HasSubstr("prompt_ids: image 0 (pieces.pieces[1].image) has"));

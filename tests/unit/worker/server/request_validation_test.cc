@@ -11,9 +11,9 @@
 namespace walsh {
 namespace {
 
-using testing::AllOf;
-using testing::HasSubstr;
-using testing::StartsWith;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 const ValidationLimits kLimits{.vocab = 32, .max_context = 64, .max_output_tokens = 48};
 
