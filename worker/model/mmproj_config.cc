@@ -19,7 +19,7 @@ namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 
 // The clip.* keys walsh understands; any other is refused so nothing changes the math unseen.
-constexpr const char* kKnownKeys[] = {
+constexpr const char* kKnownProjectorKeys[] = {
     gguf_keys::kClipHasAudioEncoder,
     gguf_keys::kClipHasTextEncoder,
     gguf_keys::kClipHasVisionEncoder,
@@ -43,7 +43,7 @@ constexpr const char* kKnownKeys[] = {
 
 absl::Status CheckKeySet(const GgufFile& file) {
   absl::flat_hash_set<std::string> known;
-  for (const char* k : kKnownKeys) known.insert(k);
+  for (const char* k : kKnownProjectorKeys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
     if (absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix)) {
       return GgufKeyError(

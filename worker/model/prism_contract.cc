@@ -26,7 +26,7 @@ bool IsFoldableName(const std::string& name) {
   return std::regex_match(name, kRule);
 }
 
-constexpr const char* kKnownKeys[] = {
+constexpr const char* kKnownPrismKeys[] = {
     gguf_keys::kPrismHadamardVersion,     gguf_keys::kPrismHadamardTiedOutput,
     gguf_keys::kPrismHadamardBlockSize,   gguf_keys::kPrismHadamardTransform,
     gguf_keys::kPrismHadamardAxis,        gguf_keys::kPrismHadamardSignMode,
@@ -58,7 +58,7 @@ absl::StatusOr<PrismContract> ParsePrismContract(const GgufFile& file, int64_t g
                                                  int64_t gdn_value_heads) {
   bool any = false;
   absl::flat_hash_set<std::string> known;
-  for (const char* k : kKnownKeys) known.insert(k);
+  for (const char* k : kKnownPrismKeys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
     if (!absl::StartsWith(key, gguf_keys::kPrismHadamardPrefix)) continue;
     any = true;

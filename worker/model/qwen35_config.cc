@@ -18,7 +18,7 @@ namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 
 // The qwen35.* keys walsh understands; any other is refused so nothing changes the math unseen.
-constexpr const char* kKnownKeys[] = {
+constexpr const char* kKnownQwen35Keys[] = {
     gguf_keys::kQwen35BlockCount,
     gguf_keys::kQwen35ContextLength,
     gguf_keys::kQwen35EmbeddingLength,
@@ -48,7 +48,7 @@ absl::StatusOr<Qwen35Config> ParseQwen35Config(const GgufFile& file) {
                         absl::StrCat("is \"", arch, "\"; walsh serves only \"qwen35\""));
   }
   absl::flat_hash_set<std::string> known;
-  for (const char* k : kKnownKeys) known.insert(k);
+  for (const char* k : kKnownQwen35Keys) known.insert(k);
   for (const auto& [key, value] : file.kvs()) {
     if (absl::StartsWith(key, gguf_keys::kQwen35Prefix) && !known.contains(key)) {
       return GgufKeyError(

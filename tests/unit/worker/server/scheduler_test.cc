@@ -439,7 +439,7 @@ TEST(Scheduler, SpeculationGivesExactlyThePlainTokensAndLogprobs) {
 TEST(Scheduler, TheTargetAsItsOwnDraftModelIsAlwaysRightWhenGreedy) {
   SchedulerFixture fx;
   const auto plain = PlainRuns(fx, kSpeculativeSeeds);
-  for (int64_t k : {1, 3}) {  // k = 5 and every acceptance pattern: draft_model_drafter_test
+  for (int64_t k : {1, 3}) {  // k = 5 and every acceptance pattern: draft_model_drafter_test.cc
     SCOPED_TRACE("k = " + std::to_string(k));
     std::unique_ptr<Engine> target = fx.MakeEngine();
     auto drafter = DraftModelDrafter::Create(fx.MakeDraftRunner(), target->model(),

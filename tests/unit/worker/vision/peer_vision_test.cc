@@ -46,7 +46,7 @@ std::map<std::string, std::string> PeerProjectors() {
 constexpr double kOwnGridBound = 1e-3;
 constexpr double kResampledBound = 2e-2;
 
-struct Case {
+struct PeerCase {
   const char* preset;
   int64_t text_width;  // the preset's text model: the merger's output width
   int64_t height, width;
@@ -56,8 +56,9 @@ struct Case {
 TEST(PeerVision, TheEncoderAgreesWithLlamaCppsClip) {
   const std::map<std::string, std::string> digests = PeerProjectors();
   testing::TempDir dir;
-  for (const Case& c : {Case{"tiny", 256, 64, 64, true}, Case{"tiny", 256, 64, 96, false},
-                        Case{"small", 1024, 224, 224, true}, Case{"small", 1024, 96, 160, false}}) {
+  for (const PeerCase& c :
+       {PeerCase{"tiny", 256, 64, 64, true}, PeerCase{"tiny", 256, 64, 96, false},
+        PeerCase{"small", 1024, 224, 224, true}, PeerCase{"small", 1024, 96, 160, false}}) {
     const std::string name = absl::StrCat(c.preset, "_", c.height, "x", c.width);
     SCOPED_TRACE(name);
     const std::string path = dir.File(absl::StrCat(c.preset, ".mmproj"));
