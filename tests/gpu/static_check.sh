@@ -58,8 +58,9 @@ if [ ! -s "$tmp/kernels" ]; then
   failures=$((failures + 1))
 fi
 
-# ptx_has SOURCE ENTRY INSTRUCTION WHAT: every PTX entry of SOURCE (its PTX kept above) whose name holds ENTRY must
-# issue an instruction matching INSTRUCTION (an extended regex), and there must be one such entry.
+# ptx_has SOURCE ENTRY INSTRUCTION WHAT: every PTX entry of SOURCE (its PTX kept above) whose
+# name holds ENTRY must issue an instruction matching INSTRUCTION (an extended regex), and there
+# must be one such entry.
 ptx_has() {
   local src=$1 entry=$2 instruction=$3 what=$4 name found=0 fn hit
   name=$(basename "$src" .cu)
